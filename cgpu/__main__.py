@@ -1,0 +1,3 @@
+from cgpu.cli import main
+
+raise SystemExit(main())

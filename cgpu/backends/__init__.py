@@ -1,0 +1,47 @@
+"""The backends, one module each, imported only when chosen.
+
+Each module has `probe(report: ReportBuilder, **options) -> None`: it fills the report
+and calls `report.failed(...)` when it could not run. Options are the backend's own
+CLI options (see `OPTIONS`), passed as keywords.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from typing import Any, Callable, Final
+
+from cgpu.report import ReportBuilder
+
+BACKENDS: Final = ("cdi", "wsl", "krunkit", "local")
+
+# Which options each backend takes (CLI destination names); anything else is a usage error.
+OPTIONS: Final[dict[str, frozenset[str]]] = {
+    "cdi": frozenset({"spec_dirs", "root", "engine", "devices", "verify", "probe_image", "timeout"}),
+    "wsl": frozenset({"distro", "verify", "timeout"}),
+    "krunkit": frozenset({"machine", "vm_image", "probe_image", "refresh", "timeout"}),
+    "local": frozenset({"timeout"}),
+}
+
+
+def default_backend(platform: str = sys.platform) -> str:
+    if platform == "win32":
+        return "wsl"
+    if platform == "darwin":
+        return "krunkit"
+    return "cdi"
+
+
+def run_backend(
+    name: str, options: dict[str, Any], *, progress: Callable[[str], None] | None = None
+) -> ReportBuilder:
+    """Run one backend; unknown options raise TypeError (a usage error for the caller)."""
+    if name not in BACKENDS:
+        raise ValueError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
+    extra = set(options) - OPTIONS[name]
+    if extra:
+        raise TypeError(f"the {name} backend does not take {', '.join(sorted(extra))}")
+    report = ReportBuilder(name, progress=progress)
+    module = importlib.import_module(f"cgpu.backends.{name}")
+    module.probe(report, **options)
+    return report

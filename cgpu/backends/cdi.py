@@ -1,0 +1,11 @@
+"""The cdi backend (not implemented yet)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cgpu.report import ReportBuilder
+
+
+def probe(report: ReportBuilder, **options: Any) -> None:
+    report.failed("cgpu", "the cdi backend is not implemented yet")

@@ -1,0 +1,132 @@
+"""The command line: parses arguments, runs a backend, prints, and chooses the exit status.
+
+Exit status (one place, documented in the README):
+  0  the backend ran (an empty `containers` is a valid answer)
+  1  the backend could not run (missing tool, timeout, engine refused); the report says why
+  2  bad usage
+  3  internal error in cgpu (a bug: the report says so)
+  130 interrupted
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from enum import IntEnum
+from typing import Sequence
+
+from cgpu import __version__
+from cgpu.backends import BACKENDS, OPTIONS, default_backend, run_backend
+from cgpu.report import ReportBuilder
+
+
+class ExitCode(IntEnum):
+    OK = 0
+    COULD_NOT_RUN = 1
+    USAGE = 2
+    INTERNAL = 3
+    INTERRUPTED = 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="cgpu", description="Which GPU APIs does a container started here actually get?"
+    )
+    parser.add_argument("--version", action="version", version=f"cgpu {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    probe = sub.add_parser("probe", help="report the GPU APIs containers get on this node")
+    probe.add_argument("--backend", choices=BACKENDS, help="default: cdi on Linux, wsl on Windows, krunkit on macOS")
+    probe.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    probe.add_argument("--timeout", type=float, metavar="SECONDS", help="limit for each command cgpu runs")
+    cdi = probe.add_argument_group("cdi backend (Linux)")
+    cdi.add_argument("--spec-dir", dest="spec_dirs", action="append", metavar="DIR",
+                     help="CDI spec directory, repeatable, lowest priority first (default: /etc/cdi, then /var/run/cdi)")
+    cdi.add_argument("--root", metavar="DIR", help="host filesystem the specs are checked against (default: /)")
+    cdi.add_argument("--engine", metavar="ENGINE@VERSION|auto|none",
+                     help="judge specs as podman@X or docker@X would; auto asks the host's engine; none: newest rules")
+    cdi.add_argument("--device", dest="devices", action="append", metavar="NAME",
+                     help="only these qualified device names (vendor/class=name), repeatable")
+    cdi.add_argument("--verify", action="store_true", help="also run the probe in a real container per device")
+    wsl = probe.add_argument_group("wsl backend (Windows)")
+    wsl.add_argument("--distro", metavar="NAME", help="the WSL distro of the agent's containers session")
+    krunkit = probe.add_argument_group("krunkit backend (macOS)")
+    krunkit.add_argument("--machine", metavar="NAME", help="the podman machine (libkrun provider) to use")
+    krunkit.add_argument("--vm-image", metavar="PATH", help="boot this disk image with krunkit instead")
+    krunkit.add_argument("--probe-image", metavar="REF", help="container image that runs the probe")
+    krunkit.add_argument("--refresh", action="store_true", help="ignore the cached answer")
+
+    image = sub.add_parser("image", help="image tools")
+    image_sub = image.add_subparsers(dest="image_command", required=True, metavar="COMMAND")
+    check = image_sub.add_parser("check", help="would this image get vulkan under krunkit (Mesa/Venus)?")
+    check.add_argument("ref", help="podman/docker image, oci-archive:PATH, docker-archive:PATH or dir:PATH")
+    check.add_argument("--json", action="store_true")
+    check.add_argument("--machine", metavar="NAME", help="also run the probe in this krunkit VM")
+    check.add_argument("--timeout", type=float, metavar="SECONDS")
+
+    sub.add_parser("schema", help="print the JSON Schema of the probe report")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "schema":
+            from cgpu.model import report_schema
+
+            print(json.dumps(report_schema(), indent=2))
+            return ExitCode.OK
+        if args.command == "image":
+            return _image_check(args)
+        return _probe(parser, args)
+    except KeyboardInterrupt:
+        print("cgpu: interrupted", file=sys.stderr)
+        return ExitCode.INTERRUPTED
+
+
+def _probe(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    backend = args.backend or default_backend()
+    given = {
+        key: value
+        for key, value in vars(args).items()
+        if key not in ("command", "backend", "json") and value not in (None, False)
+    }
+    misplaced = set(given) - OPTIONS[backend]
+    if misplaced:
+        flags = ", ".join("--" + key.removesuffix("s").replace("_", "-") for key in sorted(misplaced))
+        parser.error(f"{flags} do(es) not apply to --backend {backend}")
+    progress = None if args.json else _progress
+    try:
+        builder = run_backend(backend, given, progress=progress)
+        code = ExitCode.COULD_NOT_RUN if builder.could_not_run else ExitCode.OK
+    except KeyboardInterrupt:
+        raise
+    except Exception as exc:  # a bug in cgpu: still one report, never a traceback
+        builder = ReportBuilder(backend)
+        builder.failed("cgpu", f"internal error, please report it: {type(exc).__name__}: {exc}")
+        code = ExitCode.INTERNAL
+    report = builder.build()
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        from cgpu.render import render_report
+
+        print(render_report(report))
+    return code
+
+
+def _image_check(args: argparse.Namespace) -> int:
+    from cgpu.image_check import check_image, render_image_check
+
+    result, code = check_image(args.ref, machine=args.machine, timeout=args.timeout,
+                               progress=None if args.json else _progress)
+    print(json.dumps(result, indent=2) if args.json else render_image_check(result))
+    return code
+
+
+def _progress(message: str) -> None:
+    print(f"cgpu: {message}", file=sys.stderr, flush=True)
+
+

@@ -1,0 +1,33 @@
+"""The human-readable form of a report: devices and their APIs, the answer, then problems."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cgpu.apis import API_ORDER
+
+
+def render_report(report: dict[str, Any]) -> str:
+    lines = [f"cgpu {report['cgpu_version']} · backend {report['backend']} · {report['platform']}", ""]
+    devices = report["devices"]
+    if devices:
+        width = max(len("DEVICE"), *(len(d["name"]) for d in devices))
+        lines.append(f"{'DEVICE':<{width}}  STATUS    APIS")
+        for device in devices:
+            status = str(device.get("status", ""))
+            apis = ", ".join(device["apis"]) or "-"
+            lines.append(f"{device['name']:<{width}}  {status:<8}  {apis}")
+    else:
+        lines.append("no devices found")
+    lines.append("")
+    containers = ", ".join(report["containers"]) or "none"
+    lines.append(f"containers get: {containers}")
+    for api in API_ORDER:
+        mark = "+" if api in report["containers"] else "-"
+        lines.append(f"  {mark} {api:<8} {report['evidence'][api]}")
+    if report["problems"]:
+        lines.append("")
+        lines.append("problems:")
+        for problem in report["problems"]:
+            lines.append(f"  {problem['severity']:<7} {problem['source']}: {problem['message']}")
+    return "\n".join(lines)
