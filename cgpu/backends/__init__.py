@@ -18,7 +18,7 @@ BACKENDS: Final = ("cdi", "wsl", "krunkit", "local")
 # Which options each backend takes (CLI destination names); anything else is a usage error.
 OPTIONS: Final[dict[str, frozenset[str]]] = {
     "cdi": frozenset({"spec_dirs", "root", "engine", "devices", "verify", "probe_image", "timeout"}),
-    "wsl": frozenset({"distro", "verify", "timeout"}),
+    "wsl": frozenset({"distro", "timeout"}),
     "krunkit": frozenset({"machine", "vm_image", "probe_image", "refresh", "timeout"}),
     "local": frozenset({"timeout"}),
 }

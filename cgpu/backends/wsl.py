@@ -1,11 +1,554 @@
-"""The wsl backend (not implemented yet)."""
+"""The wsl backend (Windows): what a container started in the agent's WSL session gets.
+
+One `wsl.exe -d DISTRO -e sh -c <wsl/probe.sh> ...` call runs the in-session probe (POSIX
+sh, busybox is enough); the local probe goes along on stdin for the session's python3. The
+probe's answer is in-band (hex-valued `key=value` lines), so wsl.exe's own failures (exit
+-1, UTF-16LE text with a `Wsl/...` code) are never mistaken for it.
+
+On WSL the GPU is `/dev/dxg` (dxgkrnl) plus the libraries in `/usr/lib/wsl`: Microsoft's
+D3D12/DXCore for every vendor, NVIDIA's `libcuda.so.1` for CUDA. `/dev/dri` there is VGEM,
+never a GPU.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import codecs
+import json
+import os
+import re
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from cgpu.report import ReportBuilder
+from cgpu.run import CommandError, CommandNotFoundError, CommandTimeoutError, run
+
+DEFAULT_TIMEOUT = 90.0  # the first call boots the WSL VM, which can take tens of seconds
+FORMAT = b"cgpu-wsl-probe 1"
+END = b"cgpu-wsl-probe end"
+# wsl.exe exits -1 on its own errors: 4294967295 as a Windows DWORD, 255 where only a byte survives.
+WSL_ERROR_EXITS = frozenset({-1, 255, 0xFFFFFFFF})
+# WSL's own rule for distro names; anything else would be read as an option or a path.
+DISTRO_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+LINE = re.compile(rb"([a-z][a-z0-9_]*)=((?:[0-9a-f]{2})*)")
+KEYS = frozenset({
+    "dxg", "dxg_access", "dri", "wsl_lib", "wsl_lib_missing", "drivers", "driver_so",
+    "libc_loaders", "kernel", "proc_version", "os_release", "wsl_conf", "wsl_distro_name",
+    "wsl_interop", "python3", "local_probe_rc", "local_probe", "nvidia_smi_rc", "nvidia_smi",
+})
+REPEATED_KEYS = frozenset({"driver_so"})
+MAX_EXCERPT = 300
+
+# The WSL error codes a user can act on (wsl.exe prints `Error code: Wsl/<where>/<code>`).
+WSL_ERRORS = {
+    "WSL_E_DISTRO_NOT_FOUND": "there is no WSL distro named {distro}; list them with `wsl.exe -l -v` "
+    "and pass the agent's containers session with --distro (or CGPU_WSL_DISTRO)",
+    "WSL_E_DEFAULT_DISTRO_NOT_FOUND": "WSL has no default distro; install one (`wsl.exe --install`) or pass "
+    "the agent's containers session with --distro",
+    "WSL_E_WSL_OPTIONAL_COMPONENT_REQUIRED": "WSL is not installed or not enabled yet: run "
+    "`wsl.exe --install --no-distribution` as administrator and restart Windows",
+    "WSL_E_VIRTUAL_MACHINE_PLATFORM_REQUIRED": "the Virtual Machine Platform Windows feature is off: run "
+    "`wsl.exe --install --no-distribution` as administrator and restart Windows",
+    "WSL_E_USER_NOT_FOUND": "the distro's default user does not exist; set one with `wsl.exe --manage "
+    "{distro} --set-default-user NAME`",
+}
+
+# Linux user-mode drivers that a GPU vendor's Windows driver package puts in the driver store.
+VENDOR_FILES = {
+    "libcuda.so.1.1": "NVIDIA", "libnvwgf2umx.so": "NVIDIA", "libnvidia-ml.so.1": "NVIDIA",
+    "libigd12umd64.so": "Intel", "libigd12um64xel.so": "Intel",
+}
+# Driver package folder names (INF names) of display drivers, for vendors whose Linux files are not known.
+VENDOR_FOLDERS = (
+    (re.compile(r"(?:\d+_\w+_)?iigd_dch\.inf_", re.I), "Intel"),
+    (re.compile(r"u\d{7}\.inf_", re.I), "AMD"),
+    (re.compile(r"qcdx", re.I), "Qualcomm"),
+)
+WARP_IDS = (0x1414, 0x8C)  # Microsoft Basic Render Driver: a software adapter
+
+OTHER_APIS = {
+    "rocm": "not provided: WSL exposes no /dev/kfd; HIP on WSL needs ROCm with librocdxg in the image, "
+    "which cgpu does not assume",
+    "vulkan": "not provided: the Windows drivers project only D3D12 (and CUDA) into WSL; Vulkan there is "
+    "Mesa's non-conformant Dozen in the image, not a host capability",
+    "opencl": "not provided: the Windows drivers project only D3D12 (and CUDA) into WSL; OpenCL needs a "
+    "vendor runtime in the image (Intel compute-runtime), not a host capability",
+}
+GLIBC_NOTE = ("images must be glibc-based: musl images (Alpine) cannot load NVIDIA's libraries, and the "
+              "container needs /dev/dxg and /usr/lib/wsl mounted")
 
 
-def probe(report: ReportBuilder, **options: Any) -> None:
-    report.failed("cgpu", "the wsl backend is not implemented yet")
+class ProbeOutputError(ValueError):
+    """The probe's output is not format 1 (truncated, corrupted, or not ours)."""
+
+
+@dataclass
+class Adapter:
+    name: str
+    vendor: str | None
+    hardware: bool
+
+
+@dataclass
+class LocalProbe:
+    """What the local probe (probe.py) said inside the session."""
+
+    adapters: list[Adapter] | None  # None: it did not enumerate them
+    cuda_devices: int | None
+    cuda_reason: str
+    note: str = ""
+
+
+@dataclass
+class Session:
+    """The facts probe.sh reported, decoded."""
+
+    values: dict[str, list[bytes]] = field(default_factory=dict)
+
+    def text(self, key: str) -> str | None:
+        found = self.values.get(key)
+        return found[0].decode("utf-8", "backslashreplace") if found else None
+
+    def names(self, key: str) -> list[str] | None:
+        found = self.text(key)
+        return None if found is None else [n for n in found.split("/") if n]
+
+
+# -- running it ----------------------------------------------------------------------------
+
+
+def probe(report: ReportBuilder, *, distro: str | None = None, timeout: float | None = None) -> None:
+    distro = distro or os.environ.get("CGPU_WSL_DISTRO") or None
+    if distro is not None and not DISTRO_NAME.fullmatch(distro):
+        report.failed("--distro", f"{distro!r} is not a WSL distro name (letters, digits, '.', '_', '-')")
+        return
+    exe = _find_wsl_exe(report)
+    script = _probe_script(report)
+    if exe is None or script is None:
+        return
+    timeout = DEFAULT_TIMEOUT if timeout is None else timeout
+    local_probe = _local_probe_source()
+    smi_timeout = max(1, int(timeout / 6))
+    py_timeout = max(1, int(timeout / 3)) if local_probe is not None else 0
+    argv = [exe, *(["-d", distro] if distro else []), "-e", "sh", "-c", script, "cgpu-wsl-probe",
+            str(smi_timeout), str(py_timeout)]
+    where = f"distro {distro}" if distro else "the default distro"
+    report.progress(f"probing WSL {where} (the first call starts WSL and can take a while)")
+    try:
+        done = run(argv, timeout=timeout, input=local_probe or b"", env={**os.environ, "WSL_UTF8": "1"})
+    except CommandNotFoundError as exc:
+        report.failed(exe, f"could not run wsl.exe ({exc}); {_INSTALL_WSL}")
+        return
+    except CommandTimeoutError:
+        report.failed(exe, f"wsl.exe gave no answer for {where} within {timeout:g} s and was stopped; "
+                      "check `wsl.exe -l -v` and try a longer --timeout")
+        return
+    except CommandError as exc:
+        report.failed(exe, str(exc))
+        return
+    source = f"wsl.exe ({where})"
+    start = done.stdout.find(FORMAT + b"\n")
+    if start < 0:
+        report.failed(source, _explain_failure(done.returncode, done.stdout, done.stderr, distro))
+        return
+    try:
+        session = parse_output(done.stdout[start:])
+    except ProbeOutputError as exc:
+        report.failed(source, f"the probe's output was not understood: {exc}")
+        return
+    if done.stdout[:start].strip():
+        report.problem("info", source, f"text before the probe's output: {excerpt(done.stdout[:start])}")
+    judge(report, session, distro or session.text("wsl_distro_name") or "default", local_probe is not None)
+
+
+_INSTALL_WSL = ("install WSL 2 (`wsl.exe --install` as administrator, then restart), or point CGPU_WSL_EXE "
+                "at wsl.exe")
+
+
+def _find_wsl_exe(report: ReportBuilder) -> str | None:
+    configured = os.environ.get("CGPU_WSL_EXE")
+    if configured:
+        if not os.path.isfile(configured):
+            report.failed("CGPU_WSL_EXE", f"{configured} does not exist; {_INSTALL_WSL}")
+            return None
+        return configured
+    found = shutil.which("wsl.exe")
+    if found is None:
+        report.failed("wsl.exe", f"wsl.exe is not on PATH; {_INSTALL_WSL}")
+    return found
+
+
+def _probe_script(report: ReportBuilder) -> str | None:
+    here = Path(__file__).resolve().parent
+    # Installed wheel: cgpu/wsl/probe.sh; source checkout: wsl/probe.sh beside cgpu/.
+    for path in (here.parent / "wsl" / "probe.sh", here.parent.parent / "wsl" / "probe.sh"):
+        if path.is_file():
+            return path.read_text(encoding="utf-8")
+    report.failed("cgpu", "the in-session probe wsl/probe.sh is missing from this installation; reinstall cgpu")
+    return None
+
+
+def _local_probe_source() -> bytes | None:
+    """The local backend's probe (probe.py), to enumerate adapters with the session's python3."""
+    path = Path(__file__).resolve().parent.parent / "probe.py"
+    try:
+        return path.read_bytes()
+    except OSError:
+        return None
+
+
+# -- reading what came back ----------------------------------------------------------------
+
+
+def decode_wsl_text(data: bytes) -> str:
+    """wsl.exe's own messages: UTF-16LE (BOM or NUL-interleaved) unless WSL_UTF8=1 took, else UTF-8."""
+    if data.startswith(codecs.BOM_UTF16_LE):
+        return data[2:].decode("utf-16-le", "replace")
+    if len(data) >= 2 and data[1::2].count(0) * 2 >= len(data) // 2:
+        return data[: len(data) // 2 * 2].decode("utf-16-le", "replace")
+    return data.decode("utf-8", "backslashreplace").replace("\x00", "")
+
+
+def excerpt(data: bytes) -> str:
+    text = " ".join(decode_wsl_text(data).split())
+    return repr(text if len(text) <= MAX_EXCERPT else text[:MAX_EXCERPT] + "...")
+
+
+def _explain_failure(returncode: int, stdout: bytes, stderr: bytes, distro: str | None) -> str:
+    text = decode_wsl_text(stdout) + "\n" + decode_wsl_text(stderr)
+    codes = re.findall(r"Wsl/[A-Za-z0-9_/]*?(WSL_E_[A-Z0-9_]+|E_[A-Z0-9_]+)", text)
+    full = re.search(r"Wsl/[A-Za-z0-9_/]+", text)
+    shown = excerpt(stdout + b"\n" + stderr) if (stdout + stderr).strip() else "no output"
+    if returncode in WSL_ERROR_EXITS and codes:
+        advice = WSL_ERRORS.get(codes[-1])
+        if advice:
+            return f"{full.group(0) if full else codes[-1]}: " + advice.format(distro=distro or "(default)")
+        return f"wsl.exe failed with {full.group(0) if full else codes[-1]}: {shown}"
+    if returncode in WSL_ERROR_EXITS:
+        return f"wsl.exe failed (exit {returncode}) without an error code: {shown}"
+    return (f"the probe did not answer (exit {returncode}); the distro needs a POSIX sh with od, tr and head "
+            f"(busybox is enough). Output: {shown}")
+
+
+def parse_output(data: bytes) -> Session:
+    """Strictly parse probe.sh's format 1: header, `key=hex` lines, end line, nothing else."""
+    lines = data.split(b"\n")
+    if not lines or lines[0] != FORMAT:
+        raise ProbeOutputError("it does not start with the format line")
+    session = Session()
+    for number, line in enumerate(lines[1:], start=2):
+        line = line.removesuffix(b"\r")
+        if line == END:
+            if any(rest.strip() for rest in lines[number:]):
+                raise ProbeOutputError(f"text after the end line (line {number + 1})")
+            return session
+        match = LINE.fullmatch(line)
+        if match is None:
+            raise ProbeOutputError(f"line {number} is not key=hex: {excerpt(line)}")
+        key = match.group(1).decode()
+        if key not in KEYS:
+            raise ProbeOutputError(f"line {number} has an unknown key {key!r}")
+        if key in session.values and key not in REPEATED_KEYS:
+            raise ProbeOutputError(f"line {number} repeats the key {key!r}")
+        session.values.setdefault(key, []).append(bytes.fromhex(match.group(2).decode()))
+    raise ProbeOutputError("it stops before the end line (cut short?)")
+
+
+def read_local_probe(raw: bytes, returncode: str | None) -> LocalProbe:
+    """The parts of the local probe's JSON this backend uses: apis.directml.devices, apis.cuda."""
+    try:
+        data = json.loads(raw)
+        apis = data["apis"]
+        if not isinstance(apis, dict):
+            raise TypeError
+    except (ValueError, KeyError, TypeError):
+        why = f"exit {returncode}" if returncode not in (None, "0") else "no JSON with an `apis` object"
+        return LocalProbe(None, None, "", note=f"the local probe gave no usable answer ({why})")
+    adapters: list[Adapter] | None = None
+    directml = apis.get("directml")
+    devices = directml.get("devices") if isinstance(directml, dict) else None
+    if isinstance(devices, list):
+        adapters = [_adapter(d) for d in devices if isinstance(d, dict)]
+    cuda = apis.get("cuda")
+    cuda_devices = cuda_reason = None
+    if isinstance(cuda, dict):
+        listed = cuda.get("devices")
+        cuda_devices = len(listed) if isinstance(listed, list) else None
+        cuda_reason = cuda.get("evidence") or cuda.get("error")
+    note = "" if adapters is not None else "the local probe did not list DirectML adapters"
+    return LocalProbe(adapters, cuda_devices, str(cuda_reason or ""), note=note)
+
+
+def _adapter(device: dict) -> Adapter:
+    vendor_id = _int(device.get("vendor_id"))
+    device_id = _int(device.get("device_id"))
+    name = str(device.get("name") or device.get("description") or "unnamed adapter")
+    software = (
+        device.get("software") is True
+        or device.get("is_hardware") is False
+        or device.get("hardware") is False
+        or (vendor_id, device_id) == WARP_IDS
+        or "Basic Render Driver" in name
+    )
+    vendor = device.get("vendor")
+    if not isinstance(vendor, str):
+        vendor = {0x10DE: "NVIDIA", 0x1002: "AMD", 0x8086: "Intel", 0x5143: "Qualcomm"}.get(vendor_id or -1)
+    return Adapter(name, vendor, not software)
+
+
+def _int(value: object) -> int | None:
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        try:
+            return int(value, 0)
+        except ValueError:
+            return None
+    return None
+
+
+def ini_value(text: str, section: str, key: str) -> str | None:
+    """A value from wsl.conf/.wslconfig (INI; sections and keys compare case-insensitively)."""
+    current = None
+    found = None
+    for raw in text.splitlines():
+        line = raw.split("#", 1)[0].strip()
+        if line.startswith("[") and line.endswith("]"):
+            current = line[1:-1].strip().lower()
+        elif "=" in line and current == section.lower():
+            name, value = line.split("=", 1)
+            if name.strip().lower() == key.lower():
+                found = value.strip().strip("\"'").lower()
+    return found
+
+
+def _host_wslconfig_disables_gpu() -> str | None:
+    """%USERPROFILE%\\.wslconfig with `[wsl2] gpuSupport=false` turns GPU-PV off for every distro."""
+    profile = os.environ.get("USERPROFILE")
+    if not profile:
+        return None
+    path = Path(profile) / ".wslconfig"
+    try:
+        with path.open("rb") as handle:
+            text = decode_wsl_text(handle.read(1 << 16)).lstrip("\ufeff")
+    except OSError:
+        return None
+    return str(path) if ini_value(text, "wsl2", "gpuSupport") in ("false", "0") else None
+
+
+# -- judging ------------------------------------------------------------------------------
+
+
+def judge(report: ReportBuilder, session: Session, distro: str, sent_local_probe: bool) -> None:
+    source = f"WSL distro {distro}"
+    for api, evidence in OTHER_APIS.items():
+        report.withhold(api, evidence)
+    dri = session.names("dri")
+    if dri:
+        report.problem("info", f"{source}: /dev/dri", f"/dev/dri ({', '.join(dri)}) is WSL's VGEM device, "
+                       "not the GPU; it counts for nothing")
+
+    libc = _libc(session)
+    details = _session_details(session, libc)
+    gpu_missing = _gpu_missing(session)
+    if gpu_missing:
+        why = gpu_missing + "."
+        report.withhold("directml", f"not provided: {why}")
+        report.withhold("cuda", f"not provided: {why}")
+        report.problem("warning", source, f"no GPU in this WSL session: {why}")
+        return
+
+    libs = set(session.names("wsl_lib") or [])
+    stores = _driver_stores(session)
+    local = _local_probe(report, session, source, sent_local_probe)
+    smi = _nvidia_smi(session)
+    musl = libc == "musl"
+    if musl:
+        report.problem("warning", source, "the session's libc is musl: NVIDIA's and Microsoft's WSL libraries "
+                       "are glibc binaries, so this session cannot run them itself; containers with glibc "
+                       "images can, musl images cannot")
+
+    # DirectML: /dev/dxg, libdxcore.so, libd3d12.so and a hardware adapter.
+    missing = [name for name in ("libdxcore.so", "libd3d12.so") if name not in libs]
+    hardware = [a for a in local.adapters if a.hardware] if local and local.adapters is not None else None
+    vendors = sorted({v for v in stores.values()})
+    directml_ok = False
+    if missing:
+        report.withhold("directml", f"not provided: {' and '.join(missing)} missing from /usr/lib/wsl/lib; "
+                        "update WSL (`wsl.exe --update`), it ships the D3D12 libraries")
+    elif hardware is not None and not (musl and not hardware):
+        if hardware:
+            directml_ok = True
+            names = ", ".join(a.name for a in hardware)
+            report.provide("directml", f"/dev/dxg, libdxcore.so and libd3d12.so present, and the local probe "
+                           f"enumerated {len(hardware)} hardware adapter(s) ({names}); software adapters "
+                           "(WARP) are not counted")
+        else:
+            report.withhold("directml", "not provided: /dev/dxg and the D3D12 libraries are present, but the "
+                            "local probe enumerated no hardware adapter (only WARP or nothing): Windows has no "
+                            "GPU with a WDDM 2.9+ driver for WSL")
+    elif smi.ok:
+        directml_ok = True
+        report.provide("directml", "/dev/dxg, libdxcore.so and libd3d12.so present; the hardware adapter is "
+                       f"NVIDIA's GPU, confirmed by nvidia-smi (driver {smi.driver or 'unknown'}); adapters "
+                       "were not enumerated through DXCore")
+    elif vendors:
+        directml_ok = True
+        report.provide("directml", "/dev/dxg, libdxcore.so and libd3d12.so present; a hardware adapter is "
+                       f"inferred from the {', '.join(vendors)} D3D12 driver in the driver store "
+                       f"({', '.join(sorted(stores))}), not enumerated (no python3 with the local probe in "
+                       "the session), so the software adapter (WARP) could not be ruled out")
+        report.problem("warning", source, "adapters were not enumerated; install python3 in the distro so the "
+                       "local probe can tell hardware adapters from WARP")
+    else:
+        report.withhold("directml", "not provided: /dev/dxg and the D3D12 libraries are present, but no GPU "
+                        "vendor's driver is in /usr/lib/wsl/drivers and adapters could not be enumerated "
+                        "(install python3 in the distro to enumerate them)")
+    if not missing and "libd3d12core.so" not in libs:
+        report.problem("warning", f"{source}: /usr/lib/wsl/lib", "libd3d12core.so is missing; D3D12 needs it "
+                       "(`wsl.exe --update`)")
+
+    # CUDA: NVIDIA's libcuda.so.1 (the WSL build) beside /dev/dxg; cuInit decides when it can be run.
+    cuda_ok = False
+    if "libcuda.so.1" not in libs:
+        report.withhold("cuda", "not provided: no libcuda.so.1 in /usr/lib/wsl/lib; only NVIDIA's Windows "
+                        "driver (WDDM, not TCC) puts it there")
+    elif local and local.cuda_devices == 0 and not musl:
+        report.withhold("cuda", "not provided: libcuda.so.1 is present but cuInit found no device in the session"
+                        + (f" ({local.cuda_reason})" if local.cuda_reason else "")
+                        + "; a GPU in TCC mode or Linux NVIDIA packages installed in the distro cause this")
+    elif smi.ran and not smi.ok and not musl:
+        report.withhold("cuda", f"not provided: libcuda.so.1 is present but nvidia-smi failed ({smi.error}); "
+                        "a GPU in TCC mode or Linux NVIDIA packages installed in the distro cause this")
+    else:
+        cuda_ok = True
+        if local and local.cuda_devices:
+            how = f"cuInit found {local.cuda_devices} device(s) in the session"
+        elif smi.ok:
+            how = f"nvidia-smi works (driver {smi.driver or 'unknown'}, CUDA {smi.cuda or 'unknown'})"
+        elif musl:
+            how = "not initialised (the musl session cannot load it)"
+        else:
+            how = "not initialised (no python3 with the local probe, no nvidia-smi)"
+        report.provide("cuda", f"/dev/dxg and NVIDIA's WSL libcuda.so.1 present; {how}; {GLIBC_NOTE}")
+
+    _devices(report, hardware, local, directml_ok, cuda_ok, vendors, smi, details)
+
+
+@dataclass
+class NvidiaSmi:
+    ran: bool = False
+    ok: bool = False
+    driver: str | None = None
+    cuda: str | None = None
+    error: str = ""
+
+
+def _nvidia_smi(session: Session) -> NvidiaSmi:
+    rc = session.text("nvidia_smi_rc")
+    if rc is None or not rc.isdigit():
+        return NvidiaSmi()
+    out = session.text("nvidia_smi") or ""
+    driver = re.search(r"Driver Version:\s*([\w.]+)", out)
+    cuda = re.search(r"CUDA Version:\s*([\w.]+)", out)
+    error = " ".join(out.split())[:200] or f"exit {rc}"
+    if rc == "124":
+        error = "it did not answer in time"
+    return NvidiaSmi(True, rc == "0" and driver is not None, driver and driver.group(1),
+                     cuda and cuda.group(1), error)
+
+
+def _local_probe(report: ReportBuilder, session: Session, source: str, sent: bool) -> LocalProbe | None:
+    if not sent:
+        return None
+    python = session.text("python3")
+    if python in (None, "missing"):
+        return None
+    raw = (session.values.get("local_probe") or [b""])[0]
+    local = read_local_probe(raw, session.text("local_probe_rc"))
+    if local.note:
+        report.problem("warning", f"{source}: {python}", f"{local.note}; adapters were not enumerated")
+    return local
+
+
+def _gpu_missing(session: Session) -> str | None:
+    """Why the session has no GPU at all, with the fix; None when /dev/dxg and the libraries are there."""
+    dxg = session.text("dxg")
+    kernel = (session.text("kernel") or "").strip()
+    if dxg != "char":
+        if re.search(r"-Microsoft$", kernel):
+            return (f"no /dev/dxg: the distro runs under WSL 1 (kernel {kernel}); GPU paravirtualization needs "
+                    "WSL 2 (`wsl.exe --set-version DISTRO 2`)")
+        disabled_by = _host_wslconfig_disables_gpu()
+        if disabled_by:
+            return f"no /dev/dxg: GPU support is turned off by gpuSupport=false in {disabled_by}"
+        what = "no /dev/dxg" if dxg == "missing" else "/dev/dxg is not a character device"
+        return (f"{what}: the WSL kernel has no dxgkrnl (a custom kernel?), `[wsl2] gpuSupport=false` in "
+                ".wslconfig, or Windows has no GPU driver for WSL (WDDM 2.9+)")
+    if session.text("dxg_access") != "rw":
+        return ("/dev/dxg is not readable and writable by the session's user (it is crw-rw-rw- on WSL); "
+                "fix its permissions")
+    if session.text("wsl_lib_missing"):
+        conf = session.text("wsl_conf") or ""
+        if ini_value(conf, "gpu", "enabled") in ("false", "0"):
+            return "/usr/lib/wsl/lib is missing: GPU support is turned off by `[gpu] enabled=false` in /etc/wsl.conf"
+        return "/usr/lib/wsl/lib is missing (GPU turned off in /etc/wsl.conf, or not a WSL 2 distro)"
+    return None
+
+
+def _driver_stores(session: Session) -> dict[str, str]:
+    """Driver-store folders of a GPU vendor's display driver: folder -> vendor."""
+    stores: dict[str, str] = {}
+    for raw in session.values.get("driver_so", []):
+        folder, _, file = raw.decode("utf-8", "backslashreplace").partition("/")
+        if file in VENDOR_FILES:
+            stores[folder] = VENDOR_FILES[file]
+    for folder in session.names("drivers") or []:
+        vendor = next((name for pattern, name in VENDOR_FOLDERS if pattern.match(folder)), None)
+        if vendor and folder not in stores:
+            stores[folder] = vendor
+    return stores
+
+
+def _libc(session: Session) -> str:
+    loaders = session.names("libc_loaders") or []
+    if any("ld-musl-" in path for path in loaders):
+        return "musl"  # gcompat's ld-linux shim beside it does not make NVIDIA's libraries load
+    if any("ld-linux" in path for path in loaders):
+        return "glibc"
+    return "unknown"
+
+
+def _session_details(session: Session, libc: str) -> dict[str, str]:
+    os_release = session.text("os_release") or ""
+    pretty = re.search(r"^PRETTY_NAME=(.*)$", os_release, re.M)
+    kernel = (session.text("kernel") or "").strip()
+    details = {"libc": libc, "kernel": kernel}
+    if pretty:
+        details["os"] = pretty.group(1).strip().strip("\"'")
+    if "microsoft-standard" in kernel.lower() or session.text("wsl_interop"):
+        details["wsl"] = "2"
+    return details
+
+
+def _devices(report: ReportBuilder, hardware: list[Adapter] | None, local: LocalProbe | None, directml: bool,
+             cuda: bool, vendors: list[str], smi: NvidiaSmi, details: dict[str, str]) -> None:
+    if hardware is not None and local is not None and local.adapters is not None:
+        nvidia_seen = False
+        for adapter in local.adapters:
+            apis = []
+            if adapter.hardware and directml:
+                apis.append("directml")
+            if adapter.hardware and cuda and adapter.vendor == "NVIDIA" and not nvidia_seen:
+                apis.append("cuda")
+            nvidia_seen = nvidia_seen or "cuda" in apis
+            status = "ok" if adapter.hardware else "software"
+            report.device(adapter.name, apis, status=status, vendor=adapter.vendor or "unknown", **details)
+        if cuda and not nvidia_seen:
+            report.device("NVIDIA CUDA (libcuda.so.1)", ["cuda"], status="ok", **details)
+        return
+    apis = [api for api, ok in (("directml", directml), ("cuda", cuda)) if ok]
+    found = sorted(set(vendors) | ({"NVIDIA"} if smi.ok else set()))
+    status = "ok" if apis else "no-gpu"
+    report.device("WSL GPU paravirtualization (/dev/dxg)", apis, status=status, adapters_enumerated=False,
+                  vendors=found, **details)

@@ -1,0 +1,307 @@
+"""The wsl backend end to end: the real wsl/probe.sh, run by busybox inside fabricated distros
+behind the wsl.exe stand-in (tests/wsl/fake_wsl.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from cgpu.backends import run_backend
+from cgpu.backends import wsl as backend
+from tests.conftest import validate_report
+from tests.wsl.conftest import NVIDIA_SMI_TCC
+
+
+def probe(**options):
+    builder = run_backend("wsl", options)
+    report = builder.build()
+    validate_report(report)
+    return builder.could_not_run, report
+
+
+def messages(report, severity=None) -> str:
+    return "\n".join(p["message"] for p in report["problems"] if severity in (None, p["severity"]))
+
+
+@pytest.fixture
+def with_local_probe(monkeypatch):
+    """Send a local probe along, so a python3 in the session runs it."""
+    monkeypatch.setattr(backend, "_local_probe_source", lambda: b"print('the local probe')\n")
+
+
+def test_nvidia_gives_cuda_and_directml(fake_wsl):
+    fake_wsl.distro("Ubuntu", default=True).glibc().dxg().wsl_libs().nvidia()
+    failed, report = probe(distro="Ubuntu")
+    assert not failed, report["problems"]
+    assert report["containers"] == ["cuda", "directml"]
+    assert "driver 576.88, CUDA 12.9" in report["evidence"]["cuda"]
+    assert "glibc" in report["evidence"]["cuda"]
+    assert "confirmed by nvidia-smi" in report["evidence"]["directml"]
+    (device,) = report["devices"]
+    assert device["apis"] == ["cuda", "directml"]
+    assert device["libc"] == "glibc" and device["os"] == "Ubuntu 24.04.1 LTS" and device["wsl"] == "2"
+    assert device["vendors"] == ["NVIDIA"] and device["adapters_enumerated"] is False
+
+
+def test_default_distro_is_used_without_distro(fake_wsl):
+    fake_wsl.distro("Ubuntu", default=True).glibc().dxg().wsl_libs().nvidia()
+    failed, report = probe()
+    assert not failed and report["containers"] == ["cuda", "directml"]
+
+
+def test_distro_from_environment(fake_wsl, monkeypatch):
+    fake_wsl.distro("Ubuntu", default=True).glibc()
+    fake_wsl.distro("podman-machine-default").glibc().dxg().wsl_libs().intel()
+    monkeypatch.setenv("CGPU_WSL_DISTRO", "podman-machine-default")
+    failed, report = probe()
+    assert not failed and report["containers"] == ["directml"]
+
+
+@pytest.mark.parametrize("vendor", ["intel", "amd"])
+def test_intel_and_amd_give_directml_only(fake_wsl, vendor):
+    distro = fake_wsl.distro("Ubuntu").glibc().dxg().wsl_libs().dri()
+    getattr(distro, vendor)()
+    failed, report = probe(distro="Ubuntu")
+    assert not failed
+    assert report["containers"] == ["directml"]
+    name = {"intel": "Intel", "amd": "AMD"}[vendor]
+    assert f"inferred from the {name} D3D12 driver" in report["evidence"]["directml"]
+    assert "could not be ruled out" in report["evidence"]["directml"]
+    assert "no libcuda.so.1" in report["evidence"]["cuda"]
+    assert "install python3" in messages(report, "warning")
+    assert "VGEM" in messages(report, "info")  # /dev/dri is noted, never counted
+
+
+def test_local_probe_enumerates_adapters(fake_wsl, with_local_probe):
+    answer = {"apis": {
+        "directml": {"devices": [
+            {"name": "NVIDIA GeForce RTX 4070", "vendor_id": "0x10de", "device_id": "0x2786"},
+            {"name": "Intel(R) UHD Graphics 770", "vendor_id": 0x8086, "device_id": 0x4680},
+            {"name": "Microsoft Basic Render Driver", "vendor_id": "0x1414", "device_id": "0x8c"},
+        ]},
+        "cuda": {"devices": [{"name": "NVIDIA GeForce RTX 4070"}]},
+    }}
+    fake_wsl.distro("Ubuntu").glibc().dxg().wsl_libs().nvidia().intel().python(answer)
+    failed, report = probe(distro="Ubuntu")
+    assert not failed
+    assert report["containers"] == ["cuda", "directml"]
+    assert "enumerated 2 hardware adapter(s)" in report["evidence"]["directml"]
+    assert "cuInit found 1 device(s)" in report["evidence"]["cuda"]
+    apis = {d["name"]: (d["apis"], d["status"]) for d in report["devices"]}
+    assert apis == {
+        "NVIDIA GeForce RTX 4070": (["cuda", "directml"], "ok"),
+        "Intel(R) UHD Graphics 770": (["directml"], "ok"),
+        "Microsoft Basic Render Driver": ([], "software"),
+    }
+
+
+def test_only_warp_gives_nothing(fake_wsl, with_local_probe):
+    warp = {"apis": {"directml": {"devices": [{"name": "Microsoft Basic Render Driver", "vendor_id": 5140,
+                                                "device_id": 140}]}}}
+    fake_wsl.distro("Ubuntu").glibc().dxg().wsl_libs().intel().python(warp)
+    failed, report = probe(distro="Ubuntu")
+    assert not failed
+    assert report["containers"] == []
+    assert "no hardware adapter" in report["evidence"]["directml"]
+
+
+def test_unusable_local_probe_answer_falls_back(fake_wsl, with_local_probe):
+    fake_wsl.distro("Ubuntu").glibc().dxg().wsl_libs().intel().python("Traceback (most recent call last):")
+    failed, report = probe(distro="Ubuntu")
+    assert not failed
+    assert report["containers"] == ["directml"]
+    assert "inferred" in report["evidence"]["directml"]
+    assert "gave no usable answer" in messages(report, "warning")
+
+
+def test_tcc_mode_gpu_gives_no_cuda(fake_wsl):
+    fake_wsl.distro("Ubuntu").glibc().dxg().wsl_libs().nvidia(smi_output=NVIDIA_SMI_TCC, smi_exit=9)
+    failed, report = probe(distro="Ubuntu")
+    assert not failed
+    assert "cuda" not in report["containers"]
+    assert "GPU access blocked by the operating system" in report["evidence"]["cuda"]
+    # the NVIDIA driver package is still there, so DirectML is inferred from it
+    assert report["containers"] == ["directml"]
+
+
+def test_gpu_disabled_in_wsl_conf(fake_wsl):
+    distro = fake_wsl.distro("Ubuntu").glibc().dxg()
+    distro.file("etc/wsl.conf", "[boot]\nsystemd=true\n\n[gpu]\nenabled = false  # no GPU here\n")
+    failed, report = probe(distro="Ubuntu")
+    assert not failed
+    assert report["containers"] == []
+    assert "[gpu] enabled=false" in report["evidence"]["directml"]
+    assert report["devices"] == []
+
+
+def test_gpu_disabled_in_wslconfig(fake_wsl, tmp_path, monkeypatch):
+    fake_wsl.distro("Ubuntu").glibc()
+    profile = tmp_path / "profile"
+    profile.mkdir()
+    (profile / ".wslconfig").write_bytes("[wsl2]\r\nmemory=8GB\r\ngpuSupport=false\r\n".encode("utf-16"))
+    monkeypatch.setenv("USERPROFILE", str(profile))
+    failed, report = probe(distro="Ubuntu")
+    assert not failed
+    assert report["containers"] == []
+    assert "gpuSupport=false" in report["evidence"]["cuda"]
+
+
+def test_vgem_without_dxg_gives_nothing(fake_wsl):
+    fake_wsl.distro("Ubuntu").glibc().dri().wsl_libs().nvidia()
+    failed, report = probe(distro="Ubuntu")
+    assert not failed
+    assert report["containers"] == []
+    assert "no /dev/dxg" in report["evidence"]["directml"]
+
+
+def test_wsl1_distro(fake_wsl):
+    distro = fake_wsl.distro("Legacy", version=1).glibc()
+    distro.file("proc/sys/kernel/osrelease", "4.4.0-19041-Microsoft\n")
+    failed, report = probe(distro="Legacy")
+    assert not failed and report["containers"] == []
+    assert "WSL 1" in report["evidence"]["cuda"] and "--set-version" in report["evidence"]["cuda"]
+
+
+def test_musl_session(fake_wsl, with_local_probe):
+    # Alpine's python3 cannot load the glibc D3D12/CUDA libraries: its "nothing" proves nothing.
+    nothing = {"apis": {"directml": {"devices": []}, "cuda": {"devices": [], "error": "libcuda.so.1: not found"}}}
+    distro = fake_wsl.distro("Alpine").musl().dxg().wsl_libs().nvidia(smi_output="sh: nvidia-smi: not found\n",
+                                                                      smi_exit=127)
+    distro.python(nothing)
+    failed, report = probe(distro="Alpine")
+    assert not failed
+    assert report["containers"] == ["cuda", "directml"]
+    assert "musl session cannot load it" in report["evidence"]["cuda"]
+    assert "musl images (Alpine) cannot load" in report["evidence"]["cuda"]
+    assert "libc is musl" in messages(report, "warning")
+    assert report["devices"][0]["libc"] == "musl"
+
+
+def test_missing_d3d12_libraries(fake_wsl):
+    fake_wsl.distro("Ubuntu").glibc().dxg().wsl_libs("libdxcore.so").intel()
+    failed, report = probe(distro="Ubuntu")
+    assert not failed and report["containers"] == []
+    assert "libd3d12.so missing" in report["evidence"]["directml"]
+
+
+def test_odd_file_names_do_not_break_the_format(fake_wsl):
+    distro = fake_wsl.distro("Ubuntu").glibc().dxg().wsl_libs().intel()
+    distro.file("usr/lib/wsl/lib/evil\nlibcuda.so.1=x", b"")
+    distro.file(b"usr/lib/wsl/lib/\xff\xfe odd".decode("utf-8", "surrogateescape"), b"")
+    failed, report = probe(distro="Ubuntu")
+    assert not failed
+    assert report["containers"] == ["directml"]  # the odd name is not libcuda.so.1
+
+
+def test_missing_distro(fake_wsl):
+    fake_wsl.distro("Ubuntu", default=True).glibc()
+    failed, report = probe(distro="Debian")
+    assert failed
+    (problem,) = report["problems"]
+    assert problem["message"].startswith("Wsl/Service/WSL_E_DISTRO_NOT_FOUND: there is no WSL distro named Debian")
+    assert report["containers"] == []
+
+
+def test_missing_distro_utf16_message_when_wsl_utf8_is_ignored(fake_wsl):
+    fake_wsl.state["ignores_wsl_utf8"] = True  # old inbox wsl.exe (Windows 10)
+    fake_wsl.save()
+    failed, report = probe(distro="Debian")
+    assert failed and "WSL_E_DISTRO_NOT_FOUND" in messages(report)
+
+
+def test_no_default_distro(fake_wsl):
+    failed, report = probe()
+    assert failed
+    assert "without an error code" in messages(report)
+    assert "no installed distributions" in messages(report)
+
+
+def test_wsl_not_installed(fake_wsl):
+    fake_wsl.state["installed"] = False
+    fake_wsl.save()
+    failed, report = probe(distro="Ubuntu")
+    assert failed
+    assert "WSL_E_WSL_OPTIONAL_COMPONENT_REQUIRED" in messages(report)
+    assert "wsl.exe --install --no-distribution" in messages(report)
+
+
+def test_no_wsl_exe(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv("CGPU_WSL_EXE", raising=False)
+    failed, report = probe()
+    assert failed
+    assert "wsl.exe is not on PATH" in messages(report) and "wsl.exe --install" in messages(report)
+
+
+def test_cgpu_wsl_exe_names_the_executable(fake_wsl, monkeypatch, tmp_path):
+    fake_wsl.distro("Ubuntu", default=True).glibc().dxg().wsl_libs().intel()
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setenv("CGPU_WSL_EXE", str(fake_wsl.exe))
+    failed, report = probe()
+    assert not failed and report["containers"] == ["directml"]
+    monkeypatch.setenv("CGPU_WSL_EXE", str(tmp_path / "nowhere" / "wsl.exe"))
+    failed, report = probe()
+    assert failed and "does not exist" in messages(report)
+
+
+@pytest.mark.parametrize("name", ["--help", "Ubuntu 24.04", "a;b", "-d"])
+def test_bad_distro_names_are_refused(fake_wsl, name):
+    failed, report = probe(distro=name)
+    assert failed and "is not a WSL distro name" in messages(report)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_hung_wsl_is_killed_at_the_timeout(fake_wsl):
+    distro = fake_wsl.distro("Ubuntu")
+    # A session that never answers, with a child of its own that must not outlive the call.
+    distro.script("bin/sh", "/bin/busybox sleep 600 &\necho $! > /tmp/child\nwait\n")
+    started = time.monotonic()
+    failed, report = probe(distro="Ubuntu", timeout=2)
+    assert time.monotonic() - started < 10
+    assert failed and "within 2 s and was stopped" in messages(report)
+    child = int((distro.root / "tmp/child").read_text())
+    deadline = time.monotonic() + 5
+    while _alive(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(child)
+
+
+def test_garbage_output(fake_wsl):
+    distro = fake_wsl.distro("Ubuntu")
+    distro.script("bin/sh", "printf '\\377\\376g\\000a\\200rbage\\n'\nexit 0\n")
+    failed, report = probe(distro="Ubuntu")
+    assert failed
+    assert "the probe did not answer (exit 0)" in messages(report)
+
+
+def test_corrupted_probe_output(fake_wsl):
+    distro = fake_wsl.distro("Ubuntu").glibc().dxg()
+    distro.script("bin/tr", "echo 'not hex \\377'\n")  # a broken tr inside the session
+    failed, report = probe(distro="Ubuntu")
+    assert failed
+    assert "the probe's output was not understood: line 2 is not key=hex" in messages(report)
+
+
+def test_cli_json_and_exit_status(fake_wsl, run_cli):
+    fake_wsl.distro("Ubuntu", default=True).glibc().dxg().wsl_libs().nvidia()
+    env = {"PATH": os.environ["PATH"], "FAKE_WSL_STATE": str(fake_wsl.state_file)}
+    code, out, err = run_cli("probe", "--backend", "wsl", "--distro", "Ubuntu", "--json", env=env)
+    assert code == 0, err
+    report = json.loads(out)
+    validate_report(report)
+    assert report["backend"] == "wsl" and report["containers"] == ["cuda", "directml"]
+    code, out, _ = run_cli("probe", "--backend", "wsl", "--distro", "Nope", "--json", env=env)
+    assert code == 1 and "WSL_E_DISTRO_NOT_FOUND" in out
+    code, _, err = run_cli("probe", "--backend", "wsl", "--verify", env=env)
+    assert code == 2 and "--verify" in err
