@@ -201,12 +201,13 @@ def _local_probe_source() -> bytes | None:
 
 
 def decode_wsl_text(data: bytes) -> str:
-    """wsl.exe's own messages: UTF-16LE (BOM or NUL-interleaved) unless WSL_UTF8=1 took, else UTF-8."""
+    """wsl.exe's own messages: UTF-16LE (BOM, or NULs: its ASCII parts like `Error code: Wsl/...`
+    are NUL-interleaved) unless WSL_UTF8=1 took, else UTF-8. Never raises."""
     if data.startswith(codecs.BOM_UTF16_LE):
         return data[2:].decode("utf-16-le", "replace")
-    if len(data) >= 2 and data[1::2].count(0) * 2 >= len(data) // 2:
+    if b"\x00" in data:
         return data[: len(data) // 2 * 2].decode("utf-16-le", "replace")
-    return data.decode("utf-8", "backslashreplace").replace("\x00", "")
+    return data.decode("utf-8", "backslashreplace")
 
 
 def excerpt(data: bytes) -> str:
@@ -237,6 +238,8 @@ def parse_output(data: bytes) -> Session:
         raise ProbeOutputError("it does not start with the format line")
     session = Session()
     for number, line in enumerate(lines[1:], start=2):
+        if number == len(lines) and not line:
+            break  # output ended with a newline but no end line
         line = line.removesuffix(b"\r")
         if line == END:
             if any(rest.strip() for rest in lines[number:]):

@@ -1,0 +1,196 @@
+"""The wsl backend's readers: probe.sh's format, wsl.exe's text, the local probe's JSON, INI files,
+and the command line as Windows hands it to wsl.exe."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cgpu.backends.wsl import (
+    END,
+    FORMAT,
+    KEYS,
+    REPEATED_KEYS,
+    ProbeOutputError,
+    _explain_failure,
+    decode_wsl_text,
+    ini_value,
+    parse_output,
+    read_local_probe,
+)
+
+SCRIPT = Path(__file__).resolve().parents[2] / "wsl" / "probe.sh"
+key_values = st.dictionaries(
+    st.sampled_from(sorted(KEYS)),
+    st.lists(st.binary(max_size=64), min_size=1, max_size=3),
+).map(lambda d: {k: (v if k in REPEATED_KEYS else v[:1]) for k, v in d.items()})
+
+
+def render(values: dict[str, list[bytes]]) -> bytes:
+    """What probe.sh prints for these values."""
+    lines = [FORMAT]
+    for key, found in values.items():
+        lines += [f"{key}={value.hex()}".encode() for value in found]
+    return b"\n".join([*lines, END, b""])
+
+
+@given(key_values)
+def test_parse_round_trips(values):
+    assert parse_output(render(values)).values == values
+
+
+@given(key_values, st.data())
+def test_any_damage_is_caught(values, data):
+    good = render(values)
+    index = data.draw(st.integers(0, len(good) - 1))
+    byte = data.draw(st.integers(0, 255).filter(lambda b: b != good[index]))
+    damaged = good[:index] + bytes([byte]) + good[index + 1:]
+    try:
+        parsed = parse_output(damaged)
+    except ProbeOutputError:
+        return
+    # A few substitutions still spell valid output (another hex digit): then it parses to something else.
+    assert parsed.values != values or damaged == good
+
+
+@given(st.binary(max_size=300))
+def test_arbitrary_bytes_never_crash_the_parser(data):
+    try:
+        parse_output(FORMAT + b"\n" + data)
+    except ProbeOutputError:
+        pass
+
+
+def test_truncated_output_is_refused():
+    good = render({"dxg": [b"char"], "wsl_lib": [b"libdxcore.so/libd3d12.so"]})
+    with pytest.raises(ProbeOutputError, match="end line"):
+        parse_output(good[: good.index(END)])
+    with pytest.raises(ProbeOutputError, match="repeats the key"):
+        parse_output(render({"dxg": [b"char"]}).replace(b"\ndxg=", b"\ndxg=63686172\ndxg=", 1))
+    with pytest.raises(ProbeOutputError, match="after the end line"):
+        parse_output(good + b"extra\n")
+
+
+@given(st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=80))
+def test_wsl_text_in_utf16_is_recognised(text):
+    message = text + "\r\nError code: Wsl/Service/WSL_E_DISTRO_NOT_FOUND\r\n"
+    assert decode_wsl_text(message.encode("utf-16-le")) == message
+    assert decode_wsl_text(message.encode("utf-16")) == message  # with a BOM
+    assert decode_wsl_text(message.encode("utf-16-le")[:-1]).startswith(message[:-1])  # cut short
+
+
+def test_wsl_text_in_utf8_and_garbage():
+    assert decode_wsl_text("Fehlercode: Wsl/Service/WSL_E_DISTRO_NOT_FOUND".encode()) == \
+        "Fehlercode: Wsl/Service/WSL_E_DISTRO_NOT_FOUND"
+    assert decode_wsl_text(b"\x80abc") == "\\x80abc"
+
+
+@given(st.binary(max_size=200), st.binary(max_size=200), st.sampled_from([0, 1, 127, 255, -1, 0xFFFFFFFF]))
+def test_failure_explanations_never_crash(stdout, stderr, code):
+    assert _explain_failure(code, stdout, stderr, "Ubuntu")
+
+
+def test_wsl_error_codes_are_explained():
+    text = "There is no distribution with the supplied name.\r\nError code: Wsl/Service/WSL_E_DISTRO_NOT_FOUND\r\n"
+    message = _explain_failure(0xFFFFFFFF, text.encode("utf-16-le"), b"", "Ubuntu")
+    assert message.startswith("Wsl/Service/WSL_E_DISTRO_NOT_FOUND: there is no WSL distro named Ubuntu")
+    message = _explain_failure(255, b"", "Error code: Wsl/Service/CreateInstance/E_ACCESSDENIED".encode(), None)
+    assert "E_ACCESSDENIED" in message
+    # Exit -1 from the Linux side is not wsl.exe's: our script never exits 255, so say what we saw.
+    assert "did not answer (exit 1)" in _explain_failure(1, b"Wsl/ nothing", b"", None)
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=10),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.sampled_from(
+        ["apis", "directml", "cuda", "devices", "name", "vendor_id", "device_id", "software", "is_hardware",
+         "error", "evidence"]), inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@given(json_values)
+def test_local_probe_reader_never_crashes(value):
+    import json
+
+    local = read_local_probe(json.dumps(value).encode(), "0")
+    assert local.adapters is None or all(isinstance(a.hardware, bool) for a in local.adapters)
+
+
+def test_local_probe_warp_filter():
+    import json
+
+    local = read_local_probe(json.dumps({"apis": {"directml": {"devices": [
+        {"name": "Microsoft Basic Render Driver", "vendor_id": "0x1414", "device_id": "0x8c"},
+        {"name": "AMD Radeon RX 7800 XT", "vendor_id": 4098, "device_id": 29822},
+        {"name": "Remote Display Adapter", "is_hardware": False},
+    ]}}}).encode(), "0")
+    assert [(a.name, a.vendor, a.hardware) for a in local.adapters] == [
+        ("Microsoft Basic Render Driver", None, False),
+        ("AMD Radeon RX 7800 XT", "AMD", True),
+        ("Remote Display Adapter", None, False),
+    ]
+    assert read_local_probe(b"\xff not json", "124").note.endswith("(exit 124)")
+
+
+def test_ini_values():
+    text = "[wsl2]\nGPUSupport = False # off\n[gpu]\nenabled=true\n[Gpu]\nEnabled = \"false\"\n"
+    assert ini_value(text, "wsl2", "gpuSupport") == "false"
+    assert ini_value(text, "gpu", "enabled") == "false"  # the last one wins
+    assert ini_value(text, "boot", "systemd") is None
+
+
+# -- the command line Windows builds for wsl.exe -------------------------------------------
+
+
+def command_line_to_argv(line: str) -> list[str]:
+    """CommandLineToArgvW's rules (as wsl.exe applies them after -e), for arguments after the first."""
+    args, current, quoted, index, started = [], [], False, 0, False
+    while index < len(line):
+        char = line[index]
+        if char == "\\":
+            count = len(line[index:]) - len(line[index:].lstrip("\\"))
+            index += count
+            if index < len(line) and line[index] == '"':
+                current.append("\\" * (count // 2))
+                if count % 2:
+                    current.append('"')
+                    index += 1
+            else:
+                current.append("\\" * count)
+            started = True
+            continue
+        if char == '"':
+            quoted = not quoted
+            started = True
+        elif char in " \t" and not quoted:
+            if started:
+                args.append("".join(current))
+                current, started = [], False
+        else:
+            current.append(char)
+            started = True
+        index += 1
+    if started:
+        args.append("".join(current))
+    return args
+
+
+def test_probe_script_survives_the_windows_command_line():
+    """On Windows, subprocess joins argv with list2cmdline; wsl.exe splits it with CommandLineToArgvW."""
+    script = SCRIPT.read_text(encoding="utf-8")
+    argv = ["sh", "-c", script, "cgpu-wsl-probe", "15", "30"]
+    line = subprocess.list2cmdline(["wsl.exe", "-d", "Ubuntu", "-e", *argv])
+    assert len(line) < 32767  # CreateProcess's limit for the whole command line
+    after_exec = line.split(" -e ", 1)[1]
+    assert command_line_to_argv(after_exec) == argv
+
+
+@settings(max_examples=200)
+@given(st.lists(st.text(alphabet=st.characters(blacklist_characters="\x00"), min_size=1), min_size=1, max_size=5))
+def test_windows_command_line_model_round_trips(argv):
+    assert command_line_to_argv(subprocess.list2cmdline(argv)) == argv
