@@ -74,8 +74,8 @@ OTHER_APIS = {
     "opencl": "not provided: the Windows drivers project only D3D12 (and CUDA) into WSL; OpenCL needs a "
     "vendor runtime in the image (Intel compute-runtime), not a host capability",
 }
-GLIBC_NOTE = ("images must be glibc-based: musl images (Alpine) cannot load NVIDIA's libraries, and the "
-              "container needs /dev/dxg and /usr/lib/wsl mounted")
+CONTAINER_NOTE = ("a container gets it with /dev/dxg and /usr/lib/wsl mounted and a glibc-based image "
+                  "(musl images such as Alpine cannot load these libraries)")
 
 
 class ProbeOutputError(ValueError):
@@ -120,7 +120,7 @@ class Session:
 def probe(report: ReportBuilder, *, distro: str | None = None, timeout: float | None = None) -> None:
     distro = distro or os.environ.get("CGPU_WSL_DISTRO") or None
     if distro is not None and not DISTRO_NAME.fullmatch(distro):
-        report.failed("--distro", f"{distro!r} is not a WSL distro name (letters, digits, '.', '_', '-')")
+        _could_not_run(report, "--distro", f"{distro!r} is not a WSL distro name (letters, digits, '.', '_', '-')")
         return
     exe = _find_wsl_exe(report)
     script = _probe_script(report)
@@ -137,28 +137,34 @@ def probe(report: ReportBuilder, *, distro: str | None = None, timeout: float | 
     try:
         done = run(argv, timeout=timeout, input=local_probe or b"", env={**os.environ, "WSL_UTF8": "1"})
     except CommandNotFoundError as exc:
-        report.failed(exe, f"could not run wsl.exe ({exc}); {_INSTALL_WSL}")
+        _could_not_run(report, exe, f"could not run wsl.exe ({exc}); {_INSTALL_WSL}")
         return
     except CommandTimeoutError:
-        report.failed(exe, f"wsl.exe gave no answer for {where} within {timeout:g} s and was stopped; "
+        _could_not_run(report, exe, f"wsl.exe gave no answer for {where} within {timeout:g} s and was stopped; "
                       "check `wsl.exe -l -v` and try a longer --timeout")
         return
     except CommandError as exc:
-        report.failed(exe, str(exc))
+        _could_not_run(report, exe, str(exc))
         return
     source = f"wsl.exe ({where})"
     start = done.stdout.find(FORMAT + b"\n")
     if start < 0:
-        report.failed(source, _explain_failure(done.returncode, done.stdout, done.stderr, distro))
+        _could_not_run(report, source, _explain_failure(done.returncode, done.stdout, done.stderr, distro))
         return
     try:
         session = parse_output(done.stdout[start:])
     except ProbeOutputError as exc:
-        report.failed(source, f"the probe's output was not understood: {exc}")
+        _could_not_run(report, source, f"the probe's output was not understood: {exc}")
         return
     if done.stdout[:start].strip():
         report.problem("info", source, f"text before the probe's output: {excerpt(done.stdout[:start])}")
     judge(report, session, distro or session.text("wsl_distro_name") or "default", local_probe is not None)
+
+
+def _could_not_run(report: ReportBuilder, source: str, message: str) -> None:
+    report.failed(source, message)
+    for api in ("cuda", "rocm", "vulkan", "opencl", "directml"):
+        report.withhold(api, "not known: cgpu could not probe the WSL session (see problems)")
 
 
 _INSTALL_WSL = ("install WSL 2 (`wsl.exe --install` as administrator, then restart), or point CGPU_WSL_EXE "
@@ -169,12 +175,12 @@ def _find_wsl_exe(report: ReportBuilder) -> str | None:
     configured = os.environ.get("CGPU_WSL_EXE")
     if configured:
         if not os.path.isfile(configured):
-            report.failed("CGPU_WSL_EXE", f"{configured} does not exist; {_INSTALL_WSL}")
+            _could_not_run(report, "CGPU_WSL_EXE", f"{configured} does not exist; {_INSTALL_WSL}")
             return None
         return configured
     found = shutil.which("wsl.exe")
     if found is None:
-        report.failed("wsl.exe", f"wsl.exe is not on PATH; {_INSTALL_WSL}")
+        _could_not_run(report, "wsl.exe", f"wsl.exe is not on PATH; {_INSTALL_WSL}")
     return found
 
 
@@ -184,7 +190,7 @@ def _probe_script(report: ReportBuilder) -> str | None:
     for path in (here.parent / "wsl" / "probe.sh", here.parent.parent / "wsl" / "probe.sh"):
         if path.is_file():
             return path.read_text(encoding="utf-8")
-    report.failed("cgpu", "the in-session probe wsl/probe.sh is missing from this installation; reinstall cgpu")
+    _could_not_run(report, "cgpu", "the in-session probe wsl/probe.sh is missing from this installation; reinstall cgpu")
     return None
 
 
@@ -385,7 +391,7 @@ def judge(report: ReportBuilder, session: Session, distro: str, sent_local_probe
             names = ", ".join(a.name for a in hardware)
             report.provide("directml", f"/dev/dxg, libdxcore.so and libd3d12.so present, and the local probe "
                            f"enumerated {len(hardware)} hardware adapter(s) ({names}); software adapters "
-                           "(WARP) are not counted")
+                           f"(WARP) are not counted; {CONTAINER_NOTE}")
         else:
             report.withhold("directml", "not provided: /dev/dxg and the D3D12 libraries are present, but the "
                             "local probe enumerated no hardware adapter (only WARP or nothing): Windows has no "
@@ -394,13 +400,13 @@ def judge(report: ReportBuilder, session: Session, distro: str, sent_local_probe
         directml_ok = True
         report.provide("directml", "/dev/dxg, libdxcore.so and libd3d12.so present; the hardware adapter is "
                        f"NVIDIA's GPU, confirmed by nvidia-smi (driver {smi.driver or 'unknown'}); adapters "
-                       "were not enumerated through DXCore")
+                       f"were not enumerated through DXCore; {CONTAINER_NOTE}")
     elif vendors:
         directml_ok = True
         report.provide("directml", "/dev/dxg, libdxcore.so and libd3d12.so present; a hardware adapter is "
                        f"inferred from the {', '.join(vendors)} D3D12 driver in the driver store "
                        f"({', '.join(sorted(stores))}), not enumerated (no python3 with the local probe in "
-                       "the session), so the software adapter (WARP) could not be ruled out")
+                       f"the session), so the software adapter (WARP) could not be ruled out; {CONTAINER_NOTE}")
         report.problem("warning", source, "adapters were not enumerated; install python3 in the distro so the "
                        "local probe can tell hardware adapters from WARP")
     else:
@@ -433,7 +439,7 @@ def judge(report: ReportBuilder, session: Session, distro: str, sent_local_probe
             how = "not initialised (the musl session cannot load it)"
         else:
             how = "not initialised (no python3 with the local probe, no nvidia-smi)"
-        report.provide("cuda", f"/dev/dxg and NVIDIA's WSL libcuda.so.1 present; {how}; {GLIBC_NOTE}")
+        report.provide("cuda", f"/dev/dxg and NVIDIA's WSL libcuda.so.1 present; {how}; {CONTAINER_NOTE}")
 
     _devices(report, hardware, local, directml_ok, cuda_ok, vendors, smi, details)
 

@@ -176,7 +176,7 @@ def test_musl_session(fake_wsl, with_local_probe):
     assert not failed
     assert report["containers"] == ["cuda", "directml"]
     assert "musl session cannot load it" in report["evidence"]["cuda"]
-    assert "musl images (Alpine) cannot load" in report["evidence"]["cuda"]
+    assert "musl images such as Alpine cannot load" in report["evidence"]["cuda"]
     assert "libc is musl" in messages(report, "warning")
     assert report["devices"][0]["libc"] == "musl"
 
@@ -204,6 +204,7 @@ def test_missing_distro(fake_wsl):
     (problem,) = report["problems"]
     assert problem["message"].startswith("Wsl/Service/WSL_E_DISTRO_NOT_FOUND: there is no WSL distro named Debian")
     assert report["containers"] == []
+    assert report["evidence"]["cuda"] == "not known: cgpu could not probe the WSL session (see problems)"
 
 
 def test_missing_distro_utf16_message_when_wsl_utf8_is_ignored(fake_wsl):
