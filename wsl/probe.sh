@@ -2,7 +2,8 @@
 #
 # POSIX sh; busybox alone is enough. cgpu runs it with one call,
 #     wsl.exe -d DISTRO -e sh -c "<this text>" cgpu-wsl-probe SMI_TIMEOUT PY_TIMEOUT
-# and, when PY_TIMEOUT > 0, sends its local probe (probe.py) on stdin for python3.
+# and, when PY_TIMEOUT > 0, sends its local probe (probe.py) on stdin for python3, which runs
+# it as `python3 -c <probe.py> --child API` (its one-API entry point; no file is written).
 #
 # Output (format 1): the line "cgpu-wsl-probe 1", then "key=value" lines whose value is
 # always the lower-case hex of its bytes (so no file name, os-release or tool output can
@@ -96,19 +97,24 @@ emit_file wsl_conf /etc/wsl.conf
 have_timeout=
 command -v timeout >/dev/null 2>&1 && have_timeout=yes
 
-# The local probe (stdin) in the session's python3: hardware adapters, CUDA initialisation.
+# The local probe (cgpu's probe.py, on stdin) in the session's python3: DirectML adapters through
+# DXCore (hardware or WARP) and CUDA through cuInit, one python per API (a driver may crash).
 if [ "$py_timeout" -gt 0 ] 2>/dev/null; then
     python=$(command -v python3 2>/dev/null)
     if [ -z "$python" ]; then
         emit python3 missing
-    elif [ -z "$have_timeout" ]; then
-        emit python3 "$python"
-        emit local_probe_rc no-timeout
     else
         emit python3 "$python"
-        out=$(timeout "$py_timeout" "$python" - 2>/dev/null)
-        emit local_probe_rc "$?"
-        emit local_probe "$out"
+        src=$(cat)
+        for api in directml cuda; do
+            if [ -n "$have_timeout" ]; then
+                out=$(timeout "$py_timeout" "$python" -I -S -c "$src" --child "$api" </dev/null 2>/dev/null)
+                emit "local_${api}_rc" "$?"
+                emit "local_$api" "$out"
+            else
+                emit "local_${api}_rc" no-timeout
+            fi
+        done
     fi
 fi
 

@@ -34,10 +34,12 @@ LINE = re.compile(rb"([a-z][a-z0-9_]*)=((?:[0-9a-f]{2})*)")
 KEYS = frozenset({
     "dxg", "dxg_access", "dri", "wsl_lib", "wsl_lib_missing", "drivers", "driver_so",
     "libc_loaders", "kernel", "proc_version", "os_release", "wsl_conf", "wsl_distro_name",
-    "wsl_interop", "python3", "local_probe_rc", "local_probe", "nvidia_smi_rc", "nvidia_smi",
+    "wsl_interop", "python3", "local_directml_rc", "local_directml", "local_cuda_rc", "local_cuda",
+    "nvidia_smi_rc", "nvidia_smi",
 })
 REPEATED_KEYS = frozenset({"driver_so"})
 MAX_EXCERPT = 300
+MAX_LOCAL_PROBE = 120_000  # it travels as one argument of python3 -c; Linux allows 128 KiB
 
 # The WSL error codes a user can act on (wsl.exe prints `Error code: Wsl/<where>/<code>`).
 WSL_ERRORS = {
@@ -87,16 +89,19 @@ class Adapter:
     name: str
     vendor: str | None
     hardware: bool
+    ids: dict[str, str]
 
 
 @dataclass
-class LocalProbe:
-    """What the local probe (probe.py) said inside the session."""
+class LocalResult:
+    """One API's answer from the local probe run in the session (`probe.py --child API`)."""
 
-    adapters: list[Adapter] | None  # None: it did not enumerate them
-    cuda_devices: int | None
-    cuda_reason: str
-    note: str = ""
+    available: bool
+    summary: str
+    devices: list[dict]
+
+    def adapters(self) -> list[Adapter]:
+        return [_adapter(device) for device in self.devices]
 
 
 @dataclass
@@ -127,9 +132,10 @@ def probe(report: ReportBuilder, *, distro: str | None = None, timeout: float | 
     if exe is None or script is None:
         return
     timeout = DEFAULT_TIMEOUT if timeout is None else timeout
-    local_probe = _local_probe_source()
-    smi_timeout = max(1, int(timeout / 6))
-    py_timeout = max(1, int(timeout / 3)) if local_probe is not None else 0
+    local_probe = _local_probe_source(report)
+    # Inside the session: two python runs and nvidia-smi, well within the whole call's limit.
+    py_timeout = max(1, int(timeout / 4)) if local_probe is not None else 0
+    smi_timeout = max(1, int(timeout / 8))
     argv = [exe, *(["-d", distro] if distro else []), "-e", "sh", "-c", script, "cgpu-wsl-probe",
             str(smi_timeout), str(py_timeout)]
     where = f"distro {distro}" if distro else "the default distro"
@@ -194,13 +200,18 @@ def _probe_script(report: ReportBuilder) -> str | None:
     return None
 
 
-def _local_probe_source() -> bytes | None:
+def _local_probe_source(report: ReportBuilder) -> bytes | None:
     """The local backend's probe (probe.py), to enumerate adapters with the session's python3."""
     path = Path(__file__).resolve().parent.parent / "probe.py"
     try:
-        return path.read_bytes()
+        source = path.read_bytes()
     except OSError:
         return None
+    if len(source) > MAX_LOCAL_PROBE:
+        report.problem("warning", str(path), f"{len(source)} bytes is too big to pass to the session's python3 "
+                       f"(limit {MAX_LOCAL_PROBE}); adapters are not enumerated")
+        return None
+    return source
 
 
 # -- reading what came back ----------------------------------------------------------------
@@ -263,46 +274,33 @@ def parse_output(data: bytes) -> Session:
     raise ProbeOutputError("it stops before the end line (cut short?)")
 
 
-def read_local_probe(raw: bytes, returncode: str | None) -> LocalProbe:
-    """The parts of the local probe's JSON this backend uses: apis.directml.devices, apis.cuda."""
+def read_local_result(raw: bytes) -> LocalResult | None:
+    """One `probe.py --child API` answer ({available, summary, devices, ...}); None when unusable."""
     try:
         data = json.loads(raw)
-        apis = data["apis"]
-        if not isinstance(apis, dict):
-            raise TypeError
-    except (ValueError, KeyError, TypeError):
-        why = f"exit {returncode}" if returncode not in (None, "0") else "no JSON with an `apis` object"
-        return LocalProbe(None, None, "", note=f"the local probe gave no usable answer ({why})")
-    adapters: list[Adapter] | None = None
-    directml = apis.get("directml")
-    devices = directml.get("devices") if isinstance(directml, dict) else None
-    if isinstance(devices, list):
-        adapters = [_adapter(d) for d in devices if isinstance(d, dict)]
-    cuda = apis.get("cuda")
-    cuda_devices = cuda_reason = None
-    if isinstance(cuda, dict):
-        listed = cuda.get("devices")
-        cuda_devices = len(listed) if isinstance(listed, list) else None
-        cuda_reason = cuda.get("evidence") or cuda.get("error")
-    note = "" if adapters is not None else "the local probe did not list DirectML adapters"
-    return LocalProbe(adapters, cuda_devices, str(cuda_reason or ""), note=note)
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("available"), bool):
+        return None
+    devices = data.get("devices")
+    devices = [d for d in devices if isinstance(d, dict)] if isinstance(devices, list) else []
+    return LocalResult(data["available"], str(data.get("summary") or "")[:MAX_EXCERPT], devices)
 
 
 def _adapter(device: dict) -> Adapter:
     vendor_id = _int(device.get("vendor_id"))
     device_id = _int(device.get("device_id"))
-    name = str(device.get("name") or device.get("description") or "unnamed adapter")
+    name = str(device.get("name") or "unnamed adapter")[:MAX_EXCERPT]
     software = (
-        device.get("software") is True
-        or device.get("is_hardware") is False
-        or device.get("hardware") is False
+        device.get("hardware") is False
+        or device.get("counted") is False
         or (vendor_id, device_id) == WARP_IDS
         or "Basic Render Driver" in name
     )
-    vendor = device.get("vendor")
-    if not isinstance(vendor, str):
-        vendor = {0x10DE: "NVIDIA", 0x1002: "AMD", 0x8086: "Intel", 0x5143: "Qualcomm"}.get(vendor_id or -1)
-    return Adapter(name, vendor, not software)
+    vendor = {0x10DE: "NVIDIA", 0x1002: "AMD", 0x8086: "Intel", 0x5143: "Qualcomm"}.get(vendor_id or -1)
+    ids = {key: f"0x{value:04x}" for key, value in (("vendor_id", vendor_id), ("device_id", device_id))
+           if value is not None}
+    return Adapter(name, vendor, not software, ids)
 
 
 def _int(value: object) -> int | None:
@@ -356,7 +354,6 @@ def judge(report: ReportBuilder, session: Session, distro: str, sent_local_probe
     if dri:
         report.problem("info", f"{source}: /dev/dri", f"/dev/dri ({', '.join(dri)}) is WSL's VGEM device, "
                        "not the GPU; it counts for nothing")
-
     libc = _libc(session)
     details = _session_details(session, libc)
     gpu_missing = _gpu_missing(session)
@@ -367,81 +364,91 @@ def judge(report: ReportBuilder, session: Session, distro: str, sent_local_probe
         report.problem("warning", source, f"no GPU in this WSL session: {why}")
         return
 
-    libs = set(session.names("wsl_lib") or [])
-    stores = _driver_stores(session)
-    local = _local_probe(report, session, source, sent_local_probe)
-    smi = _nvidia_smi(session)
     musl = libc == "musl"
     if musl:
         report.problem("warning", source, "the session's libc is musl: NVIDIA's and Microsoft's WSL libraries "
-                       "are glibc binaries, so this session cannot run them itself; containers with glibc "
-                       "images can, musl images cannot")
+                       "are glibc binaries, so this session cannot load them itself (its failures to do so are "
+                       "not counted); containers with glibc images can, musl images cannot")
+    libs = set(session.names("wsl_lib") or [])
+    stores = _driver_stores(session)
+    smi = _nvidia_smi(session)
+    # The local probe's answers decide when it ran; in a musl session only its successes count.
+    local = {api: _local_result(report, session, api, sent_local_probe, source) for api in ("directml", "cuda")}
+    local = {api: found for api, found in local.items() if found and (found.available or not musl)}
+    directml_ok = _judge_directml(report, source, libs, local.get("directml"), smi, stores)
+    cuda_ok = _judge_cuda(report, libs, local.get("cuda"), smi, musl)
+    _devices(report, local.get("directml"), directml_ok, cuda_ok, stores, smi, details)
 
-    # DirectML: /dev/dxg, libdxcore.so, libd3d12.so and a hardware adapter.
+
+def _judge_directml(report: ReportBuilder, source: str, libs: set[str], local: LocalResult | None,
+                    smi: NvidiaSmi, stores: dict[str, str]) -> bool:
+    """DirectML: /dev/dxg (checked before), libdxcore.so, libd3d12.so and a hardware adapter."""
     missing = [name for name in ("libdxcore.so", "libd3d12.so") if name not in libs]
-    hardware = [a for a in local.adapters if a.hardware] if local and local.adapters is not None else None
-    vendors = sorted({v for v in stores.values()})
-    directml_ok = False
     if missing:
         report.withhold("directml", f"not provided: {' and '.join(missing)} missing from /usr/lib/wsl/lib; "
                         "update WSL (`wsl.exe --update`), it ships the D3D12 libraries")
-    elif hardware is not None and not (musl and not hardware):
-        if hardware:
-            directml_ok = True
-            names = ", ".join(a.name for a in hardware)
-            report.provide("directml", f"/dev/dxg, libdxcore.so and libd3d12.so present, and the local probe "
-                           f"enumerated {len(hardware)} hardware adapter(s) ({names}); software adapters "
-                           f"(WARP) are not counted; {CONTAINER_NOTE}")
-        else:
-            report.withhold("directml", "not provided: /dev/dxg and the D3D12 libraries are present, but the "
-                            "local probe enumerated no hardware adapter (only WARP or nothing): Windows has no "
-                            "GPU with a WDDM 2.9+ driver for WSL")
-    elif smi.ok:
-        directml_ok = True
+        return False
+    if "libd3d12core.so" not in libs:
+        report.problem("warning", f"{source}: /usr/lib/wsl/lib", "libd3d12core.so is missing; D3D12 needs it "
+                       "(`wsl.exe --update`)")
+    vendors = sorted(set(stores.values()))
+    if local is not None:
+        hardware = [adapter.name for adapter in local.adapters() if adapter.hardware]
+        if local.available and hardware:
+            report.provide("directml", f"/dev/dxg, libdxcore.so and libd3d12.so present, and DXCore in the "
+                           f"session lists {len(hardware)} hardware adapter(s) ({', '.join(hardware)}); software "
+                           f"adapters (WARP) are not counted; {CONTAINER_NOTE}")
+            return True
+        report.withhold("directml", "not provided: /dev/dxg and the D3D12 libraries are present, but the local "
+                        f"probe in the session found no hardware adapter ({local.summary or 'no details'}); "
+                        "Windows needs a GPU with a WDDM 2.9+ driver for WSL")
+        return False
+    if smi.ok:
         report.provide("directml", "/dev/dxg, libdxcore.so and libd3d12.so present; the hardware adapter is "
                        f"NVIDIA's GPU, confirmed by nvidia-smi (driver {smi.driver or 'unknown'}); adapters "
                        f"were not enumerated through DXCore; {CONTAINER_NOTE}")
-    elif vendors:
-        directml_ok = True
+        return True
+    if vendors:
         report.provide("directml", "/dev/dxg, libdxcore.so and libd3d12.so present; a hardware adapter is "
-                       f"inferred from the {', '.join(vendors)} D3D12 driver in the driver store "
+                       f"inferred from the {', '.join(vendors)} display driver in the driver store "
                        f"({', '.join(sorted(stores))}), not enumerated (no python3 with the local probe in "
                        f"the session), so the software adapter (WARP) could not be ruled out; {CONTAINER_NOTE}")
-        report.problem("warning", source, "adapters were not enumerated; install python3 in the distro so the "
-                       "local probe can tell hardware adapters from WARP")
-    else:
-        report.withhold("directml", "not provided: /dev/dxg and the D3D12 libraries are present, but no GPU "
-                        "vendor's driver is in /usr/lib/wsl/drivers and adapters could not be enumerated "
-                        "(install python3 in the distro to enumerate them)")
-    if not missing and "libd3d12core.so" not in libs:
-        report.problem("warning", f"{source}: /usr/lib/wsl/lib", "libd3d12core.so is missing; D3D12 needs it "
-                       "(`wsl.exe --update`)")
+        report.problem("warning", source, "adapters were not enumerated, so DirectML rests on the vendor driver "
+                       "files (an old driver package can linger); install python3 in the distro so the local "
+                       "probe can tell hardware adapters from WARP")
+        return True
+    report.withhold("directml", "not provided: /dev/dxg and the D3D12 libraries are present, but no GPU vendor's "
+                    "driver is in /usr/lib/wsl/drivers and adapters could not be enumerated (install python3 in "
+                    "the distro to enumerate them)")
+    return False
 
-    # CUDA: NVIDIA's libcuda.so.1 (the WSL build) beside /dev/dxg; cuInit decides when it can be run.
-    cuda_ok = False
+
+def _judge_cuda(report: ReportBuilder, libs: set[str], local: LocalResult | None, smi: NvidiaSmi,
+                musl: bool) -> bool:
+    """CUDA: NVIDIA's WSL libcuda.so.1 beside /dev/dxg; cuInit (or nvidia-smi) decides when it can run."""
+    blocked = "a GPU in TCC mode or Linux NVIDIA packages installed in the distro cause this"
     if "libcuda.so.1" not in libs:
         report.withhold("cuda", "not provided: no libcuda.so.1 in /usr/lib/wsl/lib; only NVIDIA's Windows "
-                        "driver (WDDM, not TCC) puts it there")
-    elif local and local.cuda_devices == 0 and not musl:
-        report.withhold("cuda", "not provided: libcuda.so.1 is present but cuInit found no device in the session"
-                        + (f" ({local.cuda_reason})" if local.cuda_reason else "")
-                        + "; a GPU in TCC mode or Linux NVIDIA packages installed in the distro cause this")
-    elif smi.ran and not smi.ok and not musl:
+                        "driver (WDDM mode) puts it there")
+        return False
+    if local is not None and not local.available:
+        report.withhold("cuda", "not provided: libcuda.so.1 is present but the local probe in the session says: "
+                        f"{local.summary or 'no details'}; {blocked}")
+        return False
+    if local is None and smi.ran and not smi.ok and not musl:
         report.withhold("cuda", f"not provided: libcuda.so.1 is present but nvidia-smi failed ({smi.error}); "
-                        "a GPU in TCC mode or Linux NVIDIA packages installed in the distro cause this")
+                        f"{blocked}")
+        return False
+    if local is not None:
+        how = f"the local probe in the session says: {local.summary or 'CUDA works'}"
+    elif smi.ok:
+        how = f"nvidia-smi works (driver {smi.driver or 'unknown'}, CUDA {smi.cuda or 'unknown'})"
+    elif musl:
+        how = "not initialised (the musl session cannot load it)"
     else:
-        cuda_ok = True
-        if local and local.cuda_devices:
-            how = f"cuInit found {local.cuda_devices} device(s) in the session"
-        elif smi.ok:
-            how = f"nvidia-smi works (driver {smi.driver or 'unknown'}, CUDA {smi.cuda or 'unknown'})"
-        elif musl:
-            how = "not initialised (the musl session cannot load it)"
-        else:
-            how = "not initialised (no python3 with the local probe, no nvidia-smi)"
-        report.provide("cuda", f"/dev/dxg and NVIDIA's WSL libcuda.so.1 present; {how}; {CONTAINER_NOTE}")
-
-    _devices(report, hardware, local, directml_ok, cuda_ok, vendors, smi, details)
+        how = "not initialised (no python3 with the local probe, no nvidia-smi)"
+    report.provide("cuda", f"/dev/dxg and NVIDIA's WSL libcuda.so.1 present; {how}; {CONTAINER_NOTE}")
+    return True
 
 
 @dataclass
@@ -467,17 +474,19 @@ def _nvidia_smi(session: Session) -> NvidiaSmi:
                      cuda and cuda.group(1), error)
 
 
-def _local_probe(report: ReportBuilder, session: Session, source: str, sent: bool) -> LocalProbe | None:
-    if not sent:
-        return None
+def _local_result(report: ReportBuilder, session: Session, api: str, sent: bool, source: str
+                  ) -> LocalResult | None:
+    """The local probe's answer for one API, or None (not run: no python3; unusable: a warning)."""
     python = session.text("python3")
-    if python in (None, "missing"):
+    if not sent or python in (None, "missing"):
         return None
-    raw = (session.values.get("local_probe") or [b""])[0]
-    local = read_local_probe(raw, session.text("local_probe_rc"))
-    if local.note:
-        report.problem("warning", f"{source}: {python}", f"{local.note}; adapters were not enumerated")
-    return local
+    rc = session.text(f"local_{api}_rc")
+    found = read_local_result((session.values.get(f"local_{api}") or [b""])[0])
+    if found is None:
+        why = {"124": "it did not finish in time", "no-timeout": "the session has no `timeout` command",
+               "0": "its output was not a probe answer"}.get(rc or "", f"exit {rc}")
+        report.problem("warning", f"{source}: {python}", f"the local probe's {api} check gave no answer ({why})")
+    return found
 
 
 def _gpu_missing(session: Session) -> str | None:
@@ -540,24 +549,21 @@ def _session_details(session: Session, libc: str) -> dict[str, str]:
     return details
 
 
-def _devices(report: ReportBuilder, hardware: list[Adapter] | None, local: LocalProbe | None, directml: bool,
-             cuda: bool, vendors: list[str], smi: NvidiaSmi, details: dict[str, str]) -> None:
-    if hardware is not None and local is not None and local.adapters is not None:
-        nvidia_seen = False
-        for adapter in local.adapters:
-            apis = []
-            if adapter.hardware and directml:
-                apis.append("directml")
-            if adapter.hardware and cuda and adapter.vendor == "NVIDIA" and not nvidia_seen:
+def _devices(report: ReportBuilder, local: LocalResult | None, directml: bool, cuda: bool,
+             stores: dict[str, str], smi: NvidiaSmi, details: dict[str, str]) -> None:
+    if local is not None and local.devices:
+        nvidia_listed = False
+        for adapter in local.adapters():
+            apis = ["directml"] if adapter.hardware and directml else []
+            if adapter.hardware and cuda and adapter.vendor == "NVIDIA":
                 apis.append("cuda")
-            nvidia_seen = nvidia_seen or "cuda" in apis
-            status = "ok" if adapter.hardware else "software"
-            report.device(adapter.name, apis, status=status, vendor=adapter.vendor or "unknown", **details)
-        if cuda and not nvidia_seen:
-            report.device("NVIDIA CUDA (libcuda.so.1)", ["cuda"], status="ok", **details)
+                nvidia_listed = True
+            report.device(adapter.name, apis, status="ok" if adapter.hardware else "software",
+                          vendor=adapter.vendor or "unknown", **adapter.ids, **details)
+        if cuda and not nvidia_listed:
+            report.device("NVIDIA GPU (libcuda.so.1)", ["cuda"], status="ok", vendor="NVIDIA", **details)
         return
     apis = [api for api, ok in (("directml", directml), ("cuda", cuda)) if ok]
-    found = sorted(set(vendors) | ({"NVIDIA"} if smi.ok else set()))
-    status = "ok" if apis else "no-gpu"
-    report.device("WSL GPU paravirtualization (/dev/dxg)", apis, status=status, adapters_enumerated=False,
-                  vendors=found, **details)
+    vendors = sorted(set(stores.values()) | ({"NVIDIA"} if smi.ok else set()))
+    report.device("WSL GPU paravirtualization (/dev/dxg)", apis, status="ok" if apis else "no-gpu",
+                  adapters_enumerated=False, vendors=vendors, **details)

@@ -134,10 +134,13 @@ class Distro:
         self.driver_store("u0420529.inf_amd64_88c3b2e16fb0a4b5", "amdxc64.dll", "amdkmdag.sys")
         return self
 
-    def python(self, answer: dict | str) -> Distro:
-        """A python3 that reads the local probe from stdin and answers as it would."""
-        text = answer if isinstance(answer, str) else json.dumps(answer)
-        self.script("usr/bin/python3", f"cat >/dev/null\ncat <<'EOF'\n{text}\nEOF\n")
+    def python(self, **answers: dict | str) -> Distro:
+        """A python3 that answers `python3 -I -S -c <probe.py> --child API` as the local probe would,
+        and keeps its arguments in /tmp/python-args."""
+        cases = "".join(f"{api}) cat <<'EOF'\n{a if isinstance(a, str) else json.dumps(a)}\nEOF\n;;\n"
+                        for api, a in answers.items())
+        self.script("usr/bin/python3", 'printf "%s\\n" "$@" > /tmp/python-args\n'
+                    f'eval "api=\\${{$#}}"\ncase "$api" in\n{cases}*) exit 1 ;;\nesac\n')
         return self
 
 

@@ -27,10 +27,25 @@ def messages(report, severity=None) -> str:
     return "\n".join(p["message"] for p in report["problems"] if severity in (None, p["severity"]))
 
 
+LOCAL_PROBE = b"print('the local probe')\n"
+
+
 @pytest.fixture
 def with_local_probe(monkeypatch):
     """Send a local probe along, so a python3 in the session runs it."""
-    monkeypatch.setattr(backend, "_local_probe_source", lambda: b"print('the local probe')\n")
+    monkeypatch.setattr(backend, "_local_probe_source", lambda report: LOCAL_PROBE)
+
+
+def dxcore_adapter(name, vendor_id, device_id, hardware=True):
+    reason = "a hardware D3D12 compute adapter" if hardware else "a software adapter (WARP), not a GPU"
+    return {"name": name, "vendor_id": vendor_id, "device_id": device_id, "hardware": hardware,
+            "counted": hardware, "reason": reason}
+
+
+def answer(available, summary, devices=(), error=None):
+    """One API's answer as `probe.py --child API` prints it."""
+    return {"available": available, "summary": summary, "library": "/usr/lib/wsl/lib/libd3d12.so",
+            "error": error, "devices": list(devices), "stderr": ""}
 
 
 def test_nvidia_gives_cuda_and_directml(fake_wsl):
@@ -69,7 +84,7 @@ def test_intel_and_amd_give_directml_only(fake_wsl, vendor):
     assert not failed
     assert report["containers"] == ["directml"]
     name = {"intel": "Intel", "amd": "AMD"}[vendor]
-    assert f"inferred from the {name} D3D12 driver" in report["evidence"]["directml"]
+    assert f"inferred from the {name} display driver" in report["evidence"]["directml"]
     assert "could not be ruled out" in report["evidence"]["directml"]
     assert "no libcuda.so.1" in report["evidence"]["cuda"]
     assert "install python3" in messages(report, "warning")
@@ -77,45 +92,60 @@ def test_intel_and_amd_give_directml_only(fake_wsl, vendor):
 
 
 def test_local_probe_enumerates_adapters(fake_wsl, with_local_probe):
-    answer = {"apis": {
-        "directml": {"devices": [
-            {"name": "NVIDIA GeForce RTX 4070", "vendor_id": "0x10de", "device_id": "0x2786"},
-            {"name": "Intel(R) UHD Graphics 770", "vendor_id": 0x8086, "device_id": 0x4680},
-            {"name": "Microsoft Basic Render Driver", "vendor_id": "0x1414", "device_id": "0x8c"},
-        ]},
-        "cuda": {"devices": [{"name": "NVIDIA GeForce RTX 4070"}]},
-    }}
-    fake_wsl.distro("Ubuntu").glibc().dxg().wsl_libs().nvidia().intel().python(answer)
+    adapters = [dxcore_adapter("NVIDIA GeForce RTX 4070", "0x10de", "0x2786"),
+                dxcore_adapter("Intel(R) UHD Graphics 770", "0x8086", "0x4680"),
+                dxcore_adapter("Microsoft Basic Render Driver", "0x1414", "0x008c", hardware=False)]
+    distro = fake_wsl.distro("Ubuntu").glibc().dxg().wsl_libs().nvidia().intel()
+    distro.python(directml=answer(True, "D3D12 (DirectML) has 2 hardware adapter(s)", adapters),
+                  cuda=answer(True, "CUDA 12.9 works with 1 device(s): NVIDIA GeForce RTX 4070",
+                              [{"name": "NVIDIA GeForce RTX 4070"}]))
     failed, report = probe(distro="Ubuntu")
-    assert not failed
+    assert not failed, report["problems"]
     assert report["containers"] == ["cuda", "directml"]
-    assert "enumerated 2 hardware adapter(s)" in report["evidence"]["directml"]
-    assert "cuInit found 1 device(s)" in report["evidence"]["cuda"]
-    apis = {d["name"]: (d["apis"], d["status"]) for d in report["devices"]}
+    assert "lists 2 hardware adapter(s) (NVIDIA GeForce RTX 4070, Intel(R) UHD Graphics 770)" in \
+        report["evidence"]["directml"]
+    assert "CUDA 12.9 works with 1 device(s)" in report["evidence"]["cuda"]
+    apis = {d["name"]: (d["apis"], d["status"], d["vendor_id"]) for d in report["devices"]}
     assert apis == {
-        "NVIDIA GeForce RTX 4070": (["cuda", "directml"], "ok"),
-        "Intel(R) UHD Graphics 770": (["directml"], "ok"),
-        "Microsoft Basic Render Driver": ([], "software"),
+        "NVIDIA GeForce RTX 4070": (["cuda", "directml"], "ok", "0x10de"),
+        "Intel(R) UHD Graphics 770": (["directml"], "ok", "0x8086"),
+        "Microsoft Basic Render Driver": ([], "software", "0x1414"),
     }
+    # The probe went in as `python3 -I -S -c <source> --child API`: no file written in the session.
+    args = (distro.root / "tmp/python-args").read_text()
+    assert args == "-I\n-S\n-c\n" + LOCAL_PROBE.decode().rstrip("\n") + "\n--child\ncuda\n"
 
 
 def test_only_warp_gives_nothing(fake_wsl, with_local_probe):
-    warp = {"apis": {"directml": {"devices": [{"name": "Microsoft Basic Render Driver", "vendor_id": 5140,
-                                                "device_id": 140}]}}}
-    fake_wsl.distro("Ubuntu").glibc().dxg().wsl_libs().intel().python(warp)
+    warp = [dxcore_adapter("Microsoft Basic Render Driver", "0x1414", "0x008c", hardware=False)]
+    fake_wsl.distro("Ubuntu").glibc().dxg().wsl_libs().intel().python(
+        directml=answer(False, "D3D12 sees no hardware compute adapter, only: Microsoft Basic Render Driver", warp))
     failed, report = probe(distro="Ubuntu")
     assert not failed
     assert report["containers"] == []
-    assert "no hardware adapter" in report["evidence"]["directml"]
+    assert "found no hardware adapter (D3D12 sees no hardware compute adapter" in report["evidence"]["directml"]
+    assert [(d["name"], d["apis"], d["status"]) for d in report["devices"]] == [
+        ("Microsoft Basic Render Driver", [], "software")]
+
+
+def test_dxcore_failure_in_a_glibc_session_withholds(fake_wsl, with_local_probe):
+    fake_wsl.distro("Ubuntu").glibc().dxg().wsl_libs().amd().python(
+        directml=answer(False, "/dev/dxg and the D3D12 libraries are here but DXCore could not list adapters: "
+                        "DXCoreCreateAdapterFactory returned 0xd0000001", error="DXCORE_ENUM_FAILED"))
+    failed, report = probe(distro="Ubuntu")
+    assert not failed and report["containers"] == []
+    assert "0xd0000001" in report["evidence"]["directml"]
 
 
 def test_unusable_local_probe_answer_falls_back(fake_wsl, with_local_probe):
-    fake_wsl.distro("Ubuntu").glibc().dxg().wsl_libs().intel().python("Traceback (most recent call last):")
+    fake_wsl.distro("Ubuntu").glibc().dxg().wsl_libs().intel().python(directml="Traceback (most recent call last):")
     failed, report = probe(distro="Ubuntu")
     assert not failed
     assert report["containers"] == ["directml"]
     assert "inferred" in report["evidence"]["directml"]
-    assert "gave no usable answer" in messages(report, "warning")
+    assert "the local probe's directml check gave no answer (its output was not a probe answer)" in \
+        messages(report, "warning")
+    assert "the local probe's cuda check gave no answer (exit 1)" in messages(report, "warning")
 
 
 def test_tcc_mode_gpu_gives_no_cuda(fake_wsl):
@@ -168,10 +198,11 @@ def test_wsl1_distro(fake_wsl):
 
 def test_musl_session(fake_wsl, with_local_probe):
     # Alpine's python3 cannot load the glibc D3D12/CUDA libraries: its "nothing" proves nothing.
-    nothing = {"apis": {"directml": {"devices": []}, "cuda": {"devices": [], "error": "libcuda.so.1: not found"}}}
     distro = fake_wsl.distro("Alpine").musl().dxg().wsl_libs().nvidia(smi_output="sh: nvidia-smi: not found\n",
                                                                       smi_exit=127)
-    distro.python(nothing)
+    distro.python(directml=answer(False, "/dev/dxg is here but libdxcore.so and libd3d12.so is not",
+                                  error="library_not_found"),
+                  cuda=answer(False, "libcuda.so.1: Error loading shared library", error="library_not_found"))
     failed, report = probe(distro="Alpine")
     assert not failed
     assert report["containers"] == ["cuda", "directml"]
