@@ -81,13 +81,12 @@ for loader in /lib/ld-musl-*.so.1 /lib/ld-linux*.so.* /lib64/ld-linux*.so.* /lib
 done
 emit libc_loaders "$loaders"
 
-# Kernel, distro, WSL markers (WSL 2 kernels say "microsoft-standard", WSL 1 "Microsoft").
+# Kernel, distro, WSL markers (WSL 2 kernels say "microsoft-standard", WSL 1's end in "-Microsoft").
 if [ -r /proc/sys/kernel/osrelease ]; then
     emit_file kernel /proc/sys/kernel/osrelease
 else
     emit kernel "$(uname -r 2>/dev/null)"
 fi
-emit_file proc_version /proc/version
 emit_file os_release /etc/os-release
 [ -f /etc/os-release ] || emit_file os_release /usr/lib/os-release
 emit_file wsl_conf /etc/wsl.conf

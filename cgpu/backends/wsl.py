@@ -33,7 +33,7 @@ DISTRO_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 LINE = re.compile(rb"([a-z][a-z0-9_]*)=((?:[0-9a-f]{2})*)")
 KEYS = frozenset({
     "dxg", "dxg_access", "dri", "wsl_lib", "wsl_lib_missing", "drivers", "driver_so",
-    "libc_loaders", "kernel", "proc_version", "os_release", "wsl_conf", "wsl_distro_name",
+    "libc_loaders", "kernel", "os_release", "wsl_conf", "wsl_distro_name",
     "wsl_interop", "python3", "local_directml_rc", "local_directml", "local_cuda_rc", "local_cuda",
     "nvidia_smi_rc", "nvidia_smi",
 })
@@ -146,8 +146,8 @@ def probe(report: ReportBuilder, *, distro: str | None = None, timeout: float | 
         _could_not_run(report, exe, f"could not run wsl.exe ({exc}); {_INSTALL_WSL}")
         return
     except CommandTimeoutError:
-        _could_not_run(report, exe, f"wsl.exe gave no answer for {where} within {timeout:g} s and was stopped; "
-                      "check `wsl.exe -l -v` and try a longer --timeout")
+        _could_not_run(report, exe, f"wsl.exe gave no answer for {where} within {timeout:g} s and was "
+                       "stopped; check `wsl.exe -l -v` and try a longer --timeout")
         return
     except CommandError as exc:
         _could_not_run(report, exe, str(exc))
@@ -196,7 +196,8 @@ def _probe_script(report: ReportBuilder) -> str | None:
     for path in (here.parent / "wsl" / "probe.sh", here.parent.parent / "wsl" / "probe.sh"):
         if path.is_file():
             return path.read_text(encoding="utf-8")
-    _could_not_run(report, "cgpu", "the in-session probe wsl/probe.sh is missing from this installation; reinstall cgpu")
+    _could_not_run(report, "cgpu", "the in-session probe wsl/probe.sh is missing from this installation; "
+                   "reinstall cgpu")
     return None
 
 
@@ -228,7 +229,12 @@ def decode_wsl_text(data: bytes) -> str:
 
 
 def excerpt(data: bytes) -> str:
-    text = " ".join(decode_wsl_text(data).split())
+    return shorten(decode_wsl_text(data))
+
+
+def shorten(text: str) -> str:
+    """Text for a problem message: one line, capped, quoted (so odd bytes show as escapes)."""
+    text = " ".join(text.split())
     return repr(text if len(text) <= MAX_EXCERPT else text[:MAX_EXCERPT] + "...")
 
 
@@ -236,7 +242,7 @@ def _explain_failure(returncode: int, stdout: bytes, stderr: bytes, distro: str 
     text = decode_wsl_text(stdout) + "\n" + decode_wsl_text(stderr)
     codes = re.findall(r"Wsl/[A-Za-z0-9_/]*?(WSL_E_[A-Z0-9_]+|E_[A-Z0-9_]+)", text)
     full = re.search(r"Wsl/[A-Za-z0-9_/]+", text)
-    shown = excerpt(stdout + b"\n" + stderr) if (stdout + stderr).strip() else "no output"
+    shown = shorten(text) if text.strip() else "no output"
     if returncode in WSL_ERROR_EXITS and codes:
         advice = WSL_ERRORS.get(codes[-1])
         if advice:
