@@ -194,7 +194,7 @@ def _probe_script(report: ReportBuilder) -> str | None:
     here = Path(__file__).resolve().parent
     # Installed wheel: cgpu/wsl/probe.sh; source checkout: wsl/probe.sh beside cgpu/.
     for path in (here.parent / "wsl" / "probe.sh", here.parent.parent / "wsl" / "probe.sh"):
-        if path.is_file():
+        if path.is_file():  # text mode turns a Windows checkout's CRLF into the LF sh needs
             return path.read_text(encoding="utf-8")
     _could_not_run(report, "cgpu", "the in-session probe wsl/probe.sh is missing from this installation; "
                    "reinstall cgpu")
