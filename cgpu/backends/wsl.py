@@ -515,7 +515,8 @@ def _gpu_missing(session: Session) -> str | None:
     if session.text("wsl_lib_missing"):
         conf = session.text("wsl_conf") or ""
         if ini_value(conf, "gpu", "enabled") in ("false", "0"):
-            return "/usr/lib/wsl/lib is missing: GPU support is turned off by `[gpu] enabled=false` in /etc/wsl.conf"
+            return ("/usr/lib/wsl/lib is missing: GPU support is turned off by `[gpu] enabled=false` in "
+                    "/etc/wsl.conf")
         return "/usr/lib/wsl/lib is missing (GPU turned off in /etc/wsl.conf, or not a WSL 2 distro)"
     return None
 

@@ -19,7 +19,8 @@ import os
 import sys
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/usr/lib/wsl/lib"
-USAGE = "Copyright (c) Microsoft Corporation. All rights reserved.\nUsage: wsl.exe [Argument] [Options...] [CommandLine]"
+USAGE = ("Copyright (c) Microsoft Corporation. All rights reserved.\n"
+         "Usage: wsl.exe [Argument] [Options...] [CommandLine]")
 
 
 def say(state: dict, text: str, code: str | None = None) -> None:
@@ -95,8 +96,9 @@ def main(argv: list[str]) -> None:
     os.chdir("/")
     try:
         os.execve(program, command, env)
-    except OSError as exc:  # WSL reports a failed exec like this and exits 1
-        sys.stderr.buffer.write(f"<3>WSL (1) ERROR: CreateProcessEntryCommon: execvpe {command[0]} failed {exc.errno}\n".encode())
+    except OSError as exc:  # WSL's init prints a line like this when the command cannot be started
+        message = f"<3>WSL (1) ERROR: CreateProcessEntryCommon:1: execvpe({command[0]}) failed: {exc.strerror}\n"
+        sys.stderr.buffer.write(message.encode())
         sys.exit(1)
 
 
