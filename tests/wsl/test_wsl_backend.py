@@ -337,3 +337,10 @@ def test_cli_json_and_exit_status(fake_wsl, run_cli):
     assert code == 1 and "WSL_E_DISTRO_NOT_FOUND" in out
     code, _, err = run_cli("probe", "--backend", "wsl", "--verify", env=env)
     assert code == 2 and "--verify" in err
+
+
+def test_distro_without_sh(fake_wsl):
+    (fake_wsl.distro("Scratch").root / "bin/sh").unlink()
+    failed, report = probe(distro="Scratch")
+    assert failed
+    assert "the probe did not answer (exit 1)" in messages(report) and "execvpe(sh) failed" in messages(report)
