@@ -60,11 +60,11 @@ VENDOR_FILES = {
     "libcuda.so.1.1": "NVIDIA", "libnvwgf2umx.so": "NVIDIA", "libnvidia-ml.so.1": "NVIDIA",
     "libigd12umd64.so": "Intel", "libigd12um64xel.so": "Intel",
 }
-# Driver package folder names (INF names) of display drivers, for vendors whose Linux files are not known.
+# Driver package folders (INF names) of display drivers, for vendors whose Linux files are not known:
+# Intel's iigd_dch (also OEM-prefixed, 6_lenovo_iigd_dch), AMD's u0NNNNNN.
 VENDOR_FOLDERS = (
     (re.compile(r"(?:\d+_\w+_)?iigd_dch\.inf_", re.I), "Intel"),
     (re.compile(r"u\d{7}\.inf_", re.I), "AMD"),
-    (re.compile(r"qcdx", re.I), "Qualcomm"),
 )
 WARP_IDS = (0x1414, 0x8C)  # Microsoft Basic Render Driver: a software adapter
 

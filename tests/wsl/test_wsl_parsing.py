@@ -213,3 +213,17 @@ def test_local_probe_runs_from_stdin_without_a_file():
         found = read_local_result(session.values[f"local_{api}"][0])
         assert found is not None, session.values[f"local_{api}"]
         assert found.available is False  # no GPU on a test machine; the point is that it answered
+
+
+def test_gpu_vendors_in_the_driver_store():
+    from cgpu.backends.wsl import _driver_stores
+
+    session = parse_output(render({
+        "drivers": [b"6_lenovo_iigd_dch.inf_amd64_55f5/u0420529.inf_amd64_88c3/ntprint.inf_amd64_83a2/"
+                    b"nvmdi.inf_amd64_4d2b/stornvme.inf_amd64_abe5"],
+        "driver_so": [b"nvmdi.inf_amd64_4d2b/libcuda.so.1.1", b"ntprint.inf_amd64_83a2/libfoo.so"],
+    }))
+    assert _driver_stores(session) == {
+        "nvmdi.inf_amd64_4d2b": "NVIDIA", "6_lenovo_iigd_dch.inf_amd64_55f5": "Intel",
+        "u0420529.inf_amd64_88c3": "AMD",
+    }
