@@ -512,12 +512,12 @@ def _gpu_missing(session: Session) -> str | None:
     if session.text("dxg_access") != "rw":
         return ("/dev/dxg is not readable and writable by the session's user (it is crw-rw-rw- on WSL); "
                 "fix its permissions")
-    if session.text("wsl_lib_missing"):
+    if not session.names("wsl_lib"):  # absent, or an empty mount point: WSL unmounts it when the GPU is off
+        state = "is missing" if session.text("wsl_lib_missing") else "is empty"
         conf = session.text("wsl_conf") or ""
         if ini_value(conf, "gpu", "enabled") in ("false", "0"):
-            return ("/usr/lib/wsl/lib is missing: GPU support is turned off by `[gpu] enabled=false` in "
-                    "/etc/wsl.conf")
-        return "/usr/lib/wsl/lib is missing (GPU turned off in /etc/wsl.conf, or not a WSL 2 distro)"
+            return f"/usr/lib/wsl/lib {state}: GPU support is turned off by `[gpu] enabled=false` in /etc/wsl.conf"
+        return f"/usr/lib/wsl/lib {state} (GPU turned off in /etc/wsl.conf, or not a WSL 2 distro)"
     return None
 
 

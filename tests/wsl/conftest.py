@@ -96,24 +96,24 @@ class Distro:
         return self
 
     def dri(self) -> Distro:  # VGEM on WSL
-        folder = self._mkdir("dev/dri")
+        folder = self.folder("dev/dri")
         for name in ("card0", "renderD128"):
             os.mknod(folder / name, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
         return self
 
-    def _mkdir(self, path: str) -> Path:
+    def folder(self, path: str) -> Path:
         target = self.root / path
         target.mkdir(parents=True, exist_ok=True)
         return target
 
     def wsl_libs(self, *names: str) -> Distro:
-        self._mkdir("usr/lib/wsl/lib")
+        self.folder("usr/lib/wsl/lib")
         for name in names or MS_LIBS:
             self.file(f"usr/lib/wsl/lib/{name}", b"\x7fELF", 0o555)
         return self
 
     def driver_store(self, folder: str, *files: str) -> Distro:
-        self._mkdir(f"usr/lib/wsl/drivers/{folder}")
+        self.folder(f"usr/lib/wsl/drivers/{folder}")
         for name in files:
             self.file(f"usr/lib/wsl/drivers/{folder}/{name}", b"\x7fELF", 0o555)
         return self

@@ -158,13 +158,17 @@ def test_tcc_mode_gpu_gives_no_cuda(fake_wsl):
     assert report["containers"] == ["directml"]
 
 
-def test_gpu_disabled_in_wsl_conf(fake_wsl):
+@pytest.mark.parametrize("mount_point", [True, False])
+def test_gpu_disabled_in_wsl_conf(fake_wsl, mount_point):
     distro = fake_wsl.distro("Ubuntu").glibc().dxg()
+    if mount_point:
+        distro.folder("usr/lib/wsl/lib")
     distro.file("etc/wsl.conf", "[boot]\nsystemd=true\n\n[gpu]\nenabled = false  # no GPU here\n")
     failed, report = probe(distro="Ubuntu")
     assert not failed
     assert report["containers"] == []
     assert "[gpu] enabled=false" in report["evidence"]["directml"]
+    assert ("is empty" if mount_point else "is missing") in report["evidence"]["directml"]
     assert report["devices"] == []
 
 
