@@ -338,8 +338,8 @@ class LayerTree(Tree):
         return self._children
 
     def _read(self, path: str, entry: Entry, limit: int) -> bytes:
-        if entry.size == 0:
-            return b""
+        if entry.size <= len(entry.head):
+            return entry.head[:limit]
         if entry.data is None:
             raise ImageReadError(f"/{path}: cgpu does not keep this file's content")
         return entry.data[:limit]
