@@ -140,7 +140,9 @@ class Tree:
         """A file's content (symlinks followed); ImageReadError when missing or not kept."""
         resolved, entry = self.lookup(path)
         if entry is None:
-            raise ImageReadError(f"/{path.lstrip('/')} does not exist in the image")
+            asked = path.strip("/")
+            via = f"/{asked} points to /{resolved}, which" if resolved != asked else f"/{asked}"
+            raise ImageReadError(f"{via} does not exist in the image")
         if entry.kind != "file":
             raise ImageReadError(f"/{resolved} is not a regular file")
         if entry.size > limit:

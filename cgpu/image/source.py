@@ -36,6 +36,7 @@ _INDEX_TYPES = ("application/vnd.oci.image.index.v1+json",
                 "application/vnd.docker.distribution.manifest.list.v2+json")
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 _META_LIMIT = 16 * 1024**2  # manifest, index and config JSON
+_NOT_HERE = "has no such local image"
 
 
 @dataclass
@@ -99,8 +100,10 @@ def _export(name: str, engines: tuple[str, ...], tmp: str, timeout: float,
         found = exporter(name, archive, timeout, say, tried)
         if found:
             return archive, f"{engine} image {name}"
-    raise ImageReadError(f"image {name!r} could not be read: {'; '.join(tried)}. cgpu never pulls: "
-                         f"`podman pull {name}` (or `docker pull`) first, or give an archive")
+    hint = ""
+    if any(_NOT_HERE in attempt for attempt in tried):
+        hint = f". cgpu never pulls: `podman pull {name}` (or `docker pull`) first, or give an archive"
+    raise ImageReadError(f"image {name!r} could not be read: {'; '.join(tried)}{hint}")
 
 
 def _podman_save(name: str, archive: str, timeout: float, say: Callable[[str], None],
@@ -112,7 +115,7 @@ def _podman_save(name: str, archive: str, timeout: float, say: Callable[[str], N
     try:
         exists = run([podman, "image", "exists", "--", name], timeout=min(timeout, 60))
         if exists.returncode == 1:
-            tried.append("podman has no such local image")
+            tried.append(f"podman {_NOT_HERE}")
             return False
         say(f"exporting {name} with podman save")
         done = run([podman, "save", "--format", "docker-archive", "-o", archive, "--", name], timeout=timeout)
@@ -121,8 +124,8 @@ def _podman_save(name: str, archive: str, timeout: float, say: Callable[[str], N
         return False
     if exists.returncode != 0 or done.returncode != 0:
         failed = exists if exists.returncode != 0 else done
-        tried.append(f"{' '.join(failed.argv[1:3])} exited {failed.returncode}: "
-                     f"{decode(failed.stderr).strip()[:300]}")
+        tried.append(f"`podman {failed.argv[1]}` exited {failed.returncode}: "
+                     f"{(decode(failed.stderr).strip().splitlines() or [''])[-1][:300]}")
         return False
     return True
 
@@ -150,7 +153,7 @@ def _docker_save(name: str, archive: str, timeout: float, say: Callable[[str], N
         finally:
             client.close()
     except docker.errors.ImageNotFound:
-        tried.append("Docker has no such local image")
+        tried.append(f"Docker {_NOT_HERE}")
         return False
     except (docker.errors.DockerException, requests.exceptions.RequestException, OSError) as exc:
         tried.append(f"Docker: {exc}")
@@ -264,7 +267,7 @@ def _read_docker_archive(blobs: _TarBlobs | _DirBlobs, source: str, limits: Limi
     config = _json(blobs, entry["Config"], "image config")
     tree = _apply_layers(blobs, [(layer, "") for layer in layers], limits, say)
     tags = entry.get("RepoTags")
-    if isinstance(tags, list) and tags and isinstance(tags[0], str):
+    if isinstance(tags, list) and tags and isinstance(tags[0], str) and tags[0] not in source:
         source = f"{source} ({tags[0]})"
     return OpenedImage(tree, source, config if isinstance(config, dict) else {}, notes + tree.problems)
 
