@@ -147,6 +147,11 @@ class Facts:
             return f"`apk add {apk}`"
         return f"`dnf -y install {rpm}`"
 
+    def reinstall(self) -> str:
+        if "dpkg" in self.package_db:
+            return "`apt-get install -y --reinstall mesa-vulkan-drivers`"
+        return "`dnf -y reinstall mesa-vulkan-drivers`"
+
     def mesa_fix(self) -> str:
         return INSTALL_FIX if self.rpm_based or not self.package_db else REBASE_FIX
 
@@ -256,9 +261,11 @@ def verdict(checks: list[Check]) -> tuple[str, str]:
     failed = [c.name for c in required if c.status == "fail"]
     unknown = [c.name for c in required if c.status == "unknown"]
     if failed:
-        return "no", f"{', '.join(failed)} failed; apply the fix shown for each"
+        return "no", f"{', '.join(failed)} failed; apply the fix shown above"
     if unknown:
-        return "unknown", f"could not tell from the image: {', '.join(unknown)} (run the probe in a krunkit VM to be sure)"
+        return "unknown", (f"could not tell from the image: {', '.join(unknown)}; to be sure, run "
+                           "`vulkaninfo --summary` in it with --device /dev/dri on a krunkit VM and look for "
+                           "a Virtio-GPU Venus device")
     return "yes", ("the image has the Vulkan loader and the Venus driver of Mesa's libkrun build; run with "
                    "--device /dev/dri in a krunkit VM it gets vulkan")
 
@@ -323,11 +330,12 @@ def _venus_icd(facts: Facts, venus: list[Manifest], chosen_by: str) -> Check:
     good = [m for m in venus if m.library_file]
     if not good:
         first = venus[0]
-        why = first.error or (f"/{first.path} names {first.library}, which is not in the image"
-                              f" (searched {', '.join('/' + d for d in facts.lib_dirs[:4])}, ...)"
-                              if "/" not in first.library else f"/{first.path} names {first.library}, "
-                              "which is not in the image")
-        return Check("venus-icd", "fail", why, "reinstall mesa-vulkan-drivers from the copr; " + fix)
+        searched = f" (searched {', '.join('/' + d for d in facts.lib_dirs[:4])}, ...)" if "/" not in first.library \
+            else ""
+        why = first.error or f"/{first.path} names {first.library}, which is not in the image{searched}"
+        restore = facts.reinstall() if facts.package("mesa-vulkan-drivers") else fix
+        return Check("venus-icd", "fail", why, f"restore the files Mesa installs: {restore} (if a build step "
+                                              f"wrote or edited /{first.path} or deleted the library, fix that step)")
     manifest = good[0]
     selector = _filtered_out(facts.env, manifest.path)
     if selector:
@@ -336,7 +344,7 @@ def _venus_icd(facts: Facts, venus: list[Manifest], chosen_by: str) -> Check:
     arch = facts.elf_arch(manifest.library_file)
     if not arch:
         return Check("venus-icd", "fail", f"/{manifest.path} names /{manifest.library_file}, which is not an ELF "
-                                          "library", "reinstall mesa-vulkan-drivers; " + fix)
+                                          "library", f"restore the files Mesa installs: {facts.reinstall()}")
     via = f" -> /{manifest.library_file}" if manifest.library_file != manifest.library.lstrip("/") else ""
     return Check("venus-icd", "pass", f"/{manifest.path} names {manifest.library}{via} ({arch} ELF)")
 
