@@ -7,8 +7,11 @@ The image is read without running it (cgpu.image.source), the checks look at its
   checks [{name, status (pass|fail|unknown|skip), evidence, fix, required}],
   problems [{severity, source, message}], cgpu_version, checked_at
 
+With --machine, cgpu's probe also runs in the image inside that krunkit VM (through the
+krunkit backend, `probe_image=REF`), and a probe that ran decides the verdict.
+
 Exit status (cgpu.cli.ExitCode): 0 yes; 4 no; 5 unknown; 1 the image could not be read (or
---machine could not run); 2 bad usage; 3 internal error.
+the probe asked for with --machine did not run); 2 bad usage; 3 internal error.
 """
 
 from __future__ import annotations
@@ -52,14 +55,46 @@ def check_image(ref: str, *, machine: str | None = None, timeout: float | None =
     result["os"], result["architecture"] = info["os"], info["architecture"]
     result["checks"] = check_dicts(checks)
     result["verdict"], result["reason"] = verdict(checks)
-    code = {"yes": ExitCode.OK, "no": ExitCode.IMAGE_NO, "unknown": ExitCode.IMAGE_UNKNOWN}[result["verdict"]]
+    ran = True
     if machine is not None:
-        problems.append({"severity": "error", "source": "--machine",
-                         "message": f"running the probe in krunkit VM {machine!r} needs cgpu's krunkit backend, "
-                                    "which this build does not have yet; the answer above is from the image's "
-                                    "files only"})
-        code = ExitCode.COULD_NOT_RUN
-    return result, code
+        ran = _probe_in_machine(result, ref, machine, timeout=timeout, progress=progress)
+    if not ran:
+        return result, ExitCode.COULD_NOT_RUN
+    return result, {"yes": ExitCode.OK, "no": ExitCode.IMAGE_NO, "unknown": ExitCode.IMAGE_UNKNOWN}[result["verdict"]]
+
+
+def _probe_in_machine(result: dict[str, Any], ref: str, machine: str, *, timeout: float | None,
+                      progress: Callable[[str], None] | None) -> bool:
+    """Run cgpu's probe in this image inside a krunkit VM (the krunkit backend) and let it decide."""
+    source = f"--machine {machine}"
+    if ref.partition(":")[0] in ("dir", "oci", "oci-archive", "docker-archive"):
+        result["problems"].append({"severity": "error", "source": source, "message": (
+            "the probe runs the image from the machine's podman storage: give the image's name there "
+            f"(`podman load -i ...` it first), not {ref}")})
+        return False
+    from cgpu.backends import run_backend
+
+    options = {"machine": machine, "probe_image": ref, **({"timeout": timeout} if timeout else {})}
+    return merge_machine_probe(result, run_backend("krunkit", options, progress=progress), source)
+
+
+def merge_machine_probe(result: dict[str, Any], builder: Any, source: str) -> bool:
+    """Fold the krunkit backend's report into the answer: a probe that ran decides the verdict."""
+    report = builder.build()
+    result["problems"] += [{**p, "source": f"{source}: {p['source']}"} for p in report["problems"]]
+    if builder.could_not_run:
+        result["problems"].append({"severity": "error", "source": source, "message": (
+            "the probe did not run in the VM; the verdict above is from the image's files only")})
+        return False
+    got = "vulkan" in report["containers"]
+    evidence = report["evidence"]["vulkan"]
+    if (result["verdict"] == "yes") != got and result["verdict"] != "unknown":
+        result["problems"].append({"severity": "warning", "source": source, "message": (
+            f"the image's files said {result['verdict']}, the probe in the VM says {'yes' if got else 'no'}; "
+            "the probe decides")})
+    result["verdict"] = "yes" if got else "no"
+    result["reason"] = f"the probe in {source.split(' ', 1)[1]}: {evidence}"
+    return True
 
 
 _MARK = {"pass": "ok", "fail": "FAIL", "unknown": "??", "skip": "-"}

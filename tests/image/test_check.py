@@ -289,9 +289,42 @@ def test_cli_human_output_names_the_fix(run_cli, roots):
     assert out.rstrip().splitlines()[-1].startswith("vulkan under krunkit: NO: mesa-build failed")
 
 
-def test_machine_needs_the_krunkit_backend(run_cli, roots):
-    code, out, _ = run_cli("image", "check", "--json", "--machine", "podman-machine-default", f"dir:{roots['good']}")
+def test_machine_that_cannot_probe_keeps_the_file_verdict_and_exits_1(run_cli, roots):
+    if shutil.which("podman") is None:
+        pytest.skip("podman is not installed")
+    ref = f"localhost/cgpu-test-image-{uuid.uuid4().hex[:8]}:machine"
+    (Path(roots["good"]).parent / "m.tar").write_bytes(layer_tar(roots["good"]))
+    subprocess.run(["podman", "import", "--arch", "arm64", str(Path(roots["good"]).parent / "m.tar"), ref],
+                   check=True, capture_output=True, timeout=120)
+    try:
+        code, out, err = run_cli("image", "check", "--json", "--machine", "cgpu-test-no-such-vm", ref)
+    finally:
+        subprocess.run(["podman", "rmi", "-f", ref], capture_output=True, timeout=120)
     report = json.loads(out)
-    assert code == ExitCode.COULD_NOT_RUN and report["verdict"] == "yes"
-    assert report["problems"][-1]["source"] == "--machine"
-    assert "needs cgpu's krunkit backend" in report["problems"][-1]["message"]
+    assert code == ExitCode.COULD_NOT_RUN and report["verdict"] == "yes" and "Traceback" not in err
+    assert report["problems"][-1] == {"severity": "error", "source": "--machine cgpu-test-no-such-vm", "message":
+                                      "the probe did not run in the VM; the verdict above is from the image's files only"}
+
+
+def test_machine_needs_an_image_name_not_an_archive(roots):
+    result, code = check_image(f"dir:{roots['good']}", machine="vm")
+    assert code == ExitCode.COULD_NOT_RUN and result["verdict"] == "yes"
+    assert "give the image's name there" in result["problems"][-1]["message"]
+
+
+@pytest.mark.parametrize("static, probed, verdict, warned", [
+    ("yes", True, "yes", False), ("yes", False, "no", True), ("no", True, "yes", True), ("unknown", False, "no", False),
+])
+def test_a_probe_that_ran_decides(static, probed, verdict, warned):
+    from cgpu.image_check import merge_machine_probe
+    from cgpu.report import ReportBuilder
+
+    builder = ReportBuilder("krunkit")
+    if probed:
+        builder.provide("vulkan", "Virtio-GPU Venus (Apple M2) created an instance and allocated memory")
+    else:
+        builder.withhold("vulkan", "vkCreateInstance failed with VK_ERROR_OUT_OF_HOST_MEMORY: stock Mesa")
+    result = {"verdict": static, "reason": "files", "problems": []}
+    assert merge_machine_probe(result, builder, "--machine vm")
+    assert result["verdict"] == verdict and result["reason"].startswith("the probe in vm: ")
+    assert any(p["severity"] == "warning" for p in result["problems"]) == warned
