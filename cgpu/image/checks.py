@@ -249,7 +249,7 @@ def run_checks(image: OpenedImage) -> tuple[list[Check], list[dict[str, str]], d
         _other_icds(manifests),
     ]
     mesa, package = _mesa_build(facts, venus)
-    checks += [mesa, _version_lock(facts, package), _python(facts)]
+    checks += [mesa, _version_lock(facts, package if mesa.status == "pass" else None), _python(facts)]
     info = {"os": facts.os_name, "package_database": facts.package_db,
             "mesa_package": package.nevr if package else "", "architecture": image.architecture or ""}
     return checks, facts.problems, info
@@ -372,10 +372,12 @@ def _other_icds(manifests: list[Manifest]) -> Check:
                      "keep only the libkrun build's libvulkan_virtio.so and its manifest")
     if not others:
         return Check("other-icds", "pass", "no other Vulkan drivers")
-    note = ("; lavapipe is a CPU driver: it never counts as a GPU, so apps must pick the Venus device"
-            if any(m.kind == "lavapipe" for m in others) else "")
-    return Check("other-icds", "pass", f"also installed: {names}. They find no device in a krunkit VM and "
-                                       f"the loader skips them{note}")
+    notes = []
+    if any(m.kind == "lavapipe" for m in others):
+        notes.append("lavapipe is a CPU driver: its device never counts as a GPU, so apps must pick the Venus one")
+    if any(m.kind == "other" for m in others):
+        notes.append("drivers for other GPUs find no device in a krunkit VM and the loader skips them")
+    return Check("other-icds", "pass", f"also installed: {names}; {'; '.join(notes)}")
 
 
 def _mesa_build(facts: Facts, venus: list[Manifest]) -> tuple[Check, Package | None]:
@@ -420,7 +422,8 @@ def _mesa_build(facts: Facts, venus: list[Manifest]) -> tuple[Check, Package | N
 
 def _version_lock(facts: Facts, package: Package | None) -> Check:
     if package is None or not facts.rpm_based:
-        return Check("version-lock", "skip", "no rpm Mesa package to hold", required=False)
+        return Check("version-lock", "skip", "nothing to hold until the image has the libkrun Mesa build "
+                                             "(see mesa-build); then hold it with `dnf versionlock add`", required=False)
     locks, files = [], []
     for path, reader in (("etc/dnf/versionlock.toml", read_versionlock_toml),
                          ("etc/dnf/plugins/versionlock.list", read_versionlock_list)):

@@ -223,7 +223,7 @@ class LayerTree(Tree):
         removed: set[str] = set()  # lower-layer paths hidden with everything below them
         opaque: set[str] = set()  # dirs whose lower-layer contents are hidden
         try:
-            archive = tarfile.open(fileobj=stream, mode="r|*")
+            archive = tarfile.open(fileobj=stream, mode="r:*")  # seekable: skips file data it need not read
         except (tarfile.TarError, OSError, EOFError) as exc:
             raise ImageReadError(f"layer {name}: not a tar stream ({_why(exc)})") from None
         try:

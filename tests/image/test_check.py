@@ -328,3 +328,9 @@ def test_a_probe_that_ran_decides(static, probed, verdict, warned):
     assert merge_machine_probe(result, builder, "--machine vm")
     assert result["verdict"] == verdict and result["reason"].startswith("the probe in vm: ")
     assert any(p["severity"] == "warning" for p in result["problems"]) == warned
+
+
+def test_stock_mesa_is_never_advised_to_be_pinned(roots):
+    result, _ = check_image(f"dir:{roots['stock']}")
+    lock = next(c for c in result["checks"] if c["name"] == "version-lock")
+    assert lock["status"] == "skip" and "until the image has the libkrun Mesa build" in lock["evidence"]
