@@ -19,8 +19,15 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from cgpu.image.fs import ImageReadError, Tree
-from cgpu.image.packages import (Package, lock_matches, read_apk_installed, read_dpkg_status, read_rpmdb,
-                                 read_versionlock_list, read_versionlock_toml)
+from cgpu.image.packages import (
+    Package,
+    lock_matches,
+    read_apk_installed,
+    read_dpkg_status,
+    read_rpmdb,
+    read_versionlock_list,
+    read_versionlock_toml,
+)
 from cgpu.image.source import OpenedImage
 
 COPR = "slp/mesa-libkrun-vulkan"
@@ -261,7 +268,7 @@ def verdict(checks: list[Check]) -> tuple[str, str]:
     failed = [c.name for c in required if c.status == "fail"]
     unknown = [c.name for c in required if c.status == "unknown"]
     if failed:
-        return "no", f"{', '.join(failed)} failed; apply the fix shown above"
+        return "no", f"{', '.join(failed)} failed; apply each failed check's fix"
     if unknown:
         return "unknown", (f"could not tell from the image: {', '.join(unknown)}; to be sure, run "
                            "`vulkaninfo --summary` in it with --device /dev/dri on a krunkit VM and look for "
@@ -416,8 +423,8 @@ def _mesa_build(facts: Facts, venus: list[Manifest]) -> tuple[Check, Package | N
     release = re.match(r"\d+", package.release)
     hint = " Its release number (100+) follows the libkrun build's numbering." \
         if release and int(release.group()) >= 100 else ""
-    return Check("mesa-build", "unknown", f"{where}, vendor {vendor!r}): not the copr's build as far as cgpu can "
-                                          f"tell (a local rebuild?).{hint}", fix), package
+    why = f"{where}, vendor {vendor!r}): not the copr's build as far as cgpu can tell (a local rebuild?).{hint}"
+    return Check("mesa-build", "unknown", why, fix), package
 
 
 def _version_lock(facts: Facts, package: Package | None) -> Check:

@@ -53,7 +53,8 @@ class OpenedImage:
 
     @property
     def env(self) -> dict[str, str]:
-        values = (self.config.get("config") or {}).get("Env") if isinstance(self.config.get("config"), dict) else None
+        settings = self.config.get("config")
+        values = settings.get("Env") if isinstance(settings, dict) else None
         env: dict[str, str] = {}
         for item in values if isinstance(values, list) else []:
             if isinstance(item, str) and "=" in item:

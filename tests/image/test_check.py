@@ -17,8 +17,19 @@ from hypothesis import strategies as st
 
 from cgpu.cli import ExitCode
 from cgpu.image_check import check_image, render_image_check
-from tests.image.trees import (STOCK_VENDOR, X86_64, alpine_tree, debian_tree, docker_archive, fedora_tree, icd,
-                               layer_tar, member, mesa_header, oci_archive)
+from tests.image.trees import (
+    STOCK_VENDOR,
+    X86_64,
+    alpine_tree,
+    debian_tree,
+    docker_archive,
+    fedora_tree,
+    icd,
+    layer_tar,
+    member,
+    mesa_header,
+    oci_archive,
+)
 
 # name: (builds the root tree, image config arch, verdict, the check that decides, words in its evidence)
 VARIANTS = {
@@ -286,7 +297,7 @@ def test_cli_human_output_names_the_fix(run_cli, roots):
     code, out, err = run_cli("image", "check", f"dir:{roots['stock']}")
     assert code == ExitCode.IMAGE_NO and "Traceback" not in err
     assert "FAIL mesa-build" in out and "dnf -y copr enable slp/mesa-libkrun-vulkan" in out
-    assert out.rstrip().splitlines()[-1].startswith("vulkan under krunkit: NO: mesa-build failed")
+    assert out.rstrip().splitlines()[-1].startswith("vulkan under krunkit: NO: mesa-build failed; apply each failed check's fix")
 
 
 def test_machine_that_cannot_probe_keeps_the_file_verdict_and_exits_1(run_cli, roots):

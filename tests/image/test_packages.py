@@ -10,9 +10,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cgpu.image.packages import (Package, RpmHeaderError, lock_matches, parse_rpm_header, read_apk_installed,
-                                 read_dpkg_status, read_rpmdb, read_versionlock_list, read_versionlock_toml)
 from cgpu.image.fs import ImageReadError
+from cgpu.image.packages import (
+    Package,
+    RpmHeaderError,
+    lock_matches,
+    parse_rpm_header,
+    read_apk_installed,
+    read_dpkg_status,
+    read_rpmdb,
+    read_versionlock_list,
+    read_versionlock_toml,
+)
 from tests.image.trees import COPR_VENDOR, mesa_header, rpm_header, write_rpmdb
 
 
