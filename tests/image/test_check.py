@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import tarfile
+import time
 import uuid
 from pathlib import Path
 
@@ -345,3 +346,26 @@ def test_stock_mesa_is_never_advised_to_be_pinned(roots):
     result, _ = check_image(f"dir:{roots['stock']}")
     lock = next(c for c in result["checks"] if c["name"] == "version-lock")
     assert lock["status"] == "skip" and "until the image has the libkrun Mesa build" in lock["evidence"]
+
+
+@pytest.mark.podman
+def test_docker_daemon_images_through_docker_py(podman_images, tmp_path, monkeypatch):
+    """docker-py against podman's Docker-compatible API: the same calls a Docker daemon answers."""
+    socket = tmp_path / "engine.sock"
+    service = subprocess.Popen(["podman", "system", "service", "--time=0", f"unix://{socket}"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        for _ in range(100):
+            if socket.exists():
+                break
+            time.sleep(0.1)
+        monkeypatch.setenv("DOCKER_HOST", f"unix://{socket}")
+        ref = podman_images["stock"]["engine"]
+        result, code = check_image(f"docker-daemon:{ref}")
+        assert_answer(result, code, "stock")
+        assert result["source"] == f"docker image {ref}"
+        missing, code = check_image("docker-daemon:localhost/cgpu-test-missing:none")
+        assert code == ExitCode.COULD_NOT_RUN and "Docker has no such local image" in missing["reason"]
+    finally:
+        service.terminate()
+        service.wait(timeout=30)
