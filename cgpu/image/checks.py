@@ -84,7 +84,7 @@ class Facts:
         self.env = image.env
         self.problems: list[dict[str, str]] = []
         self.lib_dirs = self._lib_dirs()
-        self.os_name, self.os_id = self._os_release()
+        self.os_name = self._os_release()
         self.packages, self.package_db = self._packages()
 
     def problem(self, severity: str, source: str, message: str) -> None:
@@ -104,15 +104,15 @@ class Facts:
                     dirs.append(line.strip("/"))
         return list(dict.fromkeys([*dirs, *LIB_DIRS]))
 
-    def _os_release(self) -> tuple[str, str]:
+    def _os_release(self) -> str:
         for path in ("etc/os-release", "usr/lib/os-release"):
             try:
                 text = self.tree.read(path).decode("utf-8", "replace")
             except ImageReadError:
                 continue
             fields = dict(re.findall(r'^([A-Z_]+)="?([^"\n]*)"?$', text, re.M))
-            return fields.get("PRETTY_NAME") or fields.get("NAME", ""), fields.get("ID", "")
-        return "", ""
+            return fields.get("PRETTY_NAME") or fields.get("NAME", "")
+        return ""
 
     def _packages(self) -> tuple[list[Package], str]:
         for folder in RPMDB_DIRS:
@@ -127,6 +127,8 @@ class Facts:
                 return [], f"/{db} (unreadable)"
             for message in bad[:5]:
                 self.problem("warning", f"/{db}", message)
+            if len(bad) > 5:
+                self.problem("warning", f"/{db}", f"{len(bad) - 5} more unreadable package headers")
             return packages, f"/{db}"
         for folder in RPMDB_DIRS:
             if self.tree.exists(f"{folder}/Packages") or self.tree.exists(f"{folder}/Packages.db"):
@@ -144,7 +146,7 @@ class Facts:
 
     @property
     def rpm_based(self) -> bool:
-        return "rpmdb" in self.package_db
+        return "/rpm" in self.package_db
 
     def install(self, rpm: str, deb: str, apk: str) -> str:
         """The install command for this image's package manager."""
@@ -394,6 +396,9 @@ def _mesa_build(facts: Facts, venus: list[Manifest]) -> tuple[Check, Package | N
     if package is None:
         if not facts.package_db:
             return Check("mesa-build", "unknown", "no package database (rpm, dpkg, apk) in the image, so the "
+                                                  "Mesa build cannot be told", fix), None
+        if not facts.packages:
+            return Check("mesa-build", "unknown", f"no package list could be read from {facts.package_db}, so the "
                                                   "Mesa build cannot be told", fix), None
         if not library:
             return Check("mesa-build", "fail", f"no Mesa Vulkan drivers package in {facts.package_db}", fix), None

@@ -369,3 +369,13 @@ def test_docker_daemon_images_through_docker_py(podman_images, tmp_path, monkeyp
     finally:
         service.terminate()
         service.wait(timeout=30)
+
+
+def test_unreadable_rpm_database_makes_the_build_unknown(tmp_path):
+    root = fedora_tree(tmp_path / "root")
+    (root / "usr/lib/sysimage/rpm/rpmdb.sqlite").write_bytes(b"not a database" * 100)
+    result, code = check_image(f"dir:{root}")
+    mesa = next(c for c in result["checks"] if c["name"] == "mesa-build")
+    assert code == ExitCode.IMAGE_UNKNOWN and mesa["status"] == "unknown"
+    assert "no package list could be read from /usr/lib/sysimage/rpm/rpmdb.sqlite (unreadable)" in mesa["evidence"]
+    assert any("not a readable rpm sqlite database" in p["message"] for p in result["problems"])
