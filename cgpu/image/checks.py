@@ -223,7 +223,7 @@ class Facts:
         except ImageReadError as exc:
             manifest.error = str(exc)
             return manifest
-        except (ValueError, UnicodeDecodeError) as exc:
+        except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
             manifest.error = f"/{path} is not valid JSON ({exc})"
             return manifest
         icd = document.get("ICD") if isinstance(document, dict) else None

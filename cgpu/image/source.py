@@ -239,7 +239,7 @@ def _json(blobs: _TarBlobs | _DirBlobs, name: str, what: str) -> Any:
         raise ImageReadError(f"{what} {name} is larger than {_META_LIMIT} bytes")
     try:
         return json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
         raise ImageReadError(f"{what} {name} is not valid JSON ({exc})") from None
 
 

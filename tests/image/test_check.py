@@ -379,3 +379,10 @@ def test_unreadable_rpm_database_makes_the_build_unknown(tmp_path):
     assert code == ExitCode.IMAGE_UNKNOWN and mesa["status"] == "unknown"
     assert "no package list could be read from /usr/lib/sysimage/rpm/rpmdb.sqlite (unreadable)" in mesa["evidence"]
     assert any("not a readable rpm sqlite database" in p["message"] for p in result["problems"])
+
+
+def test_deeply_nested_manifest_is_a_bad_manifest_not_a_crash(tmp_path):
+    root = fedora_tree(tmp_path / "root", manifest="[" * 200_000 + "]" * 200_000)
+    result, code = check_image(f"dir:{root}")
+    venus = next(c for c in result["checks"] if c["name"] == "venus-icd")
+    assert code == ExitCode.IMAGE_NO and "is not valid JSON" in venus["evidence"]
