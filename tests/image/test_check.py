@@ -386,3 +386,20 @@ def test_deeply_nested_manifest_is_a_bad_manifest_not_a_crash(tmp_path):
     result, code = check_image(f"dir:{root}")
     venus = next(c for c in result["checks"] if c["name"] == "venus-icd")
     assert code == ExitCode.IMAGE_NO and "is not valid JSON" in venus["evidence"]
+
+
+def test_oci_layout_dir_and_multi_platform_index(roots, tmp_path):
+    archive = oci_archive(tmp_path / "o.tar", [layer_tar(roots["good"])])
+    layout = tmp_path / "layout"
+    with tarfile.open(archive) as tar:
+        tar.extractall(layout, filter="data")
+    assert_answer(*check_image(f"oci:{layout}"), "good")
+    # put an amd64 image first in the index: the arm64 one is what a krunkit VM runs, so it is chosen
+    index = json.loads((layout / "index.json").read_text())
+    amd64 = {**index["manifests"][0], "platform": {"os": "linux", "architecture": "amd64"}}
+    index["manifests"].insert(0, amd64)
+    (layout / "index.json").write_text(json.dumps(index))
+    result, code = check_image(f"oci:{layout}")
+    assert_answer(result, code, "good")
+    assert {"severity": "info", "source": f"OCI layout {layout}",
+            "message": "the index lists 2 manifests; checked linux/arm64"} in result["problems"]
