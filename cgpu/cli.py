@@ -5,6 +5,8 @@ Exit status (one place, documented in the README):
   1  the backend could not run (missing tool, timeout, engine refused); the report says why
   2  bad usage
   3  internal error in cgpu (a bug: the report says so)
+  4  `image check`: the image would not get vulkan under krunkit
+  5  `image check`: cannot tell from the image alone
   130 interrupted
 """
 
@@ -26,6 +28,8 @@ class ExitCode(IntEnum):
     COULD_NOT_RUN = 1
     USAGE = 2
     INTERNAL = 3
+    IMAGE_NO = 4
+    IMAGE_UNKNOWN = 5
     INTERRUPTED = 130
 
 

@@ -1,15 +1,125 @@
-"""`cgpu image check REF` (not implemented yet)."""
+"""`cgpu image check REF`: would this image get `vulkan` in a krunkit VM (Mesa's Venus driver)?
+
+The image is read without running it (cgpu.image.source), the checks look at its files
+(cgpu.image.checks), and the answer is one dict:
+
+  image, source, os, architecture, verdict (yes|no|unknown), reason,
+  checks [{name, status (pass|fail|unknown|skip), evidence, fix, required}],
+  problems [{severity, source, message}], cgpu_version, checked_at
+
+With --machine, cgpu's probe also runs in the image inside that krunkit VM (through the
+krunkit backend, `probe_image=REF`), and a probe that ran decides the verdict.
+
+Exit status (cgpu.cli.ExitCode): 0 yes; 4 no; 5 unknown; 1 the image could not be read (or
+the probe asked for with --machine did not run); 2 bad usage; 3 internal error.
+"""
 
 from __future__ import annotations
 
+import datetime
 from typing import Any, Callable
+
+from cgpu import __version__
 
 
 def check_image(ref: str, *, machine: str | None = None, timeout: float | None = None,
                 progress: Callable[[str], None] | None = None) -> tuple[dict[str, Any], int]:
-    return {"image": ref, "verdict": "unknown", "problems": [
-        {"severity": "error", "source": "cgpu", "message": "image check is not implemented yet"}]}, 1
+    from cgpu.cli import ExitCode
+    from cgpu.image.checks import check_dicts, run_checks, verdict
+    from cgpu.image.fs import ImageReadError
+    from cgpu.image.source import open_image
+
+    result: dict[str, Any] = {
+        "image": ref, "source": "", "os": "", "architecture": "", "verdict": "unknown", "reason": "",
+        "checks": [], "problems": [], "cgpu_version": __version__,
+        "checked_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
+    problems: list[dict[str, str]] = result["problems"]
+    try:
+        with open_image(ref, timeout=timeout, progress=progress) as image:
+            result["source"] = image.source
+            problems += [{"severity": s, "source": image.source, "message": m} for s, m in image.notes]
+            checks, found, info = run_checks(image)
+    except ImageReadError as exc:
+        result["reason"] = f"could not read the image: {exc}"
+        problems.append({"severity": "error", "source": ref, "message": str(exc)})
+        return result, ExitCode.COULD_NOT_RUN
+    except KeyboardInterrupt:
+        raise
+    except Exception as exc:  # a bug in cgpu: still one answer, never a traceback
+        result["reason"] = "internal error"
+        problems.append({"severity": "error", "source": "cgpu",
+                         "message": f"internal error, please report it: {type(exc).__name__}: {exc}"})
+        return result, ExitCode.INTERNAL
+    problems += found
+    result["os"], result["architecture"] = info["os"], info["architecture"]
+    result["checks"] = check_dicts(checks)
+    result["verdict"], result["reason"] = verdict(checks)
+    ran = True
+    if machine is not None:
+        ran = _probe_in_machine(result, ref, machine, timeout=timeout, progress=progress)
+    if not ran:
+        return result, ExitCode.COULD_NOT_RUN
+    return result, {"yes": ExitCode.OK, "no": ExitCode.IMAGE_NO, "unknown": ExitCode.IMAGE_UNKNOWN}[result["verdict"]]
+
+
+def _probe_in_machine(result: dict[str, Any], ref: str, machine: str, *, timeout: float | None,
+                      progress: Callable[[str], None] | None) -> bool:
+    """Run cgpu's probe in this image inside a krunkit VM (the krunkit backend) and let it decide."""
+    source = f"--machine {machine}"
+    if ref.partition(":")[0] in ("dir", "oci", "oci-archive", "docker-archive"):
+        result["problems"].append({"severity": "error", "source": source, "message": (
+            "the probe runs the image from the machine's podman storage: give the image's name there "
+            f"(`podman load -i ...` it first), not {ref}")})
+        return False
+    from cgpu.backends import run_backend
+
+    options = {"machine": machine, "probe_image": ref, **({"timeout": timeout} if timeout else {})}
+    return merge_machine_probe(result, run_backend("krunkit", options, progress=progress), source)
+
+
+def merge_machine_probe(result: dict[str, Any], builder: Any, source: str) -> bool:
+    """Fold the krunkit backend's report into the answer: a probe that ran decides the verdict."""
+    report = builder.build()
+    result["problems"] += [{**p, "source": f"{source}: {p['source']}"} for p in report["problems"]]
+    if builder.could_not_run:
+        result["problems"].append({"severity": "error", "source": source, "message": (
+            "the probe did not run in the VM; the verdict above is from the image's files only")})
+        return False
+    got = "vulkan" in report["containers"]
+    evidence = report["evidence"]["vulkan"]
+    if (result["verdict"] == "yes") != got and result["verdict"] != "unknown":
+        result["problems"].append({"severity": "warning", "source": source, "message": (
+            f"the image's files said {result['verdict']}, the probe in the VM says {'yes' if got else 'no'}; "
+            "the probe decides")})
+    result["verdict"] = "yes" if got else "no"
+    result["reason"] = f"the probe in {source.split(' ', 1)[1]}: {evidence}"
+    return True
+
+
+_MARK = {"pass": "ok", "fail": "FAIL", "unknown": "??", "skip": "-"}
 
 
 def render_image_check(result: dict[str, Any]) -> str:
-    return "\n".join(p["message"] for p in result["problems"])
+    lines = [f"cgpu image check {result['image']}"]
+    about = [part for part in (result.get("source"), result.get("os"), result.get("architecture")) if part]
+    if about:
+        lines.append("  " + " · ".join(about))
+    checks = result.get("checks") or []
+    if checks:
+        lines.append("")
+        width = max(len(c["name"]) for c in checks)
+        for check in checks:
+            advisory = "" if check["required"] else " (advisory)"
+            lines.append(f"  {_MARK[check['status']]:<4} {check['name']:<{width}}  {check['evidence']}{advisory}")
+            if check["fix"] and check["status"] in ("fail", "unknown"):
+                lines.append(f"       {'':<{width}}  fix: {check['fix']}")
+    lines.append("")
+    answer = {"yes": "YES", "no": "NO", "unknown": "UNKNOWN"}[result["verdict"]]
+    lines.append(f"vulkan under krunkit: {answer}: {result['reason']}")
+    if result["problems"]:
+        lines.append("")
+        lines.append("problems:")
+        for problem in result["problems"]:
+            lines.append(f"  {problem['severity']:<7} {problem['source']}: {problem['message']}")
+    return "\n".join(lines)

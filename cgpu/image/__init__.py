@@ -1,0 +1,1 @@
+"""Reading container images without running them, for `cgpu image check`."""

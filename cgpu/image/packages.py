@@ -1,0 +1,267 @@
+"""An image's package database, read from its files: rpm (sqlite), dpkg, apk; dnf version locks.
+
+rpm header blobs as rpm stores them in rpmdb.sqlite (`Packages.blob`, rpm's `headerExport`
+format without the 8-byte magic): big-endian int32 `il` (index entries), `dl` (data bytes),
+then `il` entries of (tag, type, offset, count), then the data. Strings end with NUL.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+import sqlite3
+import struct
+import tempfile
+from dataclasses import dataclass, field
+
+from cgpu.image.fs import ImageReadError
+
+# rpm tags and types (rpm's include/rpm/rpmtag.h)
+TAG_NAME, TAG_VERSION, TAG_RELEASE, TAG_EPOCH = 1000, 1001, 1002, 1003
+TAG_BUILDHOST, TAG_VENDOR, TAG_PACKAGER, TAG_ARCH = 1007, 1011, 1015, 1022
+TAG_DIRINDEXES, TAG_BASENAMES, TAG_DIRNAMES = 1116, 1117, 1118
+TYPE_INT32, TYPE_STRING, TYPE_STRING_ARRAY, TYPE_I18NSTRING = 4, 6, 8, 9
+_MAX_INDEX = 0xFFFF  # rpm's HEADER_TAGS_MAX
+_MAX_DATA = 256 * 1024**2  # rpm's HEADER_DATA_MAX
+
+
+class RpmHeaderError(ImageReadError):
+    pass
+
+
+@dataclass
+class Package:
+    name: str
+    version: str
+    release: str = ""
+    epoch: int | None = None
+    arch: str = ""
+    vendor: str = ""
+    packager: str = ""
+    buildhost: str = ""
+    files: list[str] = field(default_factory=list)  # only when asked for
+
+    @property
+    def evr(self) -> str:
+        vr = f"{self.version}-{self.release}" if self.release else self.version
+        return f"{self.epoch}:{vr}" if self.epoch else vr
+
+    @property
+    def nevr(self) -> str:
+        return f"{self.name}-{self.evr}"
+
+
+def parse_rpm_header(blob: bytes, *, with_files: bool = False) -> Package:
+    """One rpm header blob -> Package; RpmHeaderError for anything malformed."""
+    if len(blob) < 8:
+        raise RpmHeaderError("rpm header shorter than its 8-byte preamble")
+    il, dl = struct.unpack_from(">ii", blob, 0)
+    if not (0 < il <= _MAX_INDEX) or not (0 <= dl <= _MAX_DATA):
+        raise RpmHeaderError(f"rpm header claims {il} entries and {dl} data bytes")
+    data_start = 8 + 16 * il
+    if len(blob) < data_start + dl:
+        raise RpmHeaderError(f"rpm header is {len(blob)} bytes, shorter than the {data_start + dl} it claims")
+    data = blob[data_start:data_start + dl]
+    index: dict[int, tuple[int, int, int]] = {}
+    for number in range(il):
+        tag, kind, offset, count = struct.unpack_from(">iiii", blob, 8 + 16 * number)
+        if not (0 <= offset < max(dl, 1)) or count < 0:
+            raise RpmHeaderError(f"rpm header entry for tag {tag} points outside its data")
+        index.setdefault(tag, (kind, offset, count))
+
+    def strings(tag: int) -> list[str]:
+        if tag not in index:
+            return []
+        kind, offset, count = index[tag]
+        if kind not in (TYPE_STRING, TYPE_STRING_ARRAY, TYPE_I18NSTRING):
+            raise RpmHeaderError(f"rpm tag {tag} has type {kind}, not a string")
+        wanted = 1 if kind == TYPE_STRING else count
+        values = []
+        for _ in range(wanted):
+            end = data.find(b"\0", offset)
+            if end < 0:
+                raise RpmHeaderError(f"rpm tag {tag}: string runs past the header's data")
+            values.append(data[offset:end].decode("utf-8", errors="replace"))
+            offset = end + 1
+        return values
+
+    def string(tag: int) -> str:
+        values = strings(tag)
+        return values[0] if values else ""
+
+    def int32s(tag: int) -> list[int]:
+        if tag not in index:
+            return []
+        kind, offset, count = index[tag]
+        if kind != TYPE_INT32 or offset % 4 or offset + 4 * count > dl:
+            raise RpmHeaderError(f"rpm tag {tag} is not a well-formed INT32 array")
+        return list(struct.unpack_from(f">{count}i", data, offset))
+
+    name = string(TAG_NAME)
+    if not name:
+        raise RpmHeaderError("rpm header has no NAME")
+    epochs = int32s(TAG_EPOCH)
+    package = Package(
+        name=name, version=string(TAG_VERSION), release=string(TAG_RELEASE),
+        epoch=epochs[0] if epochs else None, arch=string(TAG_ARCH), vendor=string(TAG_VENDOR),
+        packager=string(TAG_PACKAGER), buildhost=string(TAG_BUILDHOST),
+    )
+    if with_files:
+        dirs, bases, where = strings(TAG_DIRNAMES), strings(TAG_BASENAMES), int32s(TAG_DIRINDEXES)
+        if len(where) != len(bases) or any(not 0 <= i < len(dirs) for i in where):
+            raise RpmHeaderError(f"{name}: the file list's directory indexes do not match its names")
+        package.files = [dirs[i] + base for i, base in zip(where, bases)]
+    return package
+
+
+def read_rpmdb(db: bytes, wal: bytes | None = None, *, files_with: bytes = b"") -> tuple[list[Package], list[str]]:
+    """All packages in an rpmdb.sqlite (its bytes, and its -wal file's if any).
+
+    File lists are parsed only for headers that contain `files_with`. Returns the packages and
+    one message per header that could not be parsed; ImageReadError when the database can't be read.
+    """
+    packages: list[Package] = []
+    bad: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="cgpu-rpmdb-") as tmp:
+        path = os.path.join(tmp, "rpmdb.sqlite")
+        with open(path, "wb") as f:
+            f.write(db)
+        if wal:
+            with open(path + "-wal", "wb") as f:
+                f.write(wal)
+        try:
+            connection = sqlite3.connect(path)
+            try:
+                rows = connection.execute("SELECT hnum, blob FROM Packages").fetchall()
+            finally:
+                connection.close()
+        except sqlite3.Error as exc:
+            raise ImageReadError(f"not a readable rpm sqlite database ({exc})") from None
+    for hnum, blob in rows:
+        if not isinstance(blob, bytes):
+            bad.append(f"header {hnum}: not a blob")
+            continue
+        try:
+            packages.append(parse_rpm_header(blob, with_files=bool(files_with) and files_with in blob))
+        except RpmHeaderError as exc:
+            bad.append(f"header {hnum}: {exc}")
+    return packages, bad
+
+
+def read_dpkg_status(text: str) -> list[Package]:
+    """Installed packages from /var/lib/dpkg/status."""
+    packages = []
+    for stanza in re.split(r"\n\s*\n", text):
+        fields: dict[str, str] = {}
+        for line in stanza.splitlines():
+            if line[:1] not in (" ", "\t") and ":" in line:
+                key, _, value = line.partition(":")
+                fields[key.strip().lower()] = value.strip()
+        if fields.get("package") and fields.get("status", "").endswith(" installed"):
+            upstream, _, revision = fields.get("version", "").rpartition("-")
+            if not upstream:
+                upstream, revision = revision, ""
+            packages.append(Package(name=fields["package"], version=upstream, release=revision,
+                                    arch=fields.get("architecture", ""), vendor=fields.get("maintainer", "")))
+    return packages
+
+
+def read_apk_installed(text: str) -> list[Package]:
+    """Installed packages (and their files) from Alpine's /lib/apk/db/installed."""
+    packages = []
+    for stanza in re.split(r"\n\s*\n", text):
+        package: Package | None = None
+        folder = ""
+        for line in stanza.splitlines():
+            key, _, value = line.partition(":")
+            if key == "P":
+                package = Package(name=value, version="")
+            elif package is not None and key == "V":
+                package.version = value
+            elif package is not None and key == "A":
+                package.arch = value
+            elif key == "F":
+                folder = value
+            elif package is not None and key == "R":
+                package.files.append(f"/{folder}/{value}" if folder else f"/{value}")
+        if package is not None:
+            packages.append(package)
+    return packages
+
+
+@dataclass
+class Lock:
+    name: str  # may be a glob
+    conditions: list[tuple[str, str, str]]  # (key, comparator, value); empty = any version
+
+
+def read_versionlock_list(text: str) -> list[Lock]:
+    """dnf4's /etc/dnf/plugins/versionlock.list: `NAME-[EPOCH:]VERSION-RELEASE.*` per line."""
+    locks = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith(("#", "!")):  # `!` lines are excludes, not locks
+            continue
+        spec = line[:-2] if line.endswith(".*") else line
+        parts = spec.rsplit("-", 2)
+        if len(parts) == 3:
+            locks.append(Lock(parts[0], [("evr", "=", f"{parts[1]}-{parts[2]}")]))
+        else:
+            locks.append(Lock(spec, []))
+    return locks
+
+
+def read_versionlock_toml(text: str) -> list[Lock]:
+    """dnf5's /etc/dnf/versionlock.toml: `[[packages]]` tables with `[[packages.conditions]]`.
+
+    A line scanner for the flat shape dnf5 writes, so Python 3.10 (no tomllib) reads it too.
+    """
+    locks: list[Lock] = []
+    condition: dict[str, str] | None = None
+    for raw in text.splitlines():
+        line = raw.strip()
+        if re.match(r"^\[\[\s*packages\s*\]\]", line):
+            locks.append(Lock("", []))
+            condition = None
+        elif re.match(r"^\[\[\s*packages\.conditions\s*\]\]", line) and locks:
+            condition = {}
+            locks[-1].conditions.append(("", "", ""))
+        else:
+            match = re.match(r'^(\w+)\s*=\s*"((?:[^"\\]|\\.)*)"', line)
+            if match is None or not locks:
+                continue
+            key, value = match.groups()
+            if condition is None and key == "name":
+                locks[-1].name = value
+            elif condition is not None and key in ("key", "comparator", "value"):
+                condition[key] = value
+                locks[-1].conditions[-1] = (condition.get("key", ""), condition.get("comparator", ""),
+                                            condition.get("value", ""))
+    return [lock for lock in locks if lock.name]
+
+
+def lock_matches(locks: list[Lock], package: Package) -> tuple[bool, str]:
+    """Is this installed package held at its version? (held, the lock entry in words)."""
+    for lock in locks:
+        if not fnmatch.fnmatchcase(package.name, lock.name):
+            continue
+        if not lock.conditions:
+            return True, f"{lock.name} (any version)"
+        evr_conditions = [c for c in lock.conditions if c[0] == "evr"]
+        pinned = [value for _, comparator, value in evr_conditions if comparator == "="]
+        for value in pinned:
+            if _same_evr(value, package):
+                return True, f"{lock.name} = {value}"
+        if pinned:
+            return False, f"{lock.name} = {', '.join(pinned)}, not the installed {package.evr}"
+        spans = ", ".join(f"{comparator} {value}" for _, comparator, value in evr_conditions)
+        return False, f"{lock.name} {spans} (a range, not the installed build)"
+    return False, ""
+
+
+def _same_evr(value: str, package: Package) -> bool:
+    epoch, _, rest = value.rpartition(":")
+    if (int(epoch) if epoch.isdigit() else 0) != (package.epoch or 0):
+        return False
+    return rest == f"{package.version}-{package.release}"

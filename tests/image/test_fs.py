@@ -1,0 +1,146 @@
+"""The image tree readers: layers with whiteouts, symlinks inside the root, hostile tars, limits."""
+
+from __future__ import annotations
+
+import io
+import os
+import tarfile
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from cgpu.image.fs import DirTree, ImageReadError, LayerTree, Limits
+from tests.image.trees import layer_tar, member
+
+DIR, SYM, LNK = tarfile.DIRTYPE, tarfile.SYMTYPE, tarfile.LNKTYPE
+
+
+def tree_of(*layers: list, limits: Limits | None = None) -> LayerTree:
+    tree = LayerTree(limits)
+    for number, members in enumerate(layers):
+        tree.add_layer(io.BytesIO(layer_tar(extra=members)), f"{number + 1}")
+    return tree
+
+
+def test_whiteouts_and_opaque_dirs_hide_lower_layers_only():
+    tree = tree_of(
+        [member("a/b", b"1"), member("a/c", b"2"), member("d/e", b"3"), member("etc/os-release", b"ID=x\n")],
+        [member("a/.wh.b"), member("d/.wh..wh..opq"), member("d/f", b"4"), member("etc/.wh.os-release")],
+    )
+    assert not tree.exists("a/b") and tree.exists("a/c")
+    assert not tree.exists("d/e") and tree.exists("d/f")
+    assert not tree.exists("etc/os-release")
+    assert tree.listdir("d") == ["f"]
+
+
+def test_a_file_or_symlink_over_a_directory_hides_what_was_below():
+    tree = tree_of([member("lib/libc.so.6", b"old")],
+                   [member("lib", kind=SYM, link="usr/lib"), member("usr/lib/libc.so.6", b"new")])
+    assert tree.read("lib/libc.so.6", 100) == b"new"
+
+
+def test_symlinks_resolve_inside_the_root_never_on_the_host():
+    assert os.path.exists("/etc/passwd")  # the host has one; the image does not
+    tree = tree_of([
+        member("etc/vulkan/icd.d/virtio_icd.json", kind=SYM, link="/etc/passwd"),
+        member("usr/share/vulkan/icd.d/up.json", kind=SYM, link="../../../../../../../../etc/hostname"),
+        member("etc/hostname", b"image-host\n"),
+        member("loop/a", kind=SYM, link="b"), member("loop/b", kind=SYM, link="a"),
+    ])
+    assert tree.lookup("etc/vulkan/icd.d/virtio_icd.json") == ("etc/passwd", None)
+    assert tree.read("usr/share/vulkan/icd.d/up.json") == b"image-host\n"  # `..` stops at the image root
+    assert tree.lookup("loop/a")[1] is None
+    with pytest.raises(ImageReadError, match="virtio_icd.json points to /etc/passwd, which does not exist"):
+        tree.read("etc/vulkan/icd.d/virtio_icd.json")
+
+
+def test_hostile_member_names_become_problems_not_paths():
+    tree = tree_of([
+        member("../../escape.json", b"{}"),
+        member("usr/../../escape2", b"x"),
+        member("/etc/os-release", b"ID=fedora\n"),
+        member("usr/lib64/libc.so.6", b"\x7fELF"),
+        member("usr/lib64/hard-ok", kind=LNK, link="usr/lib64/libc.so.6"),
+        member("usr/lib64/hard-out", kind=LNK, link="../../../etc/shadow"),
+        member("usr/lib64/hard-none", kind=LNK, link="usr/lib64/not-there"),
+    ])
+    assert set(tree.entries) == {"etc/os-release", "usr/lib64/libc.so.6", "usr/lib64/hard-ok"}
+    assert tree.read("etc/os-release") == b"ID=fedora\n"
+    assert tree.head("usr/lib64/hard-ok") == b"\x7fELF"
+    messages = " | ".join(message for _, message in tree.problems)
+    assert "'../../escape.json' is a name that climbs out of the root" in messages
+    assert "'usr/../../escape2'" in messages
+    assert "'/etc/os-release' has an absolute name" in messages
+    assert "hardlink /usr/lib64/hard-out -> '../../../etc/shadow'" in messages
+    assert "hardlink /usr/lib64/hard-none" in messages and "names no earlier file" in messages
+
+
+def test_limits_stop_a_huge_or_crowded_layer():
+    with pytest.raises(ImageReadError, match="more than 3 files"):
+        tree_of([member(f"f{n}", b"x") for n in range(5)], limits=Limits(max_members=3))
+    with pytest.raises(ImageReadError, match="more than 100 bytes"):
+        tree_of([member("big", b"x" * 200)], limits=Limits(max_total_bytes=100))
+
+
+def test_kept_content_is_capped():
+    tree = tree_of([member("etc/os-release", b"x" * 500), member("etc/ld.so.conf", b"y" * 500)],
+                   limits=Limits(max_kept_bytes=600))
+    assert tree.read("etc/os-release") == b"x" * 500
+    with pytest.raises(ImageReadError, match="does not keep"):
+        tree.read("etc/ld.so.conf")
+    assert any("not read" in message for _, message in tree.problems)
+
+
+def test_compressed_layers_are_read():
+    import gzip
+
+    tree = LayerTree()
+    tree.add_layer(io.BytesIO(gzip.compress(layer_tar(extra=[member("etc/os-release", b"ID=fedora\n")]))), "1")
+    assert tree.read("etc/os-release") == b"ID=fedora\n"
+
+
+def test_dir_tree_never_follows_host_symlinks(tmp_path):
+    root = tmp_path / "root"
+    (root / "etc").mkdir(parents=True)
+    os.symlink("/etc/passwd", root / "etc/vk.json")  # absolute: means the image's /etc/passwd
+    os.symlink("/", root / "hostroot")
+    os.symlink("../../../../..", root / "up")
+    (root / "etc/hostname").write_text("image\n")
+    tree = DirTree(str(root))
+    assert tree.lookup("etc/vk.json")[1] is None
+    assert tree.lookup("hostroot/etc/passwd")[1] is None
+    assert tree.read("up/etc/hostname") == b"image\n"
+    with pytest.raises(ImageReadError):
+        tree.read("etc/vk.json")
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.binary(max_size=4096))
+def test_random_layer_bytes_give_only_image_read_errors(data):
+    tree = LayerTree(Limits(max_total_bytes=1 << 20))
+    try:
+        tree.add_layer(io.BytesIO(data), "fuzz")
+    except ImageReadError:
+        return
+    for path in list(tree.entries)[:20]:
+        tree.lookup(path)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.text(min_size=1, max_size=40), st.sampled_from([tarfile.REGTYPE, DIR, SYM, LNK]),
+                          st.text(max_size=40)), max_size=12))
+def test_random_member_names_and_links_never_escape(items):
+    members = []
+    for name, kind, link in items:
+        if "\x00" in name or "\x00" in link:
+            continue
+        members.append(member(name, b"data" if kind == tarfile.REGTYPE else b"", kind=kind, link=link))
+    try:
+        tree = tree_of(members)
+    except ImageReadError:
+        return
+    for path in tree.entries:
+        assert not path.startswith(("/", "../")) and "/../" not in f"/{path}/"
+        resolved, _ = tree.lookup(path)
+        assert not resolved.startswith(("/", "../"))
