@@ -401,8 +401,8 @@ VK_ST_DRIVER_PROPERTIES = 1000196000
 VK_ST_PROPERTIES_2 = 1000059001
 VK_MEMORY_HOST_VISIBLE, VK_MEMORY_HOST_COHERENT = 0x2, 0x4
 VENUS_TEST_ALLOCATION = 4096  # smaller than Apple's 16 KiB page: what trips unpatched Mesa under krunkit
-VENUS_FIX = ("the image's Mesa lacks the 16 KiB blob-alignment patches krunkit needs: use the libkrun Mesa "
-             "build (Fedora copr slp/mesa-libkrun-vulkan, version pinned)")
+VENUS_FIX = ("the fix is Mesa with the 16 KiB blob-alignment patches krunkit needs (the libkrun build from "
+             "Fedora copr slp/mesa-libkrun-vulkan, version pinned)")
 ICD_DIRS = ("/etc/vulkan/icd.d", "/usr/local/etc/vulkan/icd.d", "/usr/local/share/vulkan/icd.d",
             "/usr/share/vulkan/icd.d", "/etc/xdg/vulkan/icd.d")
 
@@ -466,6 +466,10 @@ def _opencl_icd_libraries():
         if line:
             names.append(line[0].strip())
     return names
+
+
+def _venus_manifests(manifests):
+    return [path for path in manifests if os.path.basename(path).startswith("virtio_icd")]
 
 
 def _vk_structs(ctypes):
@@ -534,6 +538,7 @@ def _vk_structs(ctypes):
 def probe_vulkan(ctypes):
     C = ctypes
     S = _vk_structs(C)
+    os.environ.setdefault("VK_LOADER_DEBUG", "error,warn")  # why a driver was skipped goes to stderr
     manifests = _icd_manifests()
     drivers = _manifest_libraries(manifests)
     before = _mapped_libraries()
@@ -580,19 +585,26 @@ def probe_vulkan(ctypes):
             "%s (%s)" % (d["name"], d["reason"]) for d in devices)
     else:
         summary = "vkCreateInstance succeeded but no driver reports a device (is the GPU's /dev/dri node passed in?)"
+    venus = _venus_manifests(manifests)
+    if venus and not any(d["driver_id"] == VK_DRIVER_VENUS for d in devices):
+        summary += ("; the Venus driver (%s) gave no device: it needs the virtio-gpu /dev/dri node, and under "
+                    "krunkit stock Mesa fails to initialise; %s" % (venus[0], VENUS_FIX))
     return _result(bool(counted), summary, devices=devices, drivers_loaded=loaded, **common)
 
 
 def _vk_instance_hint(code, manifests):
+    venus = _venus_manifests(manifests)
     if code == -9:
         if not manifests:
             return "no Vulkan driver manifest (ICD) in the loader's search path"
-        return "no driver listed in %d manifest(s) could be loaded or initialised" % len(manifests)
-    if code in (-1, -3):
-        venus = [m for m in manifests if "virtio" in os.path.basename(m)]
+        hint = "no driver listed in %d manifest(s) could be loaded or initialised" % len(manifests)
         if venus:
-            return ("a driver failed to initialise; the Venus driver (%s) fails this way under krunkit when %s"
-                    % (venus[0], VENUS_FIX))
+            hint += " (under krunkit, stock Mesa's Venus driver %s fails here; %s)" % (venus[0], VENUS_FIX)
+        return hint
+    if code in (-1, -3):
+        if venus:
+            return ("a driver failed to initialise; stock Mesa's Venus driver (%s) fails this way under krunkit "
+                    "and the loader then gives up on every driver; %s" % (venus[0], VENUS_FIX))
         if code == -1:
             return "a driver ran out of host memory; the loader then aborts instance creation for all drivers"
         return "a driver failed to initialise"
@@ -664,6 +676,8 @@ def _vk_counts(entry, vendor_id, device_id):
     """(counted, reason) by the probe's rules: real GPU types only, software drivers never, Venus only if it allocates."""
     name, kind, driver = entry["name"], entry["type"], entry["driver_id"]
     lowered = name.lower()
+    if driver == VK_DRIVER_VENUS and kind == 4:
+        return False, "Venus forwarding a CPU device of the host (deviceType CPU), not a GPU"
     if driver == VK_DRIVER_LLVMPIPE or "llvmpipe" in lowered:
         return False, "lavapipe/llvmpipe, Mesa's CPU software driver"
     if driver == VK_DRIVER_SWIFTSHADER or "swiftshader" in lowered or (vendor_id, device_id) == (0x1AE0, 0xC0DE):
@@ -673,8 +687,6 @@ def _vk_counts(entry, vendor_id, device_id):
     if vendor_id == VK_VENDOR_MESA:
         return False, "Mesa's software vendor ID 0x10005 (a CPU driver)"
     if kind == 4:
-        if driver == VK_DRIVER_VENUS:
-            return False, "Venus forwarding a CPU device of the host (deviceType CPU), not a GPU"
         if driver == VK_DRIVER_DOZEN:
             return False, "Dozen on WARP, the D3D12 software adapter (deviceType CPU)"
         return False, "deviceType CPU: a software driver"
@@ -684,7 +696,7 @@ def _vk_counts(entry, vendor_id, device_id):
         if entry.get("allocated"):
             return True, "Venus (virtio-gpu) forwarding the host's GPU; a %d-byte host-visible allocation and map worked" \
                 % VENUS_TEST_ALLOCATION
-        return False, "Venus enumerates but cannot allocate memory (%s): %s" % (
+        return False, "Venus enumerates but cannot allocate memory (%s); %s" % (
             entry.get("allocation_error", "failed"), VENUS_FIX)
     return True, "a %s from driver %s" % (entry["type_name"].lower().replace("_", " "),
                                          entry["driver_name"] if entry.get("driver_name") else "unknown")
