@@ -1061,7 +1061,12 @@ def main(argv=None):
         return child_main(args.child)
     if args.timeout <= 0:
         parser.error("--timeout must be positive")
-    json.dump(run_probe(args.api, args.timeout), sys.stdout, indent=2)
+    try:
+        data = run_probe(args.api, args.timeout)
+    except KeyboardInterrupt:
+        sys.stderr.write("probe.py: interrupted\n")
+        return 130
+    json.dump(data, sys.stdout, indent=2)
     sys.stdout.write("\n")
     return 0
 
