@@ -291,22 +291,25 @@ def _cuda_hint(code, library):
 
 
 def probe_cuda(ctypes):
-    for index, candidate in enumerate(CUDA_LIBRARIES):
-        result = _probe_cuda_library(ctypes, candidate)
-        stub = result["error"] == CUDA_ERRORS[34]
-        if result["library"] is not None and not (stub and index + 1 < len(CUDA_LIBRARIES)
-                                                  and os.path.exists(CUDA_LIBRARIES[index + 1])):
+    stub = None
+    for name in CUDA_LIBRARIES:
+        result = _probe_cuda_library(ctypes, name)
+        if result is None:
+            continue
+        if result["error"] != CUDA_ERRORS[34]:
             return result
-    return result if result["library"] is not None else _result(
-        False, "no NVIDIA driver library: libcuda.so.1 is not on the library path here (the host's NVIDIA driver is not mounted)",
-        error="library_not_found")
+        stub = stub or result  # the toolkit's stub: still try WSL's driver before giving that answer
+    return stub or _result(
+        False, "no NVIDIA driver library: libcuda.so.1 is not on the library path here (the host's NVIDIA "
+        "driver is not mounted)", error="library_not_found")
 
 
 def _probe_cuda_library(ctypes, name):
+    """CUDA through one library file; None when it can't be loaded."""
     try:
         lib = ctypes.CDLL(name)
     except OSError:
-        return _result(False, "", error="library_not_found")
+        return None
     c_int, byref = ctypes.c_int, ctypes.byref
     library = _path_of(_address(ctypes, lib.cuInit)) or name
     lib.cuInit.argtypes, lib.cuInit.restype = [ctypes.c_uint], c_int
@@ -574,6 +577,8 @@ def probe_vulkan(ctypes):
     try:
         devices = _vk_devices(C, S, fn, instance, api)
         loaded = _drivers_loaded(before, drivers)  # the loader unloads them with the instance
+    except VulkanError as exc:
+        return _result(False, str(exc), error=_vk_name(exc.code), **common)
     finally:
         destroy = fn(instance, "vkDestroyInstance", None, C.c_void_p, C.c_void_p)
         destroy(instance, None)
@@ -756,6 +761,7 @@ def _vk_allocate(C, S, fn, instance, handle):
 
 CL_ERRORS = {0: "CL_SUCCESS", -1: "CL_DEVICE_NOT_FOUND", -30: "CL_INVALID_VALUE", -32: "CL_INVALID_PLATFORM",
              -1001: "CL_PLATFORM_NOT_FOUND_KHR"}
+NVIDIA_OPENCL = "libnvidia-opencl.so.1"
 CL_DEVICE_TYPE_CPU, CL_DEVICE_TYPE_GPU, CL_DEVICE_TYPE_ACCELERATOR = 2, 4, 8
 CL_DEVICE_TYPE_ALL = 0xFFFFFFFF
 CL_PLATFORM_VERSION, CL_PLATFORM_NAME, CL_PLATFORM_VENDOR = 0x0901, 0x0902, 0x0903
@@ -795,15 +801,19 @@ def probe_opencl(ctypes):
     count = C.c_uint32(0)
     code = lib.clGetPlatformIDs(0, None, C.byref(count))
     if code != 0 or not count.value:
-        name = CL_ERRORS.get(code, "CL error %d" % code)
+        name = CL_ERRORS.get(code, "CL error %d" % code) if code else None
         hint = ("no OpenCL driver (ICD) is registered: add /etc/OpenCL/vendors/<vendor>.icd naming the driver "
                 "library, or set OCL_ICD_FILENAMES / OCL_ICD_VENDORS" if code in (-1001, 0)
                 else "the ICD loader failed")
-        return _result(False, "clGetPlatformIDs found no platform (%s): %s" % (name, hint), library=library,
-                       error=name if code else "CL_PLATFORM_NOT_FOUND_KHR",
-                       drivers_loaded=_drivers_loaded(before, _opencl_icd_libraries()))
+        loaded = _drivers_loaded(before, _opencl_icd_libraries())
+        return _result(False, "clGetPlatformIDs found no platform (%s): %s%s"
+                       % (name or "none listed", hint, _unregistered_nvidia_opencl(C, loaded)),
+                       library=library, error=name, drivers_loaded=loaded)
     platforms = (C.c_void_p * count.value)()
-    lib.clGetPlatformIDs(count.value, platforms, C.byref(count))
+    code = lib.clGetPlatformIDs(count.value, platforms, C.byref(count))
+    if code != 0:
+        name = CL_ERRORS.get(code, "CL error %d" % code)
+        return _result(False, "clGetPlatformIDs failed with %s" % name, library=library, error=name)
     devices = []
     platform_names = []
     for platform in list(platforms)[:count.value]:
@@ -838,8 +848,22 @@ def probe_opencl(ctypes):
         summary = "OpenCL has no GPU, only: %s" % "; ".join("%s (%s)" % (d["name"], d["reason"]) for d in devices)
     else:
         summary = "OpenCL platform(s) %s report no device" % ", ".join(platform_names)
+    if not counted:
+        summary += _unregistered_nvidia_opencl(C, loaded)
     return _result(bool(counted), summary, library=library, devices=devices,
                    platforms=platform_names, drivers_loaded=loaded)
+
+
+def _unregistered_nvidia_opencl(C, loaded):
+    """NVIDIA's compute-only containers get the OpenCL driver but not its registration: say so."""
+    if any("libnvidia-opencl" in path for path in loaded):
+        return ""
+    try:
+        C.CDLL(NVIDIA_OPENCL)
+    except OSError:
+        return ""
+    return ("; %s is here but not registered: add /etc/OpenCL/vendors/nvidia.icd containing %s, or set "
+            "OCL_ICD_FILENAMES=%s" % (NVIDIA_OPENCL, NVIDIA_OPENCL, NVIDIA_OPENCL))
 
 
 def _cl_counts(entry, kind):

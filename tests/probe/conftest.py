@@ -102,3 +102,9 @@ def lavapipe_manifest() -> Path:
 def needs_pocl() -> None:
     if not Path("/etc/OpenCL/vendors/pocl.icd").exists():
         pytest.skip("PoCL (pocl-opencl-icd, ocl-icd-libopencl1) is not installed")
+
+
+@pytest.fixture(scope="session")
+def fake_hsa(build) -> Path:
+    """A directory holding a fake libhsa-runtime64.so.1 (put it on LD_LIBRARY_PATH)."""
+    return build("fake_hsa.c", "libhsa-runtime64.so.1").parent

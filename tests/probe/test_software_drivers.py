@@ -63,3 +63,14 @@ def test_missing_libraries_are_absent_not_errors():
 def test_metal_is_never_available():
     metal = run_probe("metal")["apis"]["metal"]
     assert metal["available"] is False and "never" in metal["summary"]
+
+
+def test_unregistered_nvidia_opencl_driver_is_named(build, tmp_path):
+    """NVIDIA's compute-only containers get libnvidia-opencl.so.1 without its .icd registration."""
+    needs_pocl()
+    library = build("fake_hsa.c", "libnvidia-opencl.so.1")  # any loadable library with that name
+    env = clean_env(LD_LIBRARY_PATH=str(library.parent), OCL_ICD_VENDORS=str(tmp_path))
+    opencl = run_probe("opencl", env=env)["apis"]["opencl"]
+    assert opencl["error"] == "CL_PLATFORM_NOT_FOUND_KHR"
+    assert "libnvidia-opencl.so.1 is here but not registered" in opencl["summary"]
+    assert "/etc/OpenCL/vendors/nvidia.icd" in opencl["summary"]
