@@ -38,7 +38,8 @@ DISCOVERY_ENV = (
 DEVICE_NODE_GLOBS = (
     "/dev/dri/renderD*", "/dev/dri/card*", "/dev/nvidia*", "/dev/nvidia-caps/*", "/dev/kfd", "/dev/dxg",
 )
-METAL_SUMMARY = "Metal is an Apple host API: a Linux container or VM never gets it (the Mac's GPU reaches Linux only as Vulkan through Venus)"
+METAL_SUMMARY = ("Metal is an Apple host API: a Linux container or VM never gets it (the Mac's GPU reaches Linux "
+                 "only as Vulkan through Venus)")
 MAX_TEXT = 400  # cap on strings taken from drivers
 STDERR_TAIL = 2000
 
@@ -96,8 +97,7 @@ def _run_children(apis, timeout):
             results[api] = _child_result(api, proc.returncode, out, err)
     finally:
         for proc, out, err in children.values():
-            if proc.returncode is None:
-                _kill_group(proc)
+            _kill_group(proc)  # also whatever a driver started and left behind
             out.close()
             err.close()
     return results
@@ -220,14 +220,23 @@ def _path_of(address):
 
 
 def _load(ctypes, candidates):
-    """dlopen the first loadable candidate; returns (lib, name tried, errors)."""
-    errors = []
+    """dlopen the first loadable candidate: (library, None), or (None, why one that exists failed, or None)."""
+    failure = None
     for name in candidates:
         try:
-            return ctypes.CDLL(name), name, errors
+            return ctypes.CDLL(name), None
         except OSError as exc:
-            errors.append(str(exc)[:MAX_TEXT])
-    return None, None, errors
+            message = str(exc)
+            if failure is None and not message.startswith(name + ": cannot open shared object file"):
+                failure = message[:MAX_TEXT]  # there, but broken: wrong ELF class, a missing dependency...
+    return None, failure
+
+
+def _not_loaded(missing, failure):
+    """The answer when an API's library could not be loaded: absent, or present but broken."""
+    if failure:
+        return _result(False, "the library is there but cannot be loaded: %s" % failure, error="library_load_failed")
+    return _result(False, missing, error="library_not_found")
 
 
 def _address(ctypes, function):
@@ -291,25 +300,21 @@ def _cuda_hint(code, library):
 
 
 def probe_cuda(ctypes):
-    stub = None
+    stub = failure = None
     for name in CUDA_LIBRARIES:
-        result = _probe_cuda_library(ctypes, name)
-        if result is None:
+        lib, problem = _load(ctypes, (name,))
+        failure = failure or problem
+        if lib is None:
             continue
+        result = _probe_cuda_library(ctypes, lib, name)
         if result["error"] != CUDA_ERRORS[34]:
             return result
         stub = stub or result  # the toolkit's stub: still try WSL's driver before giving that answer
-    return stub or _result(
-        False, "no NVIDIA driver library: libcuda.so.1 is not on the library path here (the host's NVIDIA "
-        "driver is not mounted)", error="library_not_found")
+    return stub or _not_loaded("no NVIDIA driver library: libcuda.so.1 is not on the library path here (the "
+                               "host's NVIDIA driver is not mounted)", failure)
 
 
-def _probe_cuda_library(ctypes, name):
-    """CUDA through one library file; None when it can't be loaded."""
-    try:
-        lib = ctypes.CDLL(name)
-    except OSError:
-        return None
+def _probe_cuda_library(ctypes, lib, name):
     c_int, byref = ctypes.c_int, ctypes.byref
     library = _path_of(_address(ctypes, lib.cuInit)) or name
     lib.cuInit.argtypes, lib.cuInit.restype = [ctypes.c_uint], c_int
@@ -545,10 +550,10 @@ def probe_vulkan(ctypes):
     manifests = _icd_manifests()
     drivers = _manifest_libraries(manifests)
     before = _mapped_libraries()
-    lib, _, errors = _load(C, ("libvulkan.so.1",))
+    lib, failure = _load(C, ("libvulkan.so.1",))
     if lib is None:
-        return _result(False, "no Vulkan loader: libvulkan.so.1 is not installed here (the image must "
-                       "bring it, e.g. libvulkan1 or vulkan-loader)", error="library_not_found", manifests=manifests)
+        return _not_loaded("no Vulkan loader: libvulkan.so.1 is not installed here (the image must bring it, "
+                           "e.g. libvulkan1 or vulkan-loader)", failure)
     gipa = lib.vkGetInstanceProcAddr
     gipa.restype, gipa.argtypes = C.c_void_p, [C.c_void_p, C.c_char_p]
     library = _path_of(_address(C, gipa)) or "libvulkan.so.1"
@@ -678,7 +683,7 @@ def _has_extension(C, S, enumerate_extensions, handle, wanted):
 
 
 def _vk_counts(entry, vendor_id, device_id):
-    """(counted, reason) by the probe's rules: real GPU types only, software drivers never, Venus only if it allocates."""
+    """(counted, reason): real GPU types only, software drivers never, Venus only if it allocates."""
     name, kind, driver = entry["name"], entry["type"], entry["driver_id"]
     lowered = name.lower()
     if driver == VK_DRIVER_VENUS and kind == 4:
@@ -699,8 +704,8 @@ def _vk_counts(entry, vendor_id, device_id):
         return False, "deviceType %s: not known to be a GPU" % VK_TYPES.get(kind, kind)
     if driver == VK_DRIVER_VENUS:
         if entry.get("allocated"):
-            return True, "Venus (virtio-gpu) forwarding the host's GPU; a %d-byte host-visible allocation and map worked" \
-                % VENUS_TEST_ALLOCATION
+            return True, ("Venus (virtio-gpu) forwarding the host's GPU; a %d-byte host-visible allocation "
+                          "and map worked" % VENUS_TEST_ALLOCATION)
         return False, "Venus enumerates but cannot allocate memory (%s); %s" % (
             entry.get("allocation_error", "failed"), VENUS_FIX)
     return True, "a %s from driver %s" % (entry["type_name"].lower().replace("_", " "),
@@ -778,10 +783,10 @@ def _cl_type_name(value):
 def probe_opencl(ctypes):
     C = ctypes
     before = _mapped_libraries()
-    lib, _, errors = _load(C, ("libOpenCL.so.1",))
+    lib, failure = _load(C, ("libOpenCL.so.1",))
     if lib is None:
-        return _result(False, "no OpenCL ICD loader: libOpenCL.so.1 is not installed here (the image must "
-                       "bring it, e.g. ocl-icd-libopencl1 or ocl-icd)", error="library_not_found")
+        return _not_loaded("no OpenCL ICD loader: libOpenCL.so.1 is not installed here (the image must bring it, "
+                           "e.g. ocl-icd-libopencl1 or ocl-icd)", failure)
     library = _path_of(_address(C, lib.clGetPlatformIDs)) or "libOpenCL.so.1"
     lib.clGetPlatformIDs.argtypes = [C.c_uint32, C.c_void_p, C.POINTER(C.c_uint32)]
     lib.clGetPlatformIDs.restype = C.c_int32
@@ -893,10 +898,10 @@ HSA_DEVICE_TYPE_GPU = 1
 def probe_rocm(ctypes):
     C = ctypes
     rocm = os.environ.get("ROCM_PATH") or "/opt/rocm"
-    lib, _, errors = _load(C, ("libhsa-runtime64.so.1", os.path.join(rocm, "lib/libhsa-runtime64.so.1")))
+    lib, failure = _load(C, ("libhsa-runtime64.so.1", os.path.join(rocm, "lib/libhsa-runtime64.so.1")))
     if lib is None:
-        return _result(False, "no ROCm runtime: libhsa-runtime64.so.1 is not installed here (ROCm images "
-                       "bring it)", error="library_not_found")
+        return _not_loaded("no ROCm runtime: libhsa-runtime64.so.1 is not installed here (ROCm images bring it)",
+                           failure)
     library = _path_of(_address(C, lib.hsa_init)) or "libhsa-runtime64.so.1"
     lib.hsa_init.restype = C.c_int
     code = lib.hsa_init()
@@ -958,12 +963,12 @@ def probe_directml(ctypes):
         os.close(os.open("/dev/dxg", os.O_RDWR))
     except OSError as exc:
         return _result(False, "/dev/dxg is present but cannot be opened: %s" % exc.strerror, error="no_access")
-    dxcore, _, _ = _load(C, ("libdxcore.so", os.path.join(WSL_LIB, "libdxcore.so")))
-    d3d12, _, _ = _load(C, ("libd3d12.so", os.path.join(WSL_LIB, "libd3d12.so")))
+    dxcore, dxcore_failure = _load(C, ("libdxcore.so", os.path.join(WSL_LIB, "libdxcore.so")))
+    d3d12, d3d12_failure = _load(C, ("libd3d12.so", os.path.join(WSL_LIB, "libd3d12.so")))
     missing = [name for name, lib in (("libdxcore.so", dxcore), ("libd3d12.so", d3d12)) if lib is None]
     if missing:
-        return _result(False, "/dev/dxg is here but %s is not: mount %s into the container"
-                       % (" and ".join(missing), WSL_LIB), error="library_not_found")
+        return _not_loaded("/dev/dxg is here but %s is not: mount %s into the container"
+                           % (" and ".join(missing), WSL_LIB), dxcore_failure or d3d12_failure)
     library = _path_of(_address(C, d3d12.D3D12CreateDevice)) or "libd3d12.so"
     try:
         devices = _dxcore_adapters(C, dxcore)

@@ -63,3 +63,11 @@ def test_the_bare_stub_name_is_never_loaded(build, tmp_path):
     result = cuda(stub.parent, init="34")
     assert result["error"] == "library_not_found"
     assert result["library"] is None
+
+
+def test_a_library_that_exists_but_cannot_load_is_named(tmp_path):
+    """E.g. a glibc driver in a musl image, or a missing dependency: not the same as absent."""
+    (tmp_path / "libcuda.so.1").write_bytes(b"not an ELF file\n" * 64)
+    result = cuda(tmp_path)
+    assert result["error"] == "library_load_failed"
+    assert "invalid ELF header" in result["summary"]
