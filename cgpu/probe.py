@@ -576,8 +576,8 @@ def probe_vulkan(ctypes):
     code = create(C.byref(info), None, C.byref(instance))
     common = dict(library=library, loader_version=_vk_version(loader_version), manifests=manifests)
     if code != 0:
-        return _result(False, "vkCreateInstance failed with %s (%d): %s"
-                       % (_vk_name(code), code, _vk_instance_hint(code, manifests)),
+        return _result(False, "vkCreateInstance failed with %s (%d): %s%s"
+                       % (_vk_name(code), code, _vk_instance_hint(code, manifests), _nvidia_graphics_hint()),
                        error=_vk_name(code), drivers_loaded=_drivers_loaded(before, drivers), **common)
     try:
         devices = _vk_devices(C, S, fn, instance, api)
@@ -595,11 +595,26 @@ def probe_vulkan(ctypes):
             "%s (%s)" % (d["name"], d["reason"]) for d in devices)
     else:
         summary = "vkCreateInstance succeeded but no driver reports a device (is the GPU's /dev/dri node passed in?)"
+    if not counted:
+        summary += _nvidia_graphics_hint()
     venus = _venus_manifests(manifests)
     if venus and not any(d["driver_id"] == VK_DRIVER_VENUS for d in devices):
         summary += ("; the Venus driver (%s) gave no device: it needs the virtio-gpu /dev/dri node, and under "
                     "krunkit stock Mesa fails to initialise; %s" % (venus[0], VENUS_FIX))
     return _result(bool(counted), summary, devices=devices, drivers_loaded=loaded, **common)
+
+
+def _nvidia_graphics_hint():
+    """NVIDIA's container toolkit mounts its Vulkan driver only with the graphics capability."""
+    capabilities = os.environ.get("NVIDIA_DRIVER_CAPABILITIES")
+    if capabilities is None:
+        if "NVIDIA_VISIBLE_DEVICES" not in os.environ:
+            return ""
+        capabilities = "utility,compute"  # the toolkit's default
+    if {c.strip() for c in capabilities.split(",")} & {"graphics", "display", "all"}:
+        return ""
+    return ("; NVIDIA_DRIVER_CAPABILITIES=%s lacks graphics, so the NVIDIA container toolkit did not mount its "
+            "Vulkan driver (add graphics)" % capabilities)
 
 
 def _vk_instance_hint(code, manifests):

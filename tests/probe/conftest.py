@@ -20,7 +20,7 @@ FAKES = Path(__file__).resolve().parent / "fakes"
 # Variables that steer the loaders; scrubbed so the host's settings don't leak into a test.
 STEERING = ("VK_DRIVER_FILES", "VK_ICD_FILENAMES", "VK_ADD_DRIVER_FILES", "VK_LOADER_DEBUG",
             "OCL_ICD_FILENAMES", "OCL_ICD_VENDORS", "OPENCL_VENDOR_PATH", "LD_LIBRARY_PATH",
-            "CUDA_VISIBLE_DEVICES", "ROCM_PATH")
+            "CUDA_VISIBLE_DEVICES", "ROCM_PATH", "NVIDIA_DRIVER_CAPABILITIES", "NVIDIA_VISIBLE_DEVICES")
 
 
 def clean_env(**extra: str) -> dict[str, str]:

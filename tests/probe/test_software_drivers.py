@@ -74,3 +74,13 @@ def test_unregistered_nvidia_opencl_driver_is_named(build, tmp_path):
     assert opencl["error"] == "CL_PLATFORM_NOT_FOUND_KHR"
     assert "libnvidia-opencl.so.1 is here but not registered" in opencl["summary"]
     assert "/etc/OpenCL/vendors/nvidia.icd" in opencl["summary"]
+
+
+def test_nvidia_container_without_graphics_capability_is_told_why_vulkan_is_missing(tmp_path):
+    needs_vulkan_loader()
+    env = clean_env(VK_DRIVER_FILES=str(tmp_path), NVIDIA_DRIVER_CAPABILITIES="compute,utility")
+    vulkan = run_probe("vulkan", env=env)["apis"]["vulkan"]
+    assert vulkan["error"] == "VK_ERROR_INCOMPATIBLE_DRIVER"
+    assert "NVIDIA_DRIVER_CAPABILITIES=compute,utility lacks graphics" in vulkan["summary"]
+    env["NVIDIA_DRIVER_CAPABILITIES"] = "compute,utility,graphics"
+    assert "lacks graphics" not in run_probe("vulkan", env=env)["apis"]["vulkan"]["summary"]
