@@ -967,6 +967,7 @@ IID_FACTORY = "78ee5945-c36e-4b13-a669-005dd11c0f06"
 IID_LIST = "526c7776-40e9-459b-b711-f32ad76dfc28"
 IID_ADAPTER = "f0db4c7f-fe5a-42a2-bd62-f2a6cf6fc83e"
 ATTRIBUTE_D3D12_CORE_COMPUTE = "248e2800-a793-4724-abaa-23a6de1be090"
+WARP_IDS = (0x1414, 0x008C)
 
 
 def probe_directml(ctypes):
@@ -1043,20 +1044,7 @@ def _dxcore_adapters(C, dxcore):
                     adapters, index, C.byref(_guid(C, IID_ADAPTER)), C.byref(adapter)) < 0 or not adapter.value:
                 continue
             try:
-                get_property = _method(C, adapter, 6, C.c_int32, C.c_uint32, C.c_size_t, C.c_void_p)
-                hardware = C.c_bool(False)
-                get_property(adapter, DXCORE_IS_HARDWARE, 1, C.byref(hardware))
-                description = C.create_string_buffer(256)
-                get_property(adapter, DXCORE_DRIVER_DESCRIPTION, 256, description)
-                ids = (C.c_uint32 * 4)()
-                get_property(adapter, DXCORE_HARDWARE_ID, 16, ids)
-                name = _text(description.raw) or "D3D12 adapter %d" % index
-                devices.append({
-                    "name": name, "vendor_id": _hex(ids[0]), "device_id": _hex(ids[1]),
-                    "hardware": bool(hardware.value), "counted": bool(hardware.value),
-                    "reason": "a hardware D3D12 compute adapter" if hardware.value
-                    else "a software adapter (WARP), not a GPU",
-                })
+                devices.append(_dxcore_adapter(C, adapter, index))
             finally:
                 release(adapter)
         return devices
@@ -1064,6 +1052,31 @@ def _dxcore_adapters(C, dxcore):
         if adapters.value:
             release(adapters)
         release(factory)
+
+
+def _dxcore_adapter(C, adapter, index):
+    """One IDXCoreAdapter as a device entry: counted only when DXCore says it is hardware."""
+    get_property = _method(C, adapter, 6, C.c_int32, C.c_uint32, C.c_size_t, C.c_void_p)
+    get_size = _method(C, adapter, 7, C.c_int32, C.c_uint32, C.POINTER(C.c_size_t))
+    name = "D3D12 adapter %d" % index
+    size = C.c_size_t(0)
+    if get_size(adapter, DXCORE_DRIVER_DESCRIPTION, C.byref(size)) >= 0 and 0 < size.value <= 4096:
+        description = C.create_string_buffer(size.value)
+        if get_property(adapter, DXCORE_DRIVER_DESCRIPTION, size.value, description) >= 0:
+            name = _text(description.raw) or name
+    ids = (C.c_uint32 * 4)()  # DXCoreHardwareID: vendor, device, subsystem, revision
+    known_ids = get_property(adapter, DXCORE_HARDWARE_ID, 16, ids) >= 0
+    hardware = C.c_bool(False)
+    if get_property(adapter, DXCORE_IS_HARDWARE, 1, C.byref(hardware)) < 0:
+        counted, reason = False, "DXCore could not say whether this adapter is hardware"
+    elif hardware.value and (ids[0], ids[1]) != WARP_IDS:
+        counted, reason = True, "a hardware D3D12 compute adapter"
+    else:
+        counted, reason = False, "a software adapter (WARP, Microsoft Basic Render Driver), not a GPU"
+    entry = {"name": name, "hardware": bool(hardware.value), "counted": counted, "reason": reason}
+    if known_ids:
+        entry.update(vendor_id=_hex(ids[0]), device_id=_hex(ids[1]))
+    return entry
 
 
 # --------------------------------------------------------------------------------------------
