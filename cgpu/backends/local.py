@@ -17,7 +17,6 @@ from typing import Any
 from cgpu.apis import API_ORDER
 from cgpu.report import ReportBuilder
 
-PROBE_VERSION = 1
 # The standalone probe file, to copy or mount into containers. Loaded by path, never imported as
 # `cgpu.probe`: that import would replace the `cgpu.probe()` library function on the package.
 PROBE_SCRIPT = Path(__file__).resolve().parent.parent / "probe.py"
@@ -25,6 +24,7 @@ MAX_TEXT = 500
 MAX_DEVICES = 64
 MAX_DETAILS = 24
 _DETAIL_KEY = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
+_OWN_KEYS = frozenset({"name", "apis", "api", "counted", "source", "status"})  # set by cgpu, not the probe
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]+")
 # Errors that only say "nothing of this API here": the summary says it, no problem needed.
 _QUIET_ERRORS = frozenset({None, "library_not_found", "no_device_node", "not_probed"})
@@ -99,8 +99,9 @@ def _unusable(data: object) -> str | None:
     version = data.get("probe_version")
     if type(version) is not int:
         return "the probe output has no probe_version: not output of cgpu's probe"
-    if version != PROBE_VERSION:
-        return f"the probe output is version {version}; this cgpu reads version {PROBE_VERSION} (update cgpu or the probe)"
+    known = load_probe().PROBE_VERSION
+    if version != known:
+        return f"the probe output is version {version}; this cgpu reads version {known} (update cgpu or the probe)"
     if not isinstance(data.get("apis"), dict):
         return "the probe output has no 'apis' object"
     return None
@@ -121,7 +122,8 @@ def _apply_api(report: ReportBuilder, api: str, entry: object, source: str) -> N
             if _add_device(report, api, device, source):
                 counted += 1
         if len(devices) > MAX_DEVICES:
-            report.problem("warning", source, f"the probe listed {len(devices)} {api} devices; kept the first {MAX_DEVICES}")
+            report.problem("warning", source,
+                           f"the probe listed {len(devices)} {api} devices; kept the first {MAX_DEVICES}")
     elif devices is not None:
         report.problem("warning", source, f"the probe's {api} devices are not a list; ignored")
     if available and counted:
@@ -149,7 +151,7 @@ def _add_device(report: ReportBuilder, api: str, device: object, source: str) ->
     for key, value in device.items():
         if len(details) >= MAX_DETAILS:
             break
-        if key in ("name", "apis", "api", "counted", "source", "status") or not isinstance(key, str) or not _DETAIL_KEY.match(key):
+        if key in _OWN_KEYS or not isinstance(key, str) or not _DETAIL_KEY.match(key):
             continue
         if isinstance(value, str):
             details[key] = _clean(value, 200)

@@ -3,6 +3,8 @@ including the Venus (krunkit) cases."""
 
 from __future__ import annotations
 
+import pytest
+
 from tests.probe.conftest import clean_env, lavapipe_manifest, needs_vulkan_loader, run_probe
 
 VENUS_M2 = "1,22,0x106b,0x1,{alloc},{map},Virtio-GPU Venus (Apple M2)"
@@ -101,3 +103,18 @@ def test_other_device_type_and_unknown_driver_id_are_not_counted_as_software(fak
     assert "OTHER" in by_name["Mystery Accelerator"]["reason"]
     assert by_name["Virtual GPU"]["counted"] is True
     assert by_name["Virtual GPU"]["driver_id_name"] == "UNKNOWN"
+
+
+@pytest.mark.parametrize(
+    ("device", "counted", "reason"),
+    [
+        ("4,10,0x1ae0,0xc0de,0,0,SwiftShader Device (Subzero)", False, "SwiftShader"),
+        ("4,23,0x1414,0x8c,0,0,Microsoft Direct3D12 (Microsoft Basic Render Driver)", False, "WARP"),
+        ("1,23,0x10de,0x2335,0,0,Microsoft Direct3D12 (NVIDIA H200)", True, "integrated gpu"),
+        ("4,99,0x8086,0x1,0,0,Some CPU Driver", False, "deviceType CPU"),
+    ],
+)
+def test_software_and_dozen_devices(fake_icd, device, counted, reason):
+    [result] = vulkan(fake_icd(), devices=device)["devices"]
+    assert result["counted"] is counted
+    assert reason in result["reason"]
