@@ -73,7 +73,7 @@ def _run_children(apis, timeout):
     results = {}
     try:
         for api in apis:
-            out, err = tempfile.TemporaryFile(), tempfile.TemporaryFile()
+            out, err = _capture_file(), _capture_file()
             argv = [sys.executable, "-I", "-S", os.path.abspath(__file__), "--child", api]
             try:
                 proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
@@ -101,6 +101,16 @@ def _run_children(apis, timeout):
             out.close()
             err.close()
     return results
+
+
+def _capture_file():
+    """A file for a child's output; memfd needs no writable directory (read-only containers)."""
+    if hasattr(os, "memfd_create"):
+        try:
+            return os.fdopen(os.memfd_create("cgpu-probe", os.MFD_CLOEXEC), "w+b")
+        except OSError:
+            pass
+    return tempfile.TemporaryFile()
 
 
 def _kill_group(proc):
