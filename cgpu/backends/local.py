@@ -1,4 +1,4 @@
-"""The local backend: run the in-container probe (`cgpu/probe.py`) right here and report what it found.
+"""The local backend: run the in-container probe (`cgpu/container_probe.py`) right here and report what it found.
 
 `apply_probe_output` is also how every other backend reads a probe's JSON from a container
 or VM: that output is untrusted (any image can print anything), so it is checked field by
@@ -7,19 +7,16 @@ field and only what passes becomes provide/withhold, devices and problems.
 
 from __future__ import annotations
 
-import functools
 import re
 import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 from cgpu.apis import API_ORDER
 from cgpu.report import ReportBuilder
 
-# The standalone probe file, to copy or mount into containers. Loaded by path, never imported as
-# `cgpu.probe`: that import would replace the `cgpu.probe()` library function on the package.
-PROBE_SCRIPT = Path(__file__).resolve().parent.parent / "probe.py"
+# The standalone probe file, to copy or mount into containers (as probe.py).
+PROBE_SCRIPT = Path(__file__).resolve().parent.parent / "container_probe.py"
 MAX_TEXT = 500
 MAX_DEVICES = 64
 MAX_DETAILS = 24
@@ -38,7 +35,8 @@ def probe(report: ReportBuilder, *, timeout: float | None = None) -> None:
         report.failed("local", "the local backend probes a Linux environment (a container or VM); "
                                "on macOS use --backend krunkit, on Windows --backend wsl")
         return
-    probe_module = load_probe()
+    from cgpu import container_probe as probe_module
+
     limit = timeout if timeout is not None else probe_module.DEFAULT_TIMEOUT
     if limit <= 0:
         report.failed("local", f"--timeout must be positive, not {limit:g}")
@@ -50,18 +48,6 @@ def probe(report: ReportBuilder, *, timeout: float | None = None) -> None:
         report.failed(str(PROBE_SCRIPT), f"the probe could not run: {exc}")
         return
     apply_probe_output(report, data, source="local probe")
-
-
-@functools.lru_cache(maxsize=1)
-def load_probe() -> ModuleType:
-    """The probe module, loaded from PROBE_SCRIPT under a private name."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("cgpu_probe_script", PROBE_SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def apply_probe_output(report: ReportBuilder, data: object, *, source: str) -> None:
@@ -99,7 +85,8 @@ def _unusable(data: object) -> str | None:
     version = data.get("probe_version")
     if type(version) is not int:
         return "the probe output has no probe_version: not output of cgpu's probe"
-    known = load_probe().PROBE_VERSION
+    from cgpu.container_probe import PROBE_VERSION as known
+
     if version != known:
         return f"the probe output is version {version}; this cgpu reads version {known} (update cgpu or the probe)"
     if not isinstance(data.get("apis"), dict):

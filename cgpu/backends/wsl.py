@@ -203,9 +203,10 @@ def _probe_script(report: ReportBuilder) -> str | None:
 
 def _local_probe_source(report: ReportBuilder) -> bytes | None:
     """The local backend's probe (probe.py), to enumerate adapters with the session's python3."""
-    path = Path(__file__).resolve().parent.parent / "probe.py"
+    from cgpu.backends.local import PROBE_SCRIPT
+
     try:
-        source = path.read_bytes()
+        source = PROBE_SCRIPT.read_bytes()
     except OSError:
         return None
     if len(source) > MAX_LOCAL_PROBE:

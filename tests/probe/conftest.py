@@ -14,7 +14,7 @@ from typing import Any, Callable
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-PROBE = REPO / "cgpu" / "probe.py"
+PROBE = REPO / "cgpu" / "container_probe.py"
 FAKES = Path(__file__).resolve().parent / "fakes"
 
 # Variables that steer the loaders; scrubbed so the host's settings don't leak into a test.

@@ -202,10 +202,10 @@ def test_local_probe_runs_from_stdin_without_a_file():
 
     from cgpu.backends.wsl import parse_output
 
-    local_probe = Path(__file__).resolve().parents[2] / "cgpu" / "probe.py"
+    local_probe = Path(__file__).resolve().parents[2] / "cgpu" / "container_probe.py"
     busybox, python = shutil.which("busybox"), shutil.which("python3")
     if not local_probe.is_file() or busybox is None or python is None:
-        pytest.skip("needs cgpu/probe.py (the local backend's probe), busybox and python3")
+        pytest.skip("needs cgpu/container_probe.py (the local backend's probe), busybox and python3")
     done = subprocess.run([busybox, "sh", "-c", SCRIPT.read_text(), "cgpu-wsl-probe", "5", "20"],
                           input=local_probe.read_bytes(), capture_output=True, timeout=120)
     session = parse_output(done.stdout)
