@@ -1,11 +1,392 @@
-"""The krunkit backend (not implemented yet)."""
+"""The krunkit backend (macOS on Apple silicon): Vulkan through Venus.
+
+Containers on a Mac get a GPU only in a libkrun VM (krunkit), whose virtio-gpu carries Vulkan
+(Mesa Venus -> virglrenderer -> MoltenVK -> Metal) to the host. Whether it works depends on the
+image (Mesa's libkrun build; stock Mesa fails `vkCreateInstance`) and on the VM, so the answer
+comes from running the Venus probe image with `/dev/dri` in that VM: the agent's podman machine
+on the libkrun provider, or a VM booted from `--vm-image`. The answer is cached (booting a VM
+for every doctor run is too slow).
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import json
+import os
+import platform
+import shutil
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any, Final
 
-from cgpu.report import ReportBuilder
+from cgpu.cache import AnswerCache, default_cache_dir
+from cgpu.krunkit_vm import (
+    BREW_INSTALL,
+    LIBKRUN_MACHINE_INIT,
+    GuestResult,
+    Machine,
+    VMError,
+    boot_and_probe,
+    find_krunkit,
+    krunkit_version,
+    list_machines,
+    machine_socket,
+)
+from cgpu.report import ReportBuilder, current_platform
+from cgpu.run import CommandError, decode, run
+
+DEFAULT_PROBE_IMAGE: Final = "localhost/cgpu-venus-probe:latest"
+BUILD_PROBE_IMAGE: Final = "podman build -t localhost/cgpu-venus-probe:latest -f krunkit/Containerfile ."
+GPU_DEVICE: Final = "/dev/dri"  # what ramalama and Podman Desktop pass for the VM's virtio-gpu
+LIBKRUN_MESA_FIX: Final = (
+    "build the image with Mesa's libkrun build (dnf copr enable slp/mesa-libkrun-vulkan, then "
+    "mesa-vulkan-drivers pinned to that build and version-locked, as krunkit/Containerfile does)"
+)
+CACHE_TTL_S: Final = 24 * 3600
+QUICK_TIMEOUT_S: Final = 30.0  # podman machine list/inspect, krunkit --version, image inspect
+RUN_TIMEOUT_S: Final = 180.0  # the probe container
+BOOT_TIMEOUT_S: Final = 300.0  # boot + probe in a krunkit VM
+VK_DRIVER_ID_MESA_VENUS: Final = 22
+VK_PHYSICAL_DEVICE_TYPE_CPU: Final = 4
+INSTANCE_FAILURES: Final = frozenset({"VK_ERROR_OUT_OF_HOST_MEMORY", "VK_ERROR_INITIALIZATION_FAILED"})
 
 
-def probe(report: ReportBuilder, **options: Any) -> None:
-    report.failed("cgpu", "the krunkit backend is not implemented yet")
+class ProbeFailed(Exception):
+    """The probe could not give an answer (not cached: the next run tries again)."""
+
+    def __init__(self, source: str, message: str) -> None:
+        super().__init__(message)
+        self.source = source
+        self.message = message
+
+
+def probe(
+    report: ReportBuilder,
+    *,
+    machine: str | None = None,
+    vm_image: str | None = None,
+    probe_image: str | None = None,
+    refresh: bool = False,
+    timeout: float | None = None,
+) -> None:
+    if machine and vm_image:
+        report.failed("cgpu", "--machine and --vm-image exclude each other: use the podman machine or boot a VM")
+        return
+    _note_platform(report)
+    quick = min(timeout, QUICK_TIMEOUT_S) if timeout else QUICK_TIMEOUT_S
+    exe = find_krunkit()
+    version: str | None = None
+    if exe is not None:
+        try:
+            version = krunkit_version(exe, timeout=quick)
+        except VMError as exc:
+            report.problem("error", exc.source, exc.message)
+    elif vm_image:  # a podman machine finds krunkit itself; booting needs it here
+        _krunkit_missing(report)
+        return
+    try:
+        if vm_image:
+            if version is None:
+                report.failed(exe or "krunkit", f"krunkit does not work here; reinstall it: {BREW_INSTALL}")
+                report.withhold("vulkan", "not provided: krunkit does not work on this host, so no VM can carry Vulkan")
+                return
+            _probe_booted_vm(report, exe, version, vm_image, probe_image, refresh=refresh, timeout=timeout)
+        else:
+            _probe_machine(report, exe, version, machine, probe_image, refresh=refresh, timeout=timeout, quick=quick)
+    except (VMError, ProbeFailed) as exc:
+        message = exc.message
+        if isinstance(exc, VMError) and exc.log_tail:
+            message += f"; VM log tail: {exc.log_tail}"
+        report.failed(exc.source, message)
+        report.withhold("vulkan", f"unknown: the Venus probe could not run ({exc.message})")
+
+
+# --- where the probe runs ---------------------------------------------------------------
+
+
+def _probe_machine(report: ReportBuilder, exe: str | None, version: str | None, name: str | None,
+                   probe_image: str | None, *, refresh: bool, timeout: float | None, quick: float) -> None:
+    podman = shutil.which("podman")
+    if podman is None:
+        report.failed("podman", "podman not found on PATH: install it (brew install podman) and create a "
+                                f"libkrun machine ({LIBKRUN_MACHINE_INIT}), or pass --vm-image to boot a VM with krunkit")
+        report.withhold("vulkan", "unknown: no podman machine and no --vm-image to run the Venus probe in")
+        return
+    report.progress("looking for the podman machine")
+    chosen = _choose_machine(list_machines(podman, timeout=quick), name)
+    if chosen.vm_type != "libkrun":
+        report.problem("error", f"podman machine {chosen.name}",
+                       f"the machine runs on the {chosen.vm_type or 'unknown'} provider, which gives containers no GPU; "
+                       f"only libkrun does: recreate it with {LIBKRUN_MACHINE_INIT}")
+        report.withhold("vulkan", f"not provided: podman machine {chosen.name} uses the {chosen.vm_type or 'unknown'} "
+                                  "provider, which has no virtio-gpu; recreate it on the libkrun provider")
+        return
+    if exe is None:
+        report.problem("warning", "krunkit", "krunkit not found on PATH or in podman's helper directories, "
+                                             f"though machine {chosen.name} uses libkrun; if it will not start: {BREW_INSTALL}")
+    if not chosen.running:
+        raise ProbeFailed(f"podman machine {chosen.name}",
+                          f"the machine is stopped; start it (podman machine start {chosen.name}) and ask again")
+    api = machine_socket(podman, chosen.name, timeout=quick)
+    connection = [podman, "--url", f"unix://{api}"]
+    ref = probe_image or DEFAULT_PROBE_IMAGE
+    image_id = _image_id(connection, ref, chosen.name, timeout=quick)
+    key = {
+        "backend": "krunkit",
+        "host": _host(),
+        "krunkit": version,
+        "vm": {"podman_machine": chosen.name, "provider": chosen.vm_type, "api": api},
+        "probe_image": {"ref": ref, "id": image_id},
+    }
+
+    def compute() -> dict[str, Any]:
+        report.progress(f"running the Venus probe {ref} in podman machine {chosen.name}")
+        argv = [*connection, "run", "--rm", "--pull=never", "--network=none", "--device", GPU_DEVICE, ref]
+        try:
+            done = run(argv, timeout=timeout or RUN_TIMEOUT_S)
+        except CommandError as exc:
+            raise ProbeFailed("podman run", str(exc)) from None
+        return judge(GuestResult(done.returncode, done.stdout, done.stderr),
+                     where=f"podman machine {chosen.name}", image=ref)
+
+    _answer(report, key, compute, refresh=refresh, lock_timeout=(timeout or RUN_TIMEOUT_S) + 30)
+
+
+def _probe_booted_vm(report: ReportBuilder, exe: str, version: str, disk: str, probe_image: str | None,
+                     *, refresh: bool, timeout: float | None) -> None:
+    try:
+        stat = os.stat(disk)
+    except OSError as exc:
+        raise ProbeFailed(disk, f"--vm-image cannot be read: {exc.strerror or exc}") from None
+    key = {
+        "backend": "krunkit",
+        "host": _host(),
+        "krunkit": version,
+        "vm": {"image": os.path.abspath(disk), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns},
+        "probe_image": {"ref": probe_image},
+    }
+    run_dir = _vm_run_dir()
+
+    def compute() -> dict[str, Any]:
+        report.progress(f"booting {disk} with krunkit {version}")
+        result = boot_and_probe(exe, disk, run_dir=run_dir, probe_image=probe_image,
+                                timeout=timeout or BOOT_TIMEOUT_S, progress=report.progress)
+        answer = judge(result, where=f"the krunkit VM booted from {disk}", image=probe_image or "the guest's probe image")
+        answer["problems"].append({"severity": "info", "source": str(run_dir),
+                                   "message": "the probe VM's logs (krunkit.log, console.log) are kept here"})
+        return answer
+
+    _answer(report, key, compute, refresh=refresh, lock_timeout=(timeout or BOOT_TIMEOUT_S) + 30)
+
+
+def _choose_machine(machines: list[Machine], name: str | None) -> Machine:
+    if name is not None:
+        for entry in machines:
+            if entry.name == name:
+                return entry
+        known = ", ".join(f"{m.name} ({m.vm_type})" for m in machines) or "none"
+        raise ProbeFailed("podman machine list", f"no podman machine named {name!r} (machines: {known})")
+    if not machines:
+        raise ProbeFailed("podman machine list", "no podman machine: create one on the libkrun provider "
+                                                 f"({LIBKRUN_MACHINE_INIT}) or pass --vm-image to boot a VM with krunkit")
+    # The machine the agent's containers run on: the running one, libkrun first, then the default.
+    return sorted(machines, key=lambda m: (not m.running, m.vm_type != "libkrun", not m.default))[0]
+
+
+def _image_id(connection: list[str], ref: str, machine: str, *, timeout: float) -> str:
+    argv = [*connection, "image", "inspect", "--format", "{{.Id}}", ref]
+    try:
+        done = run(argv, timeout=timeout)
+    except CommandError as exc:
+        raise ProbeFailed("podman image inspect", str(exc)) from None
+    stderr = decode(done.stderr).strip()
+    if done.returncode != 0 and ("connect" in stderr.lower() or "socket" in stderr.lower()):
+        raise ProbeFailed(connection[-1], f"the API of podman machine {machine} does not answer: {stderr[-300:]}")
+    if done.returncode != 0:
+        hint = (f"build it in the machine: {BUILD_PROBE_IMAGE.replace('podman ', f'podman --connection {machine} ', 1)}"
+                if ref == DEFAULT_PROBE_IMAGE else f"pull or build {ref} in the machine")
+        raise ProbeFailed(f"podman image inspect {ref}", f"the probe image is not in podman machine {machine}: "
+                                                         f"{stderr[-200:]}; {hint}")
+    return decode(done.stdout).strip()
+
+
+def _note_platform(report: ReportBuilder) -> None:
+    here = current_platform()
+    if sys.platform != "darwin":
+        report.problem("info", "cgpu", f"krunkit exists only for macOS 14+ on Apple silicon and this is {here}: "
+                                       "checking anyway because --backend krunkit was asked for")
+    elif platform.machine().lower() not in ("arm64", "aarch64"):
+        report.problem("warning", "cgpu", f"this Mac is {here}: libkrun (krunkit) needs Apple silicon, "
+                                          "so containers here get no GPU")
+
+
+def _krunkit_missing(report: ReportBuilder) -> None:
+    where = "" if sys.platform == "darwin" else " (it exists only for macOS on Apple silicon)"
+    report.failed("krunkit", f"krunkit not found on PATH, in $CGPU_KRUNKIT_EXE or in podman's helper directories"
+                             f"{where}; install it: {BREW_INSTALL}")
+    report.withhold("vulkan", f"not provided: krunkit is not installed, so no VM can carry Vulkan to the GPU; "
+                              f"install it: {BREW_INSTALL}")
+
+
+def _host() -> dict[str, str]:
+    return {"name": socket.gethostname(), "platform": current_platform()}
+
+
+def _vm_run_dir() -> Path:
+    """Where the probe VM's logs stay after the run (the latest run only)."""
+    preferred = default_cache_dir() / "krunkit-vm"
+    try:
+        preferred.mkdir(parents=True, exist_ok=True)
+        return preferred
+    except OSError:
+        import tempfile
+
+        return Path(tempfile.mkdtemp(prefix="cgpu-krunkit-vm-"))
+
+
+# --- the answer, cached -----------------------------------------------------------------
+
+
+def _answer(report: ReportBuilder, key: dict[str, Any], compute, *, refresh: bool, lock_timeout: float) -> None:
+    cache = AnswerCache("krunkit", ttl=CACHE_TTL_S,
+                        warn=lambda source, message: report.problem("warning", source, message))
+    with cache.locked(key, timeout=lock_timeout):
+        cached = None if refresh else cache.get(key)
+        if cached is not None:
+            answer, stored_at = cached
+            when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(stored_at))
+            report.problem("info", str(cache.path(key)),
+                           f"answer cached at {when} (kept {CACHE_TTL_S // 3600} h); --refresh checks again")
+        else:
+            answer = compute()
+            cache.put(key, answer)
+    _apply(report, answer)
+
+
+def _apply(report: ReportBuilder, answer: dict[str, Any]) -> None:
+    vulkan = answer["vulkan"]
+    (report.provide if vulkan["provided"] else report.withhold)("vulkan", vulkan["evidence"])
+    for device in answer["devices"]:
+        report.device(**device)
+    for problem in answer["problems"]:
+        report.problem(problem["severity"], problem["source"], problem["message"])
+
+
+# --- judging the probe's output ---------------------------------------------------------
+
+
+def judge(result: GuestResult, *, where: str, image: str) -> dict[str, Any]:
+    """Turn one probe run (exit status, stdout, stderr) into the krunkit answer: vulkan in or
+    out with its evidence, the devices, and every failure named with its fix.
+
+    Raises ProbeFailed when the run said nothing about Vulkan (the image could not start)."""
+    problems: list[dict[str, str]] = []
+    stderr = decode(result.stderr).strip()
+    data = _probe_json(result.stdout)
+    if data is None:
+        if GPU_DEVICE in stderr and ("no such file" in stderr.lower() or "not found" in stderr.lower()):
+            message = (f"{where} has no {GPU_DEVICE}: its virtio-gpu is missing, so it is not a libkrun VM with a GPU "
+                       f"or its kernel lacks virtio-gpu; use a podman machine on the libkrun provider ({LIBKRUN_MACHINE_INIT})")
+            problems.append({"severity": "error", "source": f"podman run --device {GPU_DEVICE}", "message": message})
+            return _out(f"not provided: {where} has no {GPU_DEVICE} to give containers", problems)
+        raise ProbeFailed(f"probe image {image}",
+                          f"the probe gave no JSON (exit {result.returncode}): "
+                          f"{stderr[-400:] or decode(result.stdout)[:200] or 'no output'}")
+    vulkan = data.get("apis", {}).get("vulkan") if isinstance(data.get("apis"), dict) else None
+    if not isinstance(vulkan, dict):
+        raise ProbeFailed(f"probe image {image}", "the probe's JSON has no apis.vulkan object; is it cgpu's probe?")
+    raw_devices = vulkan.get("devices") if isinstance(vulkan.get("devices"), list) else []
+    devices = [d for d in raw_devices if isinstance(d, dict) and isinstance(d.get("name"), str)]
+    error = vulkan.get("error") if isinstance(vulkan.get("error"), str) else None
+    venus = [d for d in devices if _is_venus(d)]
+    seen = [_device_entry(d, works=d in venus and _works(d)) for d in devices]
+    working = [d for d in venus if _works(d)]
+    if working:
+        first = working[0]
+        evidence = (f"provided: {first['name']} (Mesa Venus over virtio-gpu, to the Mac's GPU through virglrenderer, "
+                    f"MoltenVK and Metal) created a Vulkan instance and allocated memory in {where} "
+                    f"with {GPU_DEVICE}; the image needs Mesa's libkrun build, as {image} has")
+        return {"vulkan": {"provided": True, "evidence": evidence}, "devices": seen, "problems": problems}
+
+    source = f"probe image {image}"
+    if not devices and error in INSTANCE_FAILURES:
+        problems.append({"severity": "error", "source": source, "message": (
+            f"vkCreateInstance failed with {error} in {where}: the image's Mesa is the stock build, whose Venus "
+            f"driver cannot map krunkit's memory (16 KiB alignment on Apple silicon) and makes the Vulkan loader "
+            f"give up; {LIBKRUN_MESA_FIX}")})
+        return _out(f"not provided: stock Mesa fails vkCreateInstance ({error}) under krunkit; {LIBKRUN_MESA_FIX}",
+                    problems, seen)
+    unallocated = [d for d in venus if d.get("allocated") is False]
+    if unallocated:
+        name = unallocated[0]["name"]
+        problems.append({"severity": "error", "source": source, "message": (
+            f"{name} enumerates but allocating or mapping memory fails in {where} (the Venus 16 KiB alignment bug): "
+            f"Mesa without the libkrun patches; {LIBKRUN_MESA_FIX}")})
+        return _out(f"not provided: {name} enumerates but cannot allocate memory; {LIBKRUN_MESA_FIX}", problems, seen)
+    on_cpu = [d for d in venus if _is_cpu(d)]
+    if on_cpu:
+        name = on_cpu[0]["name"]
+        problems.append({"severity": "error", "source": source, "message": (
+            f"{name} is Venus on a CPU (software) Vulkan device of the host, not the Mac's GPU: the host's "
+            f"virglrenderer does not reach MoltenVK; reinstall krunkit and its libraries ({BREW_INSTALL}), "
+            "which bring virglrenderer built for MoltenVK")})
+        return _out(f"not provided: {name} runs on a software device of the host, not the GPU", problems, seen)
+    if venus:
+        name, reason = venus[0]["name"], venus[0].get("reason") or "the probe did not count it"
+        if venus[0].get("allocated") is None:
+            reason = "the probe did not report a memory allocation on it"
+        problems.append({"severity": "error", "source": source, "message": f"{name} in {where}: {reason}"})
+        return _out(f"not provided: {name} does not work ({reason})", problems, seen)
+    if vulkan.get("library") is None and not devices:
+        message = (f"the image has no Vulkan loader (libvulkan.so.1){': ' + error if error else ''}; install "
+                   f"vulkan-loader and {LIBKRUN_MESA_FIX}")
+        problems.append({"severity": "error", "source": source, "message": message})
+        return _out(f"not provided: {image} has no Vulkan loader", problems, seen)
+    what = ", ".join(d["name"] for d in devices) or (error or vulkan.get("summary") or "no device")
+    problems.append({"severity": "error", "source": source, "message": (
+        f"no Venus device in {where} (saw: {what}): the image lacks Mesa's Venus driver (virtio_icd) or it was "
+        f"skipped; software devices such as llvmpipe never count; {LIBKRUN_MESA_FIX}")})
+    return _out(f"not provided: no Venus device in {where}, only {what}", problems, seen)
+
+
+def _out(evidence: str, problems: list[dict[str, str]], devices: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    return {"vulkan": {"provided": False, "evidence": evidence}, "devices": devices or [], "problems": problems}
+
+
+def _probe_json(stdout: bytes) -> dict[str, Any] | None:
+    """The probe prints one JSON object; anything else (nothing, a podman error) is None."""
+    text = decode(stdout).strip()
+    if not text.startswith("{"):
+        return None
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _is_venus(device: dict[str, Any]) -> bool:
+    return (device.get("driver_id") == VK_DRIVER_ID_MESA_VENUS
+            or str(device.get("driver_name") or "").lower() == "venus"
+            or "venus" in device["name"].lower())
+
+
+def _is_cpu(device: dict[str, Any]) -> bool:
+    kind = device.get("type")
+    name = device["name"].lower()
+    return (kind == VK_PHYSICAL_DEVICE_TYPE_CPU or (isinstance(kind, str) and "cpu" in kind.lower())
+            or "llvmpipe" in name or "swiftshader" in name)
+
+
+def _works(device: dict[str, Any]) -> bool:
+    return device.get("counted") is True and device.get("allocated") is True and not _is_cpu(device)
+
+
+def _device_entry(device: dict[str, Any], *, works: bool) -> dict[str, Any]:
+    entry: dict[str, Any] = {"name": device["name"], "apis": ["vulkan"] if works else []}
+    for field in ("type", "vendor_id", "driver_id", "driver_name", "allocated", "reason"):
+        value = device.get(field)
+        if isinstance(value, (str, int, bool)) and not isinstance(value, float):
+            entry[field] = value
+    return entry
