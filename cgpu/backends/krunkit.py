@@ -74,6 +74,9 @@ def probe(
         report.failed("cgpu", "--machine and --vm-image exclude each other: use the podman machine or boot a VM")
         return
     _note_platform(report)
+    for api in ("cuda", "rocm", "opencl", "directml"):
+        report.withhold(api, f"not provided: a krunkit VM's virtio-gpu carries only Vulkan (Venus) to the Mac's GPU; "
+                             f"{api} does not reach containers on a Mac")
     quick = min(timeout, QUICK_TIMEOUT_S) if timeout else QUICK_TIMEOUT_S
     exe = find_krunkit()
     version: str | None = None
@@ -172,7 +175,7 @@ def _probe_booted_vm(report: ReportBuilder, exe: str, version: str, disk: str, p
         report.progress(f"booting {disk} with krunkit {version}")
         result = boot_and_probe(exe, disk, run_dir=run_dir, probe_image=probe_image,
                                 timeout=timeout or BOOT_TIMEOUT_S, progress=report.progress)
-        answer = judge(result, where=f"the krunkit VM booted from {disk}", image=probe_image or "the guest's probe image")
+        answer = judge(result, where=f"the krunkit VM booted from {disk}", image=probe_image or DEFAULT_PROBE_IMAGE)
         answer["problems"].append({"severity": "info", "source": str(run_dir),
                                    "message": "the probe VM's logs (krunkit.log, console.log) are kept here"})
         return answer
