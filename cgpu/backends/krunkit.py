@@ -283,74 +283,73 @@ def judge(result: GuestResult, *, where: str, image: str) -> dict[str, Any]:
     """Turn one probe run (exit status, stdout, stderr) into the krunkit answer: vulkan in or
     out with its evidence, the devices, and every failure named with its fix.
 
-    Raises ProbeFailed when the run said nothing about Vulkan (the image could not start)."""
-    problems: list[dict[str, str]] = []
+    The probe's JSON is untrusted: `apply_probe_output` (the local backend's reader) checks it
+    and keeps only clean device entries; the probe's counting rules decide which device counts,
+    and the krunkit rule on top is: a Venus device that is not a CPU and allocated memory.
+    Raises ProbeFailed when the run said nothing usable about Vulkan."""
+    from cgpu.backends.local import apply_probe_output
+
     stderr = decode(result.stderr).strip()
+    source = f"probe image {image}"
     data = _probe_json(result.stdout)
     if data is None:
-        if GPU_DEVICE in stderr and ("no such file" in stderr.lower() or "not found" in stderr.lower()):
-            message = (f"{where} has no {GPU_DEVICE}: its virtio-gpu is missing, so it is not a libkrun VM with a GPU "
+        if "/dev/dri" in stderr and ("no such file" in stderr.lower() or "not found" in stderr.lower()):
+            message = (f"{where} has no /dev/dri: its virtio-gpu is missing, so it is not a libkrun VM with a GPU "
                        f"or its kernel lacks virtio-gpu; use a podman machine on the libkrun provider ({LIBKRUN_MACHINE_INIT})")
-            problems.append({"severity": "error", "source": f"podman run --device {GPU_DEVICE}", "message": message})
-            return _out(f"not provided: {where} has no {GPU_DEVICE} to give containers", problems)
-        raise ProbeFailed(f"probe image {image}",
-                          f"the probe gave no JSON (exit {result.returncode}): "
-                          f"{stderr[-400:] or decode(result.stdout)[:200] or 'no output'}")
+            return _out(f"not provided: {where} has no /dev/dri to give containers",
+                        [_problem(f"podman run --device {GPU_DEVICE}", message)])
+        raise ProbeFailed(source, f"the probe gave no JSON (exit {result.returncode}): "
+                                  f"{stderr[-400:] or decode(result.stdout)[:200] or 'no output'}")
+    checked = ReportBuilder("krunkit")
+    apply_probe_output(checked, data, source=source)
+    unusable = [p["message"] for p in checked.problems if p["severity"] == "error"]
     vulkan = data.get("apis", {}).get("vulkan") if isinstance(data.get("apis"), dict) else None
-    if not isinstance(vulkan, dict):
-        raise ProbeFailed(f"probe image {image}", "the probe's JSON has no apis.vulkan object; is it cgpu's probe?")
-    raw_devices = vulkan.get("devices") if isinstance(vulkan.get("devices"), list) else []
-    devices = [d for d in raw_devices if isinstance(d, dict) and isinstance(d.get("name"), str)]
-    error = vulkan.get("error") if isinstance(vulkan.get("error"), str) else None
+    if unusable or not isinstance(vulkan, dict):
+        raise ProbeFailed(source, unusable[0] if unusable else "the probe's JSON has no apis.vulkan object")
+    devices = [d for d in checked.devices if d.get("api") == "vulkan"]
+    error = vulkan.get("error") if vulkan.get("error") in INSTANCE_FAILURES else None
     venus = [d for d in devices if _is_venus(d)]
-    seen = [_device_entry(d, works=d in venus and _works(d)) for d in devices]
     working = [d for d in venus if _works(d)]
+    seen = [_device_entry(d, works=any(d is w for w in working)) for d in devices]
     if working:
-        first = working[0]
-        evidence = (f"provided: {first['name']} (Mesa Venus over virtio-gpu, to the Mac's GPU through virglrenderer, "
-                    f"MoltenVK and Metal) created a Vulkan instance and allocated memory in {where} "
-                    f"with {GPU_DEVICE}; the image needs Mesa's libkrun build, as {image} has")
-        return {"vulkan": {"provided": True, "evidence": evidence}, "devices": seen, "problems": problems}
+        evidence = (f"provided: {working[0]['name']} (Mesa Venus over virtio-gpu, to the Mac's GPU through "
+                    f"virglrenderer, MoltenVK and Metal) created a Vulkan instance and allocated memory in {where} "
+                    f"with {GPU_DEVICE}; images need Mesa's libkrun build, as {image} has")
+        return {"vulkan": {"provided": True, "evidence": evidence}, "devices": seen, "problems": []}
 
-    source = f"probe image {image}"
-    if not devices and error in INSTANCE_FAILURES:
-        problems.append({"severity": "error", "source": source, "message": (
-            f"vkCreateInstance failed with {error} in {where}: the image's Mesa is the stock build, whose Venus "
-            f"driver cannot map krunkit's memory (16 KiB alignment on Apple silicon) and makes the Vulkan loader "
-            f"give up; {LIBKRUN_MESA_FIX}")})
+    if not devices and error:
         return _out(f"not provided: stock Mesa fails vkCreateInstance ({error}) under krunkit; {LIBKRUN_MESA_FIX}",
-                    problems, seen)
-    unallocated = [d for d in venus if d.get("allocated") is False]
-    if unallocated:
-        name = unallocated[0]["name"]
-        problems.append({"severity": "error", "source": source, "message": (
-            f"{name} enumerates but allocating or mapping memory fails in {where} (the Venus 16 KiB alignment bug): "
-            f"Mesa without the libkrun patches; {LIBKRUN_MESA_FIX}")})
-        return _out(f"not provided: {name} enumerates but cannot allocate memory; {LIBKRUN_MESA_FIX}", problems, seen)
+                    [_problem(source, f"vkCreateInstance failed with {error} in {where}: the image's Mesa is the stock "
+                                      "build, whose Venus driver cannot map krunkit's memory (16 KiB alignment on Apple "
+                                      f"silicon) and makes the Vulkan loader give up; {LIBKRUN_MESA_FIX}")], seen)
     on_cpu = [d for d in venus if _is_cpu(d)]
     if on_cpu:
         name = on_cpu[0]["name"]
-        problems.append({"severity": "error", "source": source, "message": (
-            f"{name} is Venus on a CPU (software) Vulkan device of the host, not the Mac's GPU: the host's "
-            f"virglrenderer does not reach MoltenVK; reinstall krunkit and its libraries ({BREW_INSTALL}), "
-            "which bring virglrenderer built for MoltenVK")})
-        return _out(f"not provided: {name} runs on a software device of the host, not the GPU", problems, seen)
-    if venus:
-        name, reason = venus[0]["name"], venus[0].get("reason") or "the probe did not count it"
-        if venus[0].get("allocated") is None:
-            reason = "the probe did not report a memory allocation on it"
-        problems.append({"severity": "error", "source": source, "message": f"{name} in {where}: {reason}"})
-        return _out(f"not provided: {name} does not work ({reason})", problems, seen)
+        return _out(f"not provided: {name} runs on a software device of the host, not the GPU",
+                    [_problem(source, f"{name} is Venus on a CPU (software) Vulkan device of the host, not the Mac's "
+                                      "GPU: the host's virglrenderer does not reach MoltenVK; reinstall krunkit and its "
+                                      f"libraries ({BREW_INSTALL}), which bring virglrenderer built for MoltenVK")], seen)
+    unallocated = [d for d in venus if d.get("allocated") is not True]
+    if unallocated:
+        name = unallocated[0]["name"]
+        failure = unallocated[0].get("allocation_error") or "no allocation reported"
+        return _out(f"not provided: {name} enumerates but cannot allocate memory; {LIBKRUN_MESA_FIX}",
+                    [_problem(source, f"{name} enumerates but allocating or mapping memory fails in {where} "
+                                      f"({failure}; the Venus 16 KiB alignment bug): Mesa without the libkrun "
+                                      f"patches; {LIBKRUN_MESA_FIX}")], seen)
     if vulkan.get("library") is None and not devices:
-        message = (f"the image has no Vulkan loader (libvulkan.so.1){': ' + error if error else ''}; install "
-                   f"vulkan-loader and {LIBKRUN_MESA_FIX}")
-        problems.append({"severity": "error", "source": source, "message": message})
-        return _out(f"not provided: {image} has no Vulkan loader", problems, seen)
-    what = ", ".join(d["name"] for d in devices) or (error or vulkan.get("summary") or "no device")
-    problems.append({"severity": "error", "source": source, "message": (
-        f"no Venus device in {where} (saw: {what}): the image lacks Mesa's Venus driver (virtio_icd) or it was "
-        f"skipped; software devices such as llvmpipe never count; {LIBKRUN_MESA_FIX}")})
-    return _out(f"not provided: no Venus device in {where}, only {what}", problems, seen)
+        return _out(f"not provided: {image} has no Vulkan loader",
+                    [_problem(source, f"the image has no Vulkan loader (libvulkan.so.1); install vulkan-loader and "
+                                      f"{LIBKRUN_MESA_FIX}")], seen)
+    what = ", ".join(d["name"] for d in devices) or "no device"
+    return _out(f"not provided: no Venus device in {where}, only {what}",
+                [_problem(source, f"no Venus device in {where} (saw: {what}): the image lacks Mesa's Venus driver "
+                                  "(virtio_icd) or it was skipped; software devices such as llvmpipe never count; "
+                                  f"{LIBKRUN_MESA_FIX}")], seen)
+
+
+def _problem(source: str, message: str) -> dict[str, str]:
+    return {"severity": "error", "source": source, "message": message}
 
 
 def _out(evidence: str, problems: list[dict[str, str]], devices: list[dict[str, Any]] | None = None) -> dict[str, Any]:
@@ -376,10 +375,8 @@ def _is_venus(device: dict[str, Any]) -> bool:
 
 
 def _is_cpu(device: dict[str, Any]) -> bool:
-    kind = device.get("type")
     name = device["name"].lower()
-    return (kind == VK_PHYSICAL_DEVICE_TYPE_CPU or (isinstance(kind, str) and "cpu" in kind.lower())
-            or "llvmpipe" in name or "swiftshader" in name)
+    return device.get("type") == VK_PHYSICAL_DEVICE_TYPE_CPU or "llvmpipe" in name or "swiftshader" in name
 
 
 def _works(device: dict[str, Any]) -> bool:
@@ -387,9 +384,7 @@ def _works(device: dict[str, Any]) -> bool:
 
 
 def _device_entry(device: dict[str, Any], *, works: bool) -> dict[str, Any]:
-    entry: dict[str, Any] = {"name": device["name"], "apis": ["vulkan"] if works else []}
-    for field in ("type", "vendor_id", "driver_id", "driver_name", "allocated", "reason"):
-        value = device.get(field)
-        if isinstance(value, (str, int, bool)) and not isinstance(value, float):
-            entry[field] = value
-    return entry
+    """A checked device as the report lists it, counted by the krunkit rule."""
+    details = {k: v for k, v in device.items() if k not in ("name", "apis", "status", "counted", "api", "source")}
+    return {"name": device["name"], "apis": ["vulkan"] if works else [],
+            "status": "counted" if works else "ignored", **details}

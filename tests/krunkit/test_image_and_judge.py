@@ -79,3 +79,27 @@ def test_judge_never_crashes(stdout, returncode, stderr):
         assert any(d["apis"] == ["vulkan"] for d in answer["devices"])
     else:
         assert answer["problems"] and answer["problems"][0]["severity"] == "error"
+
+
+def _judge(stdout: str, returncode: int = 0, stderr: bytes = b""):
+    return judge(GuestResult(returncode, stdout.encode(), stderr), where="the VM", image="img")
+
+
+def test_judge_reads_the_probe_through_the_local_checker():
+    from tests.krunkit.test_machine import VENUS, VENUS_NO_ALLOCATION, probe_output
+
+    answer = _judge(probe_output(VENUS_NO_ALLOCATION))
+    assert "VK_ERROR_MEMORY_MAP_FAILED" in answer["problems"][0]["message"]
+    hostile = {**VENUS, "name": "Virtio-GPU Venus\x1b[2J (Apple M4)\n" + "x" * 5000}
+    answer = _judge(probe_output(hostile))
+    assert answer["vulkan"]["provided"]
+    name = answer["devices"][0]["name"]
+    assert "\x1b" not in name and "\n" not in name and len(name) <= 200
+    newer = json.loads(probe_output(VENUS))
+    newer["probe_version"] = 2
+    try:
+        _judge(json.dumps(newer))
+    except ProbeFailed as exc:
+        assert "version 2" in exc.message
+    else:
+        raise AssertionError("a probe of another version must not be read")

@@ -11,17 +11,26 @@ from cgpu.backends import krunkit as backend
 from cgpu.backends import run_backend
 from tests.conftest import validate_report
 
-VENUS = {"name": "Virtio-GPU Venus (Apple M2 Pro)", "counted": True, "reason": None, "type": "integrated",
-         "vendor_id": 0x106B, "driver_id": 22, "driver_name": "venus", "allocated": True}
-LLVMPIPE = {"name": "llvmpipe (LLVM 17.0.6, 128 bits)", "counted": False, "reason": "software renderer (llvmpipe)",
-            "type": "cpu", "vendor_id": 0x10005, "driver_id": 13, "driver_name": "llvmpipe"}
+# Device entries as cgpu/probe.py writes them.
+VENUS = {"name": "Virtio-GPU Venus (Apple M2 Pro)", "type": 1, "type_name": "INTEGRATED_GPU", "vendor_id": "0x106b",
+         "device_id": "0xe0303ef", "api_version": "1.2.0", "driver_id": 22, "driver_id_name": "MESA_VENUS",
+         "driver_name": "venus", "driver_info": "Mesa 25.3.6", "allocated": True, "counted": True,
+         "reason": "Venus (virtio-gpu) forwarding the host's GPU; a 4096-byte host-visible allocation and map worked"}
+LLVMPIPE = {"name": "llvmpipe (LLVM 17.0.6, 128 bits)", "type": 4, "type_name": "CPU", "vendor_id": "0x10005",
+            "device_id": "0x0", "driver_id": 13, "driver_id_name": "MESA_LLVMPIPE", "driver_name": "llvmpipe",
+            "counted": False, "reason": "lavapipe/llvmpipe, Mesa's CPU software driver"}
+VENUS_NO_ALLOCATION = {**VENUS, "allocated": False, "counted": False,
+                       "allocation_error": "vkMapMemory failed with VK_ERROR_MEMORY_MAP_FAILED (-5)",
+                       "reason": "Venus enumerates but cannot allocate memory"}
+VENUS_ON_CPU = {**VENUS, "name": "Virtio-GPU Venus (llvmpipe (LLVM 18.1.6, 128 bits))", "type": 4, "type_name": "CPU",
+                "counted": False, "reason": "lavapipe/llvmpipe, Mesa's CPU software driver"}
 
 
 def probe_output(*devices: dict, error: str | None = None, library: str | None = "libvulkan.so.1") -> str:
     counted = [d for d in devices if d.get("counted")]
     vulkan = {"available": bool(counted), "summary": f"{len(counted)} device(s)", "library": library,
-              "error": error, "devices": list(devices)}
-    return json.dumps({"probe_version": 1, "apis": {"vulkan": vulkan}})
+              "error": error, "devices": list(devices), "stderr": ""}
+    return json.dumps({"probe_version": 1, "platform": "linux-aarch64", "apis": {"vulkan": vulkan}})
 
 
 def krunkit_report(**options):
@@ -71,13 +80,11 @@ def test_venus_that_allocates_gives_vulkan_and_is_cached(libkrun_machine, probe_
         pytest.param(probe_output(error="VK_ERROR_OUT_OF_HOST_MEMORY"), "stock Mesa", id="stock-mesa-oom"),
         pytest.param(probe_output(error="VK_ERROR_INITIALIZATION_FAILED"), "stock Mesa", id="stock-mesa-init"),
         pytest.param(probe_output(LLVMPIPE), "no Venus device", id="llvmpipe-only"),
-        pytest.param(probe_output({**VENUS, "allocated": False, "counted": False, "reason": "vkAllocateMemory failed"}),
-                     "cannot allocate memory", id="enumerates-no-allocation"),
-        pytest.param(probe_output({**VENUS, "name": "Virtio-GPU Venus (llvmpipe (LLVM 18.1.6, 128 bits))",
-                                   "type": "cpu", "counted": False, "reason": "CPU device"}),
-                     "software device of the host", id="venus-on-cpu"),
-        pytest.param(probe_output(error="VK_ERROR_INCOMPATIBLE_DRIVER", library=None), "no Vulkan loader",
-                     id="no-loader"),
+        pytest.param(probe_output(VENUS_NO_ALLOCATION, LLVMPIPE), "cannot allocate memory",
+                     id="enumerates-no-allocation"),
+        pytest.param(probe_output(VENUS_ON_CPU), "software device of the host", id="venus-on-cpu"),
+        pytest.param(probe_output(error="library_not_found", library=None), "no Vulkan loader", id="no-loader"),
+        pytest.param(probe_output(error="VK_ERROR_INCOMPATIBLE_DRIVER"), "no Venus device", id="no-driver"),
     ],
 )
 def test_each_venus_failure_is_named_with_its_fix(libkrun_machine, probe_images, stdout, expected):
