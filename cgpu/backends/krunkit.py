@@ -50,6 +50,8 @@ BOOT_TIMEOUT_S: Final = 300.0  # boot + probe in a krunkit VM
 VK_DRIVER_ID_MESA_VENUS: Final = 22
 VK_PHYSICAL_DEVICE_TYPE_CPU: Final = 4
 INSTANCE_FAILURES: Final = frozenset({"VK_ERROR_OUT_OF_HOST_MEMORY", "VK_ERROR_INITIALIZATION_FAILED"})
+# cgpu/probe.py's error codes for "the probe itself got no answer" (not a verdict on Vulkan).
+PROBE_GOT_NO_ANSWER: Final = frozenset({"timeout", "crashed", "probe_failed", "probe_error", "no_ctypes"})
 
 
 class ProbeFailed(Exception):
@@ -307,6 +309,9 @@ def judge(result: GuestResult, *, where: str, image: str) -> dict[str, Any]:
     if unusable or not isinstance(vulkan, dict):
         raise ProbeFailed(source, unusable[0] if unusable else "the probe's JSON has no apis.vulkan object")
     devices = [d for d in checked.devices if d.get("api") == "vulkan"]
+    if vulkan.get("error") in PROBE_GOT_NO_ANSWER and not devices:
+        summary = vulkan.get("summary") if isinstance(vulkan.get("summary"), str) else ""
+        raise ProbeFailed(source, f"the probe got no Vulkan answer ({vulkan['error']}): {summary[:300]}")
     error = vulkan.get("error") if vulkan.get("error") in INSTANCE_FAILURES else None
     venus = [d for d in devices if _is_venus(d)]
     working = [d for d in venus if _works(d)]
@@ -337,7 +342,7 @@ def judge(result: GuestResult, *, where: str, image: str) -> dict[str, Any]:
                     [_problem(source, f"{name} enumerates but allocating or mapping memory fails in {where} "
                                       f"({failure}; the Venus 16 KiB alignment bug): Mesa without the libkrun "
                                       f"patches; {LIBKRUN_MESA_FIX}")], seen)
-    if vulkan.get("library") is None and not devices:
+    if vulkan.get("error") == "library_not_found" and not devices:
         return _out(f"not provided: {image} has no Vulkan loader",
                     [_problem(source, f"the image has no Vulkan loader (libvulkan.so.1); install vulkan-loader and "
                                       f"{LIBKRUN_MESA_FIX}")], seen)

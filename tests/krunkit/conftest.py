@@ -146,3 +146,58 @@ def probe_images():
         if made:
             subprocess.run([REAL_PODMAN, "rmi", "-f", *made], capture_output=True, timeout=60)
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _copy_with_libs(root: Path, files: list[str]) -> None:
+    """Copy files into `root` at the same paths, with the shared libraries they link."""
+    wanted = set()
+    for path in files:
+        wanted.add(path)
+        done = subprocess.run(["ldd", path], capture_output=True, text=True, timeout=30)
+        for line in done.stdout.splitlines():
+            parts = line.split()
+            for part in parts:
+                if part.startswith("/"):
+                    wanted.add(part)
+    for path in wanted:
+        target = root / path.lstrip("/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(os.path.realpath(path), target)
+
+
+@pytest.fixture(scope="session")
+def real_probe_image():
+    """An image that runs the real cgpu/probe.py as the Venus probe image does (python3, the
+    probe as entry point) with the real Vulkan loader and no driver: Debian's python3.11 and
+    libvulkan.so.1 copied from this machine, no registry needed."""
+    python, loader = "/usr/bin/python3.11", "/usr/lib/x86_64-linux-gnu/libvulkan.so.1"
+    stdlib = Path("/usr/lib/python3.11")
+    if REAL_PODMAN is None or not (os.path.exists(python) and os.path.exists(loader) and stdlib.is_dir()):
+        pytest.skip("needs podman, python3.11 and libvulkan1 (Debian 12 paths)")
+    work = Path(tempfile.mkdtemp(prefix="cgpu-krunkit-py-"))
+    ref = f"localhost/cgpu-krunkit-test-{uuid.uuid4().hex[:8]}:real-probe"
+    try:
+        root = work / "root"
+        ctypes_module = next(stdlib.glob("lib-dynload/_ctypes.*.so"), None)
+        if ctypes_module is None:
+            pytest.skip("this python3.11 has no _ctypes module")
+        _copy_with_libs(root, [python, loader, str(ctypes_module)])
+        (root / "usr/bin/python3").symlink_to("python3.11")
+        shutil.copytree(stdlib, root / "usr/lib/python3.11", symlinks=True, dirs_exist_ok=True, ignore=shutil.ignore_patterns(
+            "test", "tests", "__pycache__", "idlelib", "tkinter", "turtledemo", "ensurepip", "lib2to3",
+            "dist-packages", "site-packages"))
+        (root / "usr/local/lib/cgpu").mkdir(parents=True)
+        shutil.copy(HERE.parent.parent / "cgpu" / "probe.py", root / "usr/local/lib/cgpu/probe.py")
+        (root / "tmp").mkdir(mode=0o1777)
+        tar = work / "root.tar"
+        subprocess.run(["tar", "-C", str(root), "-cf", str(tar), "."], check=True, timeout=120)
+        entry = json.dumps(["python3", "/usr/local/lib/cgpu/probe.py"])  # as in krunkit/Containerfile
+        done = subprocess.run([REAL_PODMAN, "import", "--change", "ENV PATH=/usr/bin", "--change",
+                               f"ENTRYPOINT {entry}", str(tar), ref], capture_output=True, timeout=120)
+        if done.returncode != 0:
+            pytest.skip(f"podman import failed: {done.stderr.decode(errors='replace')[-300:]}")
+        shutil.rmtree(work, ignore_errors=True)
+        yield ref
+    finally:
+        subprocess.run([REAL_PODMAN, "rmi", "-f", ref], capture_output=True, timeout=60)
+        shutil.rmtree(work, ignore_errors=True)

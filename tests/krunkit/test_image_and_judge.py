@@ -103,3 +103,15 @@ def test_judge_reads_the_probe_through_the_local_checker():
         assert "version 2" in exc.message
     else:
         raise AssertionError("a probe of another version must not be read")
+
+
+def test_a_probe_that_got_no_answer_is_not_a_verdict():
+    from tests.krunkit.test_machine import probe_output
+
+    for code in ("no_ctypes", "timeout", "crashed"):
+        try:
+            _judge(probe_output(error=code, library=None))
+        except ProbeFailed as exc:
+            assert f"({code})" in exc.message
+        else:
+            raise AssertionError(f"{code} must not read as 'no Vulkan'")

@@ -187,3 +187,13 @@ def test_corrupt_cache_gives_a_warning_and_a_fresh_answer(libkrun_machine, probe
 def test_linux_says_what_is_missing(machines):
     report, failed, _ = krunkit_report()
     assert "krunkit exists only for macOS 14+ on Apple silicon" in messages(report)
+
+
+def test_real_probe_in_a_real_container(libkrun_machine, real_probe_image):
+    """The real probe as the image's entry point, the real Vulkan loader, no Mesa at all: what
+    an image without the libkrun Mesa build gets. Runs through the real podman engine."""
+    report, failed, _ = krunkit_report(probe_image=real_probe_image)
+    assert not failed, messages(report)
+    assert report["containers"] == []
+    assert "no Venus device" in report["evidence"]["vulkan"]
+    assert "slp/mesa-libkrun-vulkan" in messages(report)
