@@ -220,14 +220,17 @@ def boot_and_probe(
         raise VMError(disk, "--vm-image is not a file")
     if memory_mib > MAX_MEMORY_MIB:
         raise VMError("--memory", f"{memory_mib} MiB is above krunkit's limit of {MAX_MEMORY_MIB} MiB")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    for stale in ("console.log", "krunkit.log", "krunkit.out", "krunkit.pid"):
-        with contextlib.suppress(FileNotFoundError):
-            (run_dir / stale).unlink()
     shared = run_dir / "shared"
-    shutil.rmtree(shared, ignore_errors=True)
-    shared.mkdir()
-    (shared / "request.json").write_text(json.dumps({"probe_image": probe_image}))
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        for stale in ("console.log", "krunkit.log", "krunkit.out", "krunkit.pid"):
+            with contextlib.suppress(FileNotFoundError):
+                (run_dir / stale).unlink()
+        shutil.rmtree(shared, ignore_errors=True)
+        shared.mkdir()
+        (shared / "request.json").write_text(json.dumps({"probe_image": probe_image}))
+    except OSError as exc:
+        raise VMError(str(run_dir), f"could not prepare the VM's directory: {exc.strerror or exc}") from None
     sock_dir = Path(tempfile.mkdtemp(prefix="cgpu-vm-"))
     listener = None
     proc = None
@@ -271,9 +274,6 @@ def _wait_ready(proc: subprocess.Popen, listener: socket.socket, run_dir: Path, 
     conn: socket.socket | None = None
     try:
         while True:
-            code = proc.poll()
-            if code is not None:
-                raise VMError("krunkit", _exit_message(code, "before the VM was ready"), log_tail=vm_log_tail(run_dir))
             now = time.monotonic()
             if now >= deadline:
                 raise VMError("krunkit", f"the VM did not report ready within {deadline - started:g} s "
@@ -286,6 +286,10 @@ def _wait_ready(proc: subprocess.Popen, listener: socket.socket, run_dir: Path, 
             waiting = [conn] if conn is not None else [listener]
             readable, _, _ = select.select(waiting, [], [], min(0.2, max(0.0, deadline - now)))
             if not readable:
+                # Exited? Look once more first: the guest may have said Ready just before krunkit died.
+                if proc.poll() is not None and not select.select(waiting, [], [], 0)[0]:
+                    raise VMError("krunkit", _exit_message(proc.returncode, "before the VM was ready"),
+                                  log_tail=vm_log_tail(run_dir))
                 continue
             if conn is None:
                 conn, _ = listener.accept()

@@ -17,10 +17,11 @@ import shutil
 import socket
 import sys
 import time
+import uuid
 from pathlib import Path
 from typing import Any, Final
 
-from cgpu.cache import AnswerCache, default_cache_dir
+from cgpu.cache import AnswerCache, default_cache_dir, key_digest
 from cgpu.krunkit_vm import (
     BREW_INSTALL,
     LIBKRUN_MACHINE_INIT,
@@ -113,13 +114,20 @@ def probe(
 def _probe_machine(report: ReportBuilder, exe: str | None, version: str | None, name: str | None,
                    probe_image: str | None, *, refresh: bool, timeout: float | None, quick: float) -> None:
     podman = shutil.which("podman")
+    if podman is None and exe is None:
+        _krunkit_missing(report)
+        return
     if podman is None:
         report.failed("podman", "podman not found on PATH: install it (brew install podman) and create a "
                                 f"libkrun machine ({LIBKRUN_MACHINE_INIT}), or pass --vm-image to boot a VM with krunkit")
         report.withhold("vulkan", "unknown: no podman machine and no --vm-image to run the Venus probe in")
         return
     report.progress("looking for the podman machine")
-    chosen = _choose_machine(list_machines(podman, timeout=quick), name)
+    machines = list_machines(podman, timeout=quick)
+    if exe is None and not any(m.vm_type == "libkrun" for m in machines):
+        _krunkit_missing(report)
+        return
+    chosen = _choose_machine(machines, name)
     if chosen.vm_type != "libkrun":
         report.problem("error", f"podman machine {chosen.name}",
                        f"the machine runs on the {chosen.vm_type or 'unknown'} provider, which gives containers no GPU; "
@@ -129,7 +137,7 @@ def _probe_machine(report: ReportBuilder, exe: str | None, version: str | None, 
         return
     if exe is None:
         report.problem("warning", "krunkit", "krunkit not found on PATH or in podman's helper directories, "
-                                             f"though machine {chosen.name} uses libkrun; if it will not start: {BREW_INSTALL}")
+                                             f"though machine {chosen.name} uses libkrun; if it does not start: {BREW_INSTALL}")
     if not chosen.running:
         raise ProbeFailed(f"podman machine {chosen.name}",
                           f"the machine is stopped; start it (podman machine start {chosen.name}) and ask again")
@@ -147,11 +155,18 @@ def _probe_machine(report: ReportBuilder, exe: str | None, version: str | None, 
 
     def compute() -> dict[str, Any]:
         report.progress(f"running the Venus probe {ref} in podman machine {chosen.name}")
-        argv = [*connection, "run", "--rm", "--pull=never", "--network=none", "--device", GPU_DEVICE, ref]
+        # Killing the podman client does not stop the container in the VM: name it to remove it.
+        container = f"cgpu-venus-probe-{uuid.uuid4().hex[:12]}"
+        argv = [*connection, "run", "--rm", "--name", container, "--pull=never", "--network=none",
+                "--device", GPU_DEVICE, ref]
         try:
             done = run(argv, timeout=timeout or RUN_TIMEOUT_S)
         except CommandError as exc:
+            _remove_container(connection, container, timeout=quick)
             raise ProbeFailed("podman run", str(exc)) from None
+        except BaseException:  # Ctrl-C
+            _remove_container(connection, container, timeout=quick)
+            raise
         return judge(GuestResult(done.returncode, done.stdout, done.stderr),
                      where=f"podman machine {chosen.name}", image=ref)
 
@@ -171,7 +186,7 @@ def _probe_booted_vm(report: ReportBuilder, exe: str, version: str, disk: str, p
         "vm": {"image": os.path.abspath(disk), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns},
         "probe_image": {"ref": probe_image},
     }
-    run_dir = _vm_run_dir()
+    run_dir = _vm_run_dir(key)
 
     def compute() -> dict[str, Any]:
         report.progress(f"booting {disk} with krunkit {version}")
@@ -197,6 +212,14 @@ def _choose_machine(machines: list[Machine], name: str | None) -> Machine:
                                                  f"({LIBKRUN_MACHINE_INIT}) or pass --vm-image to boot a VM with krunkit")
     # The machine the agent's containers run on: the running one, libkrun first, then the default.
     return sorted(machines, key=lambda m: (not m.running, m.vm_type != "libkrun", not m.default))[0]
+
+
+def _remove_container(connection: list[str], name: str, *, timeout: float) -> None:
+    """Best effort: a probe container left running in the VM after a timeout or Ctrl-C."""
+    try:
+        run([*connection, "rm", "--force", "--time", "0", "--ignore", name], timeout=timeout)
+    except CommandError:
+        pass
 
 
 def _image_id(connection: list[str], ref: str, machine: str, *, timeout: float) -> str:
@@ -238,9 +261,9 @@ def _host() -> dict[str, str]:
     return {"name": socket.gethostname(), "platform": current_platform()}
 
 
-def _vm_run_dir() -> Path:
-    """Where the probe VM's logs stay after the run (the latest run only)."""
-    preferred = default_cache_dir() / "krunkit-vm"
+def _vm_run_dir(key: dict[str, Any]) -> Path:
+    """Where the probe VM's logs stay after the run (the latest run per VM image)."""
+    preferred = default_cache_dir() / "krunkit-vm" / key_digest(key)[:16]
     try:
         preferred.mkdir(parents=True, exist_ok=True)
         return preferred

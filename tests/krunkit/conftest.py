@@ -122,17 +122,17 @@ def probe_images():
     tag = uuid.uuid4().hex[:8]
     made: list[str] = []
 
-    def build(name: str, stdout: str, exit_code: int = 0) -> str:
+    def build(name: str, stdout: str, exit_code: int = 0, script: str | None = None) -> str:
         root = work / name
         (root / "bin").mkdir(parents=True)
         shutil.copy("/bin/busybox", root / "bin" / "busybox")
-        for applet in ("sh", "cat", "test"):
+        for applet in ("sh", "cat", "sleep"):
             (root / "bin" / applet).symlink_to("busybox")
         (root / "probe.json").write_text(stdout)
         tar = work / f"{name}.tar"
         subprocess.run(["tar", "-C", str(root), "-cf", str(tar), "."], check=True)
         ref = f"localhost/cgpu-krunkit-test-{tag}:{name}"
-        cmd = json.dumps(["/bin/sh", "-c", f"cat /probe.json; exit {exit_code}"])
+        cmd = json.dumps(["/bin/sh", "-c", script or f"cat /probe.json; exit {exit_code}"])
         done = subprocess.run([REAL_PODMAN, "import", "--change", "ENV PATH=/bin", "--change", f"CMD {cmd}",
                                str(tar), ref], capture_output=True, timeout=60)
         if done.returncode != 0:

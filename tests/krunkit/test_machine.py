@@ -4,12 +4,14 @@ the probe image run through the real podman engine (its API socket, as a machine
 from __future__ import annotations
 
 import json
+import subprocess
 
 import pytest
 
 from cgpu.backends import krunkit as backend
 from cgpu.backends import run_backend
 from tests.conftest import validate_report
+from tests.krunkit.conftest import REAL_PODMAN
 
 # Device entries as cgpu/probe.py writes them.
 VENUS = {"name": "Virtio-GPU Venus (Apple M2 Pro)", "type": 1, "type_name": "INTEGRATED_GPU", "vendor_id": "0x106b",
@@ -166,10 +168,30 @@ def test_probe_that_prints_no_json(libkrun_machine, probe_images):
     assert "the probe gave no JSON (exit 139)" in messages(report)
 
 
-def test_podman_missing(bin_dir, monkeypatch):
+def test_podman_missing(bin_dir, monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(bin_dir))  # only the krunkit stand-in
     report, failed, _ = krunkit_report()
     assert failed and "podman not found" in messages(report)
+    monkeypatch.setenv("PATH", str(tmp_path))  # neither
+    report, failed, _ = krunkit_report()
+    assert failed and "brew tap slp/krun && brew trust slp/krun && brew install krunkit" in messages(report)
+
+
+def test_krunkit_missing_without_a_libkrun_machine(machines, bin_dir, podman_api):
+    (bin_dir / "krunkit").unlink()
+    machines({"Name": "podman-machine-default", "VMType": "applehv", "Running": True, "Socket": podman_api})
+    report, failed, _ = krunkit_report()
+    assert failed
+    assert "krunkit not found" in messages(report) and "brew install krunkit" in messages(report)
+    assert "krunkit is not installed" in report["evidence"]["vulkan"]
+
+
+def test_hung_probe_container_is_removed_from_the_vm(libkrun_machine, probe_images):
+    image = probe_images("hangs", "", script="sleep 600")
+    report, failed, _ = krunkit_report(probe_image=image, timeout=2)
+    assert failed and "no answer within 2 s" in messages(report)
+    left = subprocess.run([REAL_PODMAN, "ps", "-a", "--format", "{{.Names}}"], capture_output=True, text=True)
+    assert "cgpu-venus-probe-" not in left.stdout
 
 
 def test_corrupt_cache_gives_a_warning_and_a_fresh_answer(libkrun_machine, probe_images, tmp_path):
