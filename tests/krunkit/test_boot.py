@@ -187,3 +187,12 @@ def test_cli_json_and_exit_status(bin_dir, disk, run_cli):
     code, stdout, stderr = run_cli("probe", "--backend", "krunkit", "--vm-image", disk(behaviour="ready",
                                    probe={"out": probe_output(VENUS)}), "--refresh")
     assert code == 0 and "cgpu: booting" in stderr and "VM ready after" in stderr  # progress while it boots
+
+
+def test_memory_above_krunkits_limit_is_refused_before_starting(tmp_path, disk):
+    from cgpu.krunkit_vm import boot_and_probe
+
+    with pytest.raises(VMError, match="above krunkit's limit of 61440 MiB"):
+        boot_and_probe("krunkit", disk(), run_dir=tmp_path / "run", probe_image=None, timeout=5,
+                       progress=lambda _: None, memory_mib=61441)
+    assert not (tmp_path / "run").exists()
