@@ -15,7 +15,7 @@ The "disk" (`--device virtio-blk,path=DISK`, the first one) is a JSON file descr
   podman      {"exe": "/usr/bin/podman", "device": "/dev/null:/dev/dri/renderD128"}: instead of
               `probe`, run the image named in the share's request.json with the real podman,
               as the guest script krunkit/guest/cgpu-probe.sh does
-Like krunkit it stops on `POST /vm/state` to its REST socket. It also starts one helper
+Like krunkit it stops on `POST /vm/state` to its REST socket. It also starts one
 child, so a test can see that the whole process group goes away.
 """
 
@@ -148,7 +148,7 @@ def main() -> None:
     disk = opts["devices"].get("virtio-blk", {}).get("path")
     guest = json.load(open(disk)) if disk else {"behaviour": "hang"}
     log(opts, "[INFO  krunkit] starting the VM")
-    # a helper in the same process group, like the threads/children a real VMM keeps
+    # a child in the same process group: cgpu must end the whole group, not just krunkit
     subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     if "restful_uri" in opts and opts["restful_uri"].startswith("unix://"):
         serve_rest(opts["restful_uri"])

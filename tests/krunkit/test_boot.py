@@ -155,7 +155,7 @@ def test_ctrl_c_stops_the_vm(bin_dir, disk, tmp_path, no_leftovers):
         else:
             pytest.fail("the krunkit stand-in never started")
         krunkit_pid = int(found[0])
-        assert len(marked_processes(no_leftovers)) >= 3  # cgpu, krunkit, krunkit's helper
+        assert len(marked_processes(no_leftovers)) >= 3  # cgpu, krunkit, krunkit's child
         proc.send_signal(signal.SIGINT)
         _, stderr = proc.communicate(timeout=30)
     finally:
