@@ -1,0 +1,391 @@
+"""The VM side of the krunkit backend: finding krunkit, the podman machine on the libkrun
+provider and its API socket, or booting a probe VM with krunkit and reading its answer.
+
+Everything here returns facts or raises `VMError` with what failed and its fix; turning them
+into a report is `cgpu.backends.krunkit`'s job.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import select
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Final
+
+from cgpu.run import CommandError, decode, kill_group, run
+
+KRUNKIT_ENV: Final = "CGPU_KRUNKIT_EXE"
+BREW_INSTALL: Final = "brew tap slp/krun && brew trust slp/krun && brew install krunkit"
+LIBKRUN_MACHINE_INIT: Final = "CONTAINERS_MACHINE_PROVIDER=libkrun podman machine init --now"
+
+# Where podman looks for krunkit on macOS (its darwin helper_binaries_dir defaults) besides PATH.
+PODMAN_HELPER_DIRS: Final = (
+    "/opt/homebrew/bin",
+    "/usr/local/bin",
+    "/opt/podman/bin",
+    "/opt/homebrew/opt/podman/libexec/podman",
+    "/usr/local/opt/podman/libexec/podman",
+)
+
+# The probe VM cgpu boots from --vm-image. krunkit always gives it a Venus virtio-gpu (its
+# `virtio-gpu` flag is accepted for vfkit parity); VRAM is what RAM leaves of ~62 GiB, so a
+# small VM leaves the GPU room. The guest contract (krunkit/guest/) uses the vsock port and
+# the virtio-fs tag.
+VM_DEFAULTS: Final[dict[str, Any]] = {
+    "cpus": 2,
+    "memory_mib": 2048,
+    "ready_vsock_port": 1025,  # podman machine's readiness port: the guest sends "Ready"
+    "results_tag": "cgpu-results",  # virtio-fs share the guest writes probe.json into
+    "gpu": "virtio-gpu,width=800,height=600",
+}
+MAX_MEMORY_MIB: Final = 61440  # krunkit refuses more ("to leave room for VRAM")
+STOP_GRACE_S: Final = 5.0
+LOG_TAIL_LINES: Final = 15
+
+
+class VMError(Exception):
+    """Something about the VM failed; `message` says what and how to fix it, `log_tail` is
+    the end of the VM's logs when there are any."""
+
+    def __init__(self, source: str, message: str, *, log_tail: str = "") -> None:
+        super().__init__(message)
+        self.source = source
+        self.message = message
+        self.log_tail = log_tail
+
+
+# --- krunkit ----------------------------------------------------------------------------
+
+
+def find_krunkit() -> str | None:
+    """`CGPU_KRUNKIT_EXE`, else krunkit on PATH, else in podman's helper directories."""
+    override = os.environ.get(KRUNKIT_ENV)
+    if override:
+        return override
+    found = shutil.which("krunkit")
+    if found:
+        return found
+    for folder in PODMAN_HELPER_DIRS:
+        candidate = os.path.join(folder, "krunkit")
+        if os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+def krunkit_version(exe: str, *, timeout: float) -> str:
+    """`krunkit --version` prints `krunkit 1.2.1`; returns `1.2.1`."""
+    try:
+        done = run([exe, "--version"], timeout=timeout)
+    except CommandError as exc:
+        raise VMError(exe, f"{exc}; install krunkit: {BREW_INSTALL}") from None
+    text = decode(done.stdout).strip()
+    match = re.fullmatch(r"krunkit\s+(\d+\.\d+\.\d+\S*)", text)
+    if done.returncode != 0 or match is None:
+        raise VMError(exe, f"`{exe} --version` exited {done.returncode} with {text[:200]!r} "
+                           f"{decode(done.stderr).strip()[:300]!r}, not `krunkit X.Y.Z`; reinstall it: {BREW_INSTALL}")
+    return match.group(1)
+
+
+# --- podman machine ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Machine:
+    name: str
+    vm_type: str  # "libkrun", "applehv", ...
+    running: bool
+    default: bool
+
+
+def list_machines(podman: str, *, timeout: float) -> list[Machine]:
+    """`podman machine list --format json` (every provider where podman knows the flag)."""
+    argv = [podman, "machine", "list", "--format", "json", "--all-providers"]
+    done = _podman(argv, timeout=timeout)
+    if done.returncode != 0 and "--all-providers" in decode(done.stderr):  # podman < 5.3
+        argv = argv[:-1]
+        done = _podman(argv, timeout=timeout)
+    if done.returncode != 0:
+        raise VMError(" ".join(argv[:3]), f"exited {done.returncode}: {_tail(decode(done.stderr), 5)}")
+    try:
+        data = json.loads(done.stdout or b"[]")
+        if not isinstance(data, list):
+            raise ValueError("not a list")
+        return [
+            Machine(
+                name=_str(entry["Name"]),
+                vm_type=_str(entry.get("VMType", "")),
+                running=entry.get("Running") is True,
+                default=entry.get("Default") is True,
+            )
+            for entry in data
+        ]
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise VMError(" ".join(argv[:3]), f"unreadable output ({type(exc).__name__}: {exc}): "
+                                          f"{decode(done.stdout)[:200]!r}") from None
+
+
+def machine_socket(podman: str, name: str, *, timeout: float) -> str:
+    """The host-side path of the machine's podman API socket (`podman machine inspect`)."""
+    argv = [podman, "machine", "inspect", name]
+    done = _podman(argv, timeout=timeout)
+    if done.returncode != 0:
+        raise VMError(f"podman machine inspect {name}", f"exited {done.returncode}: {_tail(decode(done.stderr), 5)}")
+    try:
+        data = json.loads(done.stdout)
+        path = data[0]["ConnectionInfo"]["PodmanSocket"]["Path"]
+        if not isinstance(path, str) or not path:
+            raise ValueError("no socket path")
+    except (ValueError, TypeError, KeyError, IndexError) as exc:
+        raise VMError(f"podman machine inspect {name}",
+                      f"no API socket in its output ({type(exc).__name__}: {exc})") from None
+    return path
+
+
+def _podman(argv: list[str], *, timeout: float):
+    try:
+        return run(argv, timeout=timeout)
+    except CommandError as exc:
+        raise VMError(" ".join(argv[:3]), str(exc)) from None
+
+
+def _str(value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"expected a string, got {type(value).__name__}")
+    return value
+
+
+# --- booting a probe VM with krunkit ----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GuestResult:
+    """What the guest's probe run left in the shared directory."""
+
+    returncode: int
+    stdout: bytes
+    stderr: bytes
+
+
+def krunkit_argv(exe: str, disk: str, *, run_dir: Path, sock_dir: Path, shared: Path,
+                 cpus: int, memory_mib: int) -> list[str]:
+    """krunkit's command line for the probe VM (the flags podman machine uses, plus a
+    virtio-fs share for the answer and the console and krunkit logs for the report)."""
+    for what, value in (("--vm-image", disk), ("the results directory", str(shared)), ("the run directory", str(run_dir))):
+        if "," in value:  # krunkit's --device values are comma-separated key=value lists
+            raise VMError(value, f"{what} path contains a comma, which krunkit's --device syntax cannot carry; "
+                                 "move or link it to a path without one")
+    return [
+        exe,
+        "--cpus", str(cpus),
+        "--memory", str(memory_mib),
+        "--bootloader", f"efi,variable-store={run_dir / 'efi-variable-store'},create",
+        "--device", f"virtio-blk,path={disk}",
+        "--device", "virtio-rng",
+        "--device", f"virtio-vsock,port={VM_DEFAULTS['ready_vsock_port']},socketURL={sock_dir / 'ready.sock'},listen",
+        "--device", f"virtio-fs,sharedDir={shared},mountTag={VM_DEFAULTS['results_tag']}",
+        "--device", f"virtio-serial,logFilePath={run_dir / 'console.log'}",
+        "--device", VM_DEFAULTS["gpu"],
+        "--restful-uri", f"unix://{sock_dir / 'rest.sock'}",
+        "--log-file", str(run_dir / "krunkit.log"),
+        "--pidfile", str(run_dir / "krunkit.pid"),
+    ]
+
+
+def boot_and_probe(
+    exe: str,
+    disk: str,
+    *,
+    run_dir: Path,
+    probe_image: str | None,
+    timeout: float,
+    progress: Callable[[str], None],
+    cpus: int = VM_DEFAULTS["cpus"],
+    memory_mib: int = VM_DEFAULTS["memory_mib"],
+) -> GuestResult:
+    """Boot `disk` with krunkit, wait for the guest's Ready on vsock and then for its probe
+    answer in the shared directory, and stop the VM, whatever happens (timeout, crash, Ctrl-C).
+
+    `run_dir` keeps the VM's logs for the report. UNIX socket paths are short-lived and live
+    in a fresh temp dir (macOS caps them at 104 bytes)."""
+    if not os.path.isfile(disk):
+        raise VMError(disk, "--vm-image is not a file")
+    if memory_mib > MAX_MEMORY_MIB:
+        raise VMError("--memory", f"{memory_mib} MiB is above krunkit's limit of {MAX_MEMORY_MIB} MiB")
+    shared = run_dir / "shared"
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        for stale in ("console.log", "krunkit.log", "krunkit.out", "krunkit.pid"):
+            with contextlib.suppress(FileNotFoundError):
+                (run_dir / stale).unlink()
+        shutil.rmtree(shared, ignore_errors=True)
+        shared.mkdir()
+        (shared / "request.json").write_text(json.dumps({"probe_image": probe_image}))
+    except OSError as exc:
+        raise VMError(str(run_dir), f"could not prepare the VM's directory: {exc.strerror or exc}") from None
+    sock_dir = Path(tempfile.mkdtemp(prefix="cgpu-vm-"))
+    listener = None
+    proc = None
+    try:
+        argv = krunkit_argv(exe, disk, run_dir=run_dir, sock_dir=sock_dir, shared=shared,
+                            cpus=cpus, memory_mib=memory_mib)
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(str(sock_dir / "ready.sock"))
+        listener.listen(1)
+        with open(run_dir / "krunkit.out", "wb") as out:
+            try:
+                proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                        start_new_session=True)
+            except OSError as exc:
+                raise VMError(exe, f"could not start krunkit: {exc.strerror or exc}; install it: {BREW_INSTALL}") from None
+        started = time.monotonic()
+        deadline = started + timeout
+        _wait_ready(proc, listener, run_dir, started=started, deadline=deadline, progress=progress)
+        progress(f"VM ready after {time.monotonic() - started:.1f} s; waiting for the probe's answer")
+        result = _wait_result(proc, shared, run_dir, started=started, deadline=deadline, progress=progress)
+        _stop(proc, sock_dir / "rest.sock")
+        return result
+    finally:
+        if proc is not None and proc.poll() is None:
+            kill_group(proc)
+        if proc is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=STOP_GRACE_S)
+            kill_group(proc)  # anything krunkit left in its group
+        if listener is not None:
+            listener.close()
+        shutil.rmtree(sock_dir, ignore_errors=True)
+
+
+def _wait_ready(proc: subprocess.Popen, listener: socket.socket, run_dir: Path, *,
+                started: float, deadline: float, progress: Callable[[str], None]) -> None:
+    """Podman's readiness protocol: the guest connects to vsock port 1025 (our UNIX socket)
+    and writes `Ready`; meanwhile krunkit must not exit."""
+    said = started
+    buffer = b""
+    conn: socket.socket | None = None
+    try:
+        while True:
+            now = time.monotonic()
+            if now >= deadline:
+                raise VMError("krunkit", f"the VM did not report ready within {deadline - started:g} s "
+                                         "(the guest never wrote `Ready` to vsock port "
+                                         f"{VM_DEFAULTS['ready_vsock_port']}); it was stopped",
+                              log_tail=vm_log_tail(run_dir))
+            if now - said >= 5:
+                progress(f"booting the VM ({now - started:.0f} s)")
+                said = now
+            waiting = [conn] if conn is not None else [listener]
+            readable, _, _ = select.select(waiting, [], [], min(0.2, max(0.0, deadline - now)))
+            if not readable:
+                # Exited? Look once more first: the guest may have said Ready just before krunkit died.
+                if proc.poll() is not None and not select.select(waiting, [], [], 0)[0]:
+                    raise VMError("krunkit", _exit_message(proc.returncode, "before the VM was ready"),
+                                  log_tail=vm_log_tail(run_dir))
+                continue
+            if conn is None:
+                conn, _ = listener.accept()
+                continue
+            chunk = conn.recv(256)
+            buffer += chunk
+            if b"Ready" in buffer:
+                return
+            if not chunk:  # the guest hung up without saying Ready; wait for another try
+                conn.close()
+                conn = None
+                buffer = b""
+    finally:
+        if conn is not None:
+            conn.close()
+
+
+def _wait_result(proc: subprocess.Popen, shared: Path, run_dir: Path, *,
+                 started: float, deadline: float, progress: Callable[[str], None]) -> GuestResult:
+    """The guest writes probe.out/probe.err, then probe.rc last (atomically, by rename)."""
+    said = time.monotonic()
+    while True:
+        result = _read_result(shared)
+        if result is not None:
+            return result
+        code = proc.poll()
+        if code is not None:
+            result = _read_result(shared)
+            if result is not None:
+                return result
+            raise VMError("krunkit", _exit_message(code, "before the guest wrote the probe's answer"),
+                          log_tail=vm_log_tail(run_dir))
+        now = time.monotonic()
+        if now >= deadline:
+            raise VMError("krunkit", f"the guest booted but wrote no probe answer to {shared} within "
+                                     f"{deadline - started:g} s; it was stopped", log_tail=vm_log_tail(run_dir))
+        if now - said >= 5:
+            progress(f"waiting for the probe in the VM ({now - started:.0f} s)")
+            said = now
+        time.sleep(0.1)
+
+
+def _read_result(shared: Path) -> GuestResult | None:
+    try:
+        rc_text = (shared / "probe.rc").read_text(errors="replace").strip()
+    except FileNotFoundError:
+        return None
+    try:
+        returncode = int(rc_text)
+    except ValueError:
+        raise VMError(str(shared / "probe.rc"), f"not an exit status: {rc_text[:50]!r}") from None
+
+    def read(name: str) -> bytes:
+        try:
+            return (shared / name).read_bytes()
+        except FileNotFoundError:
+            return b""
+
+    return GuestResult(returncode, read("probe.out"), read("probe.err"))
+
+
+def _stop(proc: subprocess.Popen, rest_sock: Path) -> None:
+    """Ask krunkit to stop the VM over its REST socket, as podman does; the caller kills it
+    if it does not exit in time."""
+    body = b'{"state": "Stop"}'
+    request = (b"POST /vm/state HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+               b"Content-Length: " + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n" + body)
+    with contextlib.suppress(OSError):
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.settimeout(2)
+            conn.connect(str(rest_sock))
+            conn.sendall(request)
+            conn.recv(512)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=STOP_GRACE_S)
+
+
+def _exit_message(code: int, when: str) -> str:
+    if code == 2:
+        return (f"krunkit exited with code 2 {when}: it rejected its command line, so it is older than "
+                f"these flags need; upgrade it: brew upgrade krunkit")
+    if code < 0:
+        return f"krunkit was killed by signal {-code} {when}"
+    return f"krunkit exited with code {code} {when}"
+
+
+def vm_log_tail(run_dir: Path, lines: int = LOG_TAIL_LINES) -> str:
+    """The last lines of krunkit's own output, its log file and the guest console."""
+    parts = []
+    for name in ("krunkit.out", "krunkit.log", "console.log"):
+        with contextlib.suppress(OSError):
+            text = _tail(decode((run_dir / name).read_bytes()), lines)
+            if text:
+                parts.append(f"{name}: {text}")
+    return " | ".join(parts)
+
+
+def _tail(text: str, lines: int) -> str:
+    return " / ".join(line.strip() for line in text.strip().splitlines()[-lines:] if line.strip())

@@ -1,0 +1,188 @@
+"""The answer cache: keys, time limit, atomic writes, two concurrent runs, and a broken cache
+directory (corrupt, unreadable, read-only, full disk) that only ever gives a warning."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from cgpu import cache as cache_module
+from cgpu.cache import AnswerCache, default_cache_dir
+from tests.conftest import REPO
+
+KEY = {"krunkit": "1.2.1", "probe_image": {"id": "sha256:abc"}, "vm": {"podman_machine": "gpu"}, "host": "mac"}
+
+
+@pytest.fixture
+def warnings():
+    return []
+
+
+@pytest.fixture
+def cache(tmp_path, warnings):
+    return AnswerCache("test", ttl=60, warn=lambda source, message: warnings.append((source, message)),
+                       directory=tmp_path / "c")
+
+
+def test_round_trip_and_key_change(cache, warnings):
+    assert cache.get(KEY) is None
+    assert cache.put(KEY, {"vulkan": True})
+    value, stored_at = cache.get(KEY)
+    assert value == {"vulkan": True} and abs(stored_at - time.time()) < 5
+    for part, changed in (("krunkit", "1.3.2"), ("probe_image", {"id": "sha256:def"}), ("host", "other")):
+        assert cache.get({**KEY, part: changed}) is None
+    assert warnings == []
+    assert [p.suffix for p in cache.directory.iterdir()] == [".json"]  # no temp files left
+
+
+def test_time_limit(cache, monkeypatch):
+    cache.put(KEY, {"v": 1})
+    now = time.time()
+    monkeypatch.setattr(cache_module.time, "time", lambda: now + 61)
+    assert cache.get(KEY) is None
+    monkeypatch.setattr(cache_module.time, "time", lambda: now - 3600)  # clock went back: distrust
+    assert cache.get(KEY) is None
+    monkeypatch.setattr(cache_module.time, "time", lambda: now + 30)
+    assert cache.get(KEY) is not None
+
+
+@pytest.mark.parametrize("content", [b"", b"{not json", b"[]", b'{"format": 1, "key": {}, "stored_at": "x"}',
+                                     b'{"format": 1, "key": {}, "stored_at": 1, "value": []}', b"\xff\xfe\x00"])
+def test_corrupt_entry_is_a_warning_and_a_miss(cache, warnings, content):
+    cache.put(KEY, {"v": 1})
+    cache.path(KEY).write_bytes(content)
+    assert cache.get(KEY) is None
+    assert len(warnings) == 1 and "corrupt" in warnings[0][1] and warnings[0][0] == str(cache.path(KEY))
+    assert cache.put(KEY, {"v": 2}) and cache.get(KEY)[0] == {"v": 2}
+
+
+@settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.one_of(st.binary(max_size=200), st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=10),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=10).map(lambda v: json.dumps(v).encode())))
+def test_any_file_content_never_raises(cache, content):
+    cache.directory.mkdir(parents=True, exist_ok=True)
+    cache.path(KEY).write_bytes(content)
+    result = cache.get(KEY)
+    assert result is None or isinstance(result[0], dict)
+
+
+def test_unreadable_entry(cache, warnings):
+    cache.directory.mkdir(parents=True)
+    cache.path(KEY).mkdir()  # a directory where the file should be: reading fails
+    assert cache.get(KEY) is None
+    assert warnings and "could not read" in warnings[0][1]
+
+
+def test_read_only_directory(cache, warnings):
+    cache.directory.mkdir(parents=True)
+    if shutil.which("chattr") is None or subprocess.run(["chattr", "+i", str(cache.directory)]).returncode != 0:
+        pytest.skip("needs chattr +i (read-only even for root)")
+    try:
+        assert cache.put(KEY, {"v": 1}) is False
+        assert cache.get(KEY) is None
+        with cache.locked(KEY, timeout=1) as held:
+            assert held is False
+    finally:
+        subprocess.run(["chattr", "-i", str(cache.directory)])
+    assert [w[1].split(" (")[0] for w in warnings] == ["could not store the answer in the cache",
+                                                       "could not create the cache lock"]
+    assert list(cache.directory.iterdir()) == []
+
+
+def test_cache_dir_under_a_file(tmp_path, warnings):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    cache = AnswerCache("test", ttl=60, warn=lambda s, m: warnings.append((s, m)), directory=blocker)
+    assert cache.put(KEY, {"v": 1}) is False and cache.get(KEY) is None
+    assert "Not a directory" in warnings[0][1]
+
+
+def test_full_disk_leaves_no_temp_file(cache, warnings, monkeypatch):
+    cache.put(KEY, {"v": 1})
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(cache_module.os, "fsync", full)
+    assert cache.put(KEY, {"v": 2}) is False
+    assert "No space left on device" in warnings[0][1]
+    assert cache.get(KEY)[0] == {"v": 1}  # the old answer is intact
+    assert [p.name for p in cache.directory.iterdir() if p.suffix == ".tmp"] == []
+
+
+def test_two_concurrent_runs_compute_once(tmp_path):
+    """Two processes ask for the same key at once: one computes, the other waits for the lock
+    and reads that answer instead of booting a second VM."""
+    script = textwrap.dedent(f"""
+        import json, os, sys, time
+        from pathlib import Path
+        from cgpu.cache import AnswerCache
+        cache = AnswerCache("race", ttl=60, warn=lambda s, m: print("WARN", m), directory=Path({str(tmp_path)!r}))
+        key = {{"k": 1}}
+        Path(sys.argv[1]).touch()
+        while len(list(Path({str(tmp_path)!r}).glob("started-*"))) < 2:
+            time.sleep(0.01)
+        with cache.locked(key, timeout=30) as held:
+            assert held
+            hit = cache.get(key)
+            if hit is None:
+                with open({str(tmp_path / "computed")!r}, "a") as f:
+                    f.write("x")
+                time.sleep(0.5)
+                value = {{"by": os.getpid()}}
+                cache.put(key, value)
+            else:
+                value = hit[0]
+        print(json.dumps(value))
+    """)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(tmp_path / f"started-{i}")], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for i in range(2)]
+    outputs = [p.communicate(timeout=60) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    answers = [json.loads(out) for out, _ in outputs]
+    assert answers[0] == answers[1]
+    assert (tmp_path / "computed").read_text() == "x"
+
+
+def test_lock_timeout_goes_on_without_it(cache, warnings):
+    with cache.locked(KEY, timeout=5) as first:
+        assert first
+        other = AnswerCache("test", ttl=60, warn=lambda s, m: warnings.append((s, m)), directory=cache.directory.parent)
+        started = time.monotonic()
+        with other.locked(KEY, timeout=0.3) as second:  # flock is per open file: this one must wait
+            assert second is False
+        assert 0.25 < time.monotonic() - started < 3
+    assert "held this lock" in warnings[0][1]
+
+
+@pytest.mark.parametrize(
+    ("platform", "env", "expected"),
+    [
+        ("linux", {"XDG_CACHE_HOME": "/xdg"}, "/xdg/cgpu"),
+        ("linux", {"XDG_CACHE_HOME": "relative"}, "~/.cache/cgpu"),
+        ("linux", {}, "~/.cache/cgpu"),
+        ("darwin", {"XDG_CACHE_HOME": "/xdg"}, "~/Library/Caches/cgpu"),
+        ("win32", {"LOCALAPPDATA": "/appdata"}, "/appdata/cgpu/Cache"),
+        ("darwin", {"CGPU_CACHE_DIR": "/override"}, "/override"),
+    ],
+)
+def test_default_cache_dir(monkeypatch, platform, env, expected):
+    for name in ("CGPU_CACHE_DIR", "XDG_CACHE_HOME", "LOCALAPPDATA"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(sys, "platform", platform)
+    assert str(default_cache_dir()) == os.path.expanduser(expected)
