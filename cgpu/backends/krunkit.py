@@ -51,8 +51,6 @@ BOOT_TIMEOUT_S: Final = 300.0  # boot + probe in a krunkit VM
 VK_DRIVER_ID_MESA_VENUS: Final = 22
 VK_PHYSICAL_DEVICE_TYPE_CPU: Final = 4
 INSTANCE_FAILURES: Final = frozenset({"VK_ERROR_OUT_OF_HOST_MEMORY", "VK_ERROR_INITIALIZATION_FAILED"})
-# cgpu/probe.py's error codes for "the probe itself got no answer" (not a verdict on Vulkan).
-PROBE_GOT_NO_ANSWER: Final = frozenset({"timeout", "crashed", "probe_failed", "probe_error", "no_ctypes"})
 
 
 class ProbeFailed(Exception):
@@ -312,7 +310,7 @@ def judge(result: GuestResult, *, where: str, image: str) -> dict[str, Any]:
     and keeps only clean device entries; the probe's counting rules decide which device counts,
     and the krunkit rule on top is: a Venus device that is not a CPU and allocated memory.
     Raises ProbeFailed when the run said nothing usable about Vulkan."""
-    from cgpu.backends.local import apply_probe_output
+    from cgpu.backends.local import PROBE_FAILURES, apply_probe_output
 
     stderr = decode(result.stderr).strip()
     source = f"probe image {image}"
@@ -332,7 +330,7 @@ def judge(result: GuestResult, *, where: str, image: str) -> dict[str, Any]:
     if unusable or not isinstance(vulkan, dict):
         raise ProbeFailed(source, unusable[0] if unusable else "the probe's JSON has no apis.vulkan object")
     devices = [d for d in checked.devices if d.get("api") == "vulkan"]
-    if vulkan.get("error") in PROBE_GOT_NO_ANSWER and not devices:
+    if vulkan.get("error") in PROBE_FAILURES and not devices:
         summary = vulkan.get("summary") if isinstance(vulkan.get("summary"), str) else ""
         raise ProbeFailed(source, f"the probe got no Vulkan answer ({vulkan['error']}): {summary[:300]}")
     error = vulkan.get("error") if vulkan.get("error") in INSTANCE_FAILURES else None

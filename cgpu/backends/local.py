@@ -26,7 +26,7 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]+")
 # Errors that only say "nothing of this API here": the summary says it, no problem needed.
 _QUIET_ERRORS = frozenset({None, "library_not_found", "no_device_node", "not_probed"})
 # Errors that mean the probe itself did not get an answer for that API.
-_PROBE_FAILURES = frozenset({"timeout", "crashed", "probe_failed", "probe_error", "no_ctypes"})
+PROBE_FAILURES = frozenset({"timeout", "crashed", "probe_failed", "probe_error", "no_ctypes"})
 
 
 def probe(report: ReportBuilder, *, timeout: float | None = None) -> None:
@@ -121,7 +121,7 @@ def _apply_api(report: ReportBuilder, api: str, entry: object, source: str) -> N
         report.problem("warning", source, f"the probe says {api} is available but lists no device it counted; withheld")
     elif counted:
         report.problem("warning", source, f"the probe counted a {api} device but says {api} is not available; withheld")
-    if error in _PROBE_FAILURES:
+    if error in PROBE_FAILURES:
         report.problem("warning", source, f"{api}: {summary}")
     elif error not in _QUIET_ERRORS:
         report.problem("warning", source, f"{api} driver error {error}: {summary}")

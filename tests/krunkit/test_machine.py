@@ -13,7 +13,7 @@ from cgpu.backends import run_backend
 from tests.conftest import validate_report
 from tests.krunkit.conftest import REAL_PODMAN
 
-# Device entries as cgpu/probe.py writes them.
+# Device entries as cgpu/container_probe.py writes them.
 VENUS = {"name": "Virtio-GPU Venus (Apple M2 Pro)", "type": 1, "type_name": "INTEGRATED_GPU", "vendor_id": "0x106b",
          "device_id": "0xe0303ef", "api_version": "1.2.0", "driver_id": 22, "driver_id_name": "MESA_VENUS",
          "driver_name": "venus", "driver_info": "Mesa 25.3.6", "allocated": True, "counted": True,
