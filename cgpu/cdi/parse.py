@@ -26,6 +26,7 @@ import base64
 import binascii
 import functools
 import math
+import operator
 import re
 import struct
 from typing import Any, Callable, Final
@@ -141,6 +142,10 @@ def _format_float32(value: float) -> str:
     return f"{sign}{digits[:point]}.{digits[point:]}"
 
 
+def _line(node: Any) -> int:
+    return node.start_mark.line + 1
+
+
 def _describe(value: Any) -> str:
     if isinstance(value, _Mapping):
         return "a mapping"
@@ -156,11 +161,10 @@ def _describe(value: Any) -> str:
 class _Mapping:
     """A YAML mapping, its keys stringified as sigs.k8s.io/yaml does, in document order."""
 
-    __slots__ = ("items", "line")
+    __slots__ = ("items",)
 
-    def __init__(self, items: list[tuple[str, Any]], line: int) -> None:
+    def __init__(self, items: list[tuple[str, Any]]) -> None:
         self.items = items
-        self.line = line
 
 
 class _Reader:
@@ -173,27 +177,32 @@ class _Reader:
         self.alias_nodes = 0
 
     def value(self, node: Any) -> Any:
-        import yaml
+        key = id(node)
+        if key in self.seen or self.alias_depth:
+            return self.aliased(node)
+        self.seen.add(key)
+        return self.node_value(node)
 
-        again = id(node) in self.seen
-        self.seen.add(id(node))
-        if again:
-            self.alias_depth += 1
+    def node_value(self, node: Any) -> Any:
+        kind = node.id  # PyYAML's node kinds: "scalar", "sequence", "mapping"
+        if kind == "scalar":
+            return self.scalar(node)
+        if kind == "sequence":
+            return [self.value(child) for child in node.value]
+        return self.mapping(node)
+
+    def aliased(self, node: Any) -> Any:
+        """A node reached through an alias (PyYAML shares the anchored node), counted."""
+        self.alias_nodes += 1
+        if self.alias_nodes > MAX_ALIAS_NODES:
+            raise _Invalid(f"YAML aliases expand to more than {MAX_ALIAS_NODES:,} nodes (an alias "
+                           "bomb; the CDI library stops such files with \"document contains "
+                           "excessive aliasing\")", by_library=False)
+        self.alias_depth += 1
         try:
-            if self.alias_depth:
-                self.alias_nodes += 1
-                if self.alias_nodes > MAX_ALIAS_NODES:
-                    raise _Invalid(f"YAML aliases expand to more than {MAX_ALIAS_NODES:,} nodes (an alias "
-                                   "bomb; the CDI library stops such files with \"document contains "
-                                   "excessive aliasing\")", by_library=False)
-            if isinstance(node, yaml.ScalarNode):
-                return self.scalar(node)
-            if isinstance(node, yaml.SequenceNode):
-                return [self.value(child) for child in node.value]
-            return self.mapping(node)
+            return self.node_value(node)
         finally:
-            if again:
-                self.alias_depth -= 1
+            self.alias_depth -= 1
 
     def scalar(self, node: Any) -> Any:
         tag, text = node.tag, node.value
@@ -205,7 +214,7 @@ class _Reader:
             try:
                 return base64.b64decode("".join(text.split()), validate=True).decode("utf-8", "replace")
             except (binascii.Error, ValueError):
-                raise _Invalid(f"line {node.start_mark.line + 1}: !!binary value contains invalid "
+                raise _Invalid(f"line {_line(node)}: !!binary value contains invalid "
                                "base64 data") from None
         expected = {"tag:yaml.org,2002:int": int, "tag:yaml.org,2002:float": float,
                     "tag:yaml.org,2002:bool": bool, "tag:yaml.org,2002:null": type(None)}.get(tag)
@@ -216,29 +225,27 @@ class _Reader:
             return float(value)
         if type(value) is not expected:
             short = "!!" + tag.rsplit(":", 1)[-1]
-            raise _Invalid(f"line {node.start_mark.line + 1}: cannot decode `{text}` as a {short}")
+            raise _Invalid(f"line {_line(node)}: cannot decode `{text}` as a {short}")
         return value
 
     def mapping(self, node: Any) -> _Mapping:
-        import yaml
-
         items: list[tuple[str, Any]] = []
-        seen_keys: dict[tuple[type, Any], int] = {}
+        seen_keys: dict[tuple[type, Any], Any] = {}
         for key_node, value_node in node.value:
-            line = key_node.start_mark.line + 1
-            if not isinstance(key_node, yaml.ScalarNode):
-                raise _Invalid(f"line {line}: a mapping key must be a plain value, not a list or mapping")
+            if key_node.id != "scalar":
+                raise _Invalid(f"line {_line(key_node)}: a mapping key must be a plain value, not a list or mapping")
             if key_node.tag == _PLAIN and key_node.value == "<<":
-                raise _Invalid(f"line {line}: YAML merge keys (<<) are not supported by cgpu",
+                raise _Invalid(f"line {_line(key_node)}: YAML merge keys (<<) are not supported by cgpu",
                                by_library=False)
             key = self.scalar(key_node)
             marker = (type(key), key)
             if marker in seen_keys:
-                raise _Invalid(f"line {line}: key {names.go_quote(str(key_node.value))} is already "
-                               f"set on line {seen_keys[marker]} (duplicate keys are an error)")
-            seen_keys[marker] = line
-            items.append((self.key_string(key, line), self.value(value_node)))
-        return _Mapping(items, node.start_mark.line + 1)
+                raise _Invalid(f"line {_line(key_node)}: key {names.go_quote(str(key_node.value))} is already "
+                               f"set on line {_line(seen_keys[marker])} (duplicate keys are an error)")
+            seen_keys[marker] = key_node
+            items.append((key if type(key) is str else self.key_string(key, _line(key_node)),
+                          self.value(value_node)))
+        return _Mapping(items)
 
     @staticmethod
     def key_string(key: Any, line: int) -> str:
@@ -309,6 +316,7 @@ def _fold(key: str) -> str:
 
 
 Decoder = Callable[[Any, str, "_Decode"], Any]
+_first = operator.itemgetter(0)
 
 
 class _Decode:
@@ -319,7 +327,7 @@ class _Decode:
 
 
 def _as_string(value: Any, where: str, _: _Decode) -> str:
-    if isinstance(value, str):
+    if type(value) is str:
         return value
     if value is None:
         return ""
@@ -398,14 +406,13 @@ def _struct(fields: dict[str, Decoder]) -> Decoder:
         if not isinstance(value, _Mapping):
             raise _Invalid(f"{where or 'the document'}: expected a mapping, found {_describe(value)}")
         out: dict[str, Any] = {}
-        for key, entry in sorted(value.items, key=lambda item: item[0].encode("utf-8", "surrogatepass")):
+        for key, entry in sorted(value.items, key=_first):  # code point order is UTF-8 byte order
             name = key if key in fields else folded.get(_fold(key))
-            inner = f"{where}.{key}" if where else key
             if name is None:
                 raise _Invalid(f"unknown field {names.go_quote(key)}"
                                + (f" in {where}" if where else " at the top level"))
             if name != key:
-                state.case_variants.append(f"{inner} (for {name})")
+                state.case_variants.append(f"{where}.{key} (for {name})" if where else f"{key} (for {name})")
             decoded = fields[name](entry, f"{where}.{name}" if where else name, state)
             if isinstance(decoded, dict) and isinstance(out.get(name), dict):
                 decoded = {**out[name], **decoded}  # encoding/json decodes into the same struct or map
