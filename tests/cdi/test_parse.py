@@ -419,3 +419,12 @@ def test_utf16_with_bom_is_read_like_go_yaml():
                                   "<<: {a: 1}\n"])
 def test_malformed_yaml(text):
     assert rejection(text)
+
+
+def test_garbage_collection_is_restored_after_a_parse():
+    import gc
+
+    assert gc.isenabled()
+    parse(minimal())
+    rejection("kind: [")
+    assert gc.isenabled()
