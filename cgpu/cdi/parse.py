@@ -545,34 +545,35 @@ def _edits_error(edits: ContainerEdits) -> str | None:
 
 
 def minimum_version(spec: Spec) -> tuple[str, str]:
-    """The lowest cdiVersion the spec's fields allow (specs-go/version.go), and why."""
+    """The lowest cdiVersion the spec's fields allow (specs-go/version.go), and why (a clause
+    such as "it uses deviceNodes[].hostPath")."""
     all_edits = [device.edits for device in spec.devices] + [spec.edits]
     for edits in all_edits:
         rdt = edits.intel_rdt
         if rdt is not None and (rdt.get("schemata") is not None or rdt.get("enableMonitoring")):
-            return "1.1.0", "intelRdt.schemata or intelRdt.enableMonitoring"
+            return "1.1.0", "it uses intelRdt.schemata or intelRdt.enableMonitoring"
         if edits.net_devices:
-            return "1.1.0", "netDevices"
+            return "1.1.0", "it uses netDevices"
     for edits in all_edits:
         if edits.intel_rdt is not None:
-            return "0.7.0", "intelRdt"
+            return "0.7.0", "it uses intelRdt"
         if edits.additional_gids:
-            return "0.7.0", "additionalGids"
+            return "0.7.0", "it uses additionalGids"
     if spec.annotations or any(device.annotations for device in spec.devices):
-        return "0.6.0", "annotations"
+        return "0.6.0", "it uses annotations"
     vendor, device_class = names.parse_qualifier(spec.kind)
     if vendor and "." in device_class:
-        return "0.6.0", f"a dot in the class of kind {names.go_quote(spec.kind)}"
+        return "0.6.0", f"it uses a dot in the class of kind {names.go_quote(spec.kind)}"
     for device in spec.devices:
         if device.name and not ("A" <= device.name[0] <= "Z" or "a" <= device.name[0] <= "z"):
-            return "0.5.0", f"device name {names.go_quote(device.name)}, which does not start with a letter"
+            return "0.5.0", f"it uses device name {names.go_quote(device.name)}, which does not start with a letter"
     for edits in all_edits:
         if any(node.host_path for node in edits.device_nodes):
-            return "0.5.0", "deviceNodes[].hostPath"
+            return "0.5.0", "it uses deviceNodes[].hostPath"
     for edits in all_edits:
         if any(mount.type for mount in edits.mounts):
-            return "0.4.0", "mounts[].type"
-    return versions.EARLIEST, "the earliest version the CDI library accepts"
+            return "0.4.0", "it uses mounts[].type"
+    return versions.EARLIEST, f"{versions.EARLIEST} is the earliest version the CDI library accepts"
 
 
 def _validate(spec: Spec, declared: str) -> None:
@@ -583,7 +584,7 @@ def _validate(spec: Spec, declared: str) -> None:
                        f"{', '.join(versions.KNOWN_VERSIONS[2:])}, optionally with a leading \"v\")")
     required, reason = minimum_version(spec)
     if versions.version_key(required) > versions.version_key(known):
-        raise _Invalid(f"the spec version must be at least v{required} (it uses {reason}) "
+        raise _Invalid(f"the spec version must be at least v{required} ({reason}) "
                        f"but declares {declared}")
     vendor, device_class = names.parse_qualifier(spec.kind)
     error = names.vendor_error(vendor) or names.class_error(device_class)

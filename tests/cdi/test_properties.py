@@ -98,7 +98,8 @@ spec_documents = st.fixed_dictionaries({
     "devices": st.lists(st.tuples(device_names, edits.filter(lambda e: any(e.values()))), min_size=1, max_size=3,
                         unique_by=lambda item: item[0]).map(
         lambda items: [{"name": name, "containerEdits": body} for name, body in items]),
-}, optional={"containerEdits": edits, "annotations": st.dictionaries(st.text(yaml_text, max_size=8), st.text(yaml_text, max_size=8), max_size=2)})
+}, optional={"containerEdits": edits,
+             "annotations": st.dictionaries(st.text(yaml_text, max_size=8), st.text(yaml_text, max_size=8), max_size=2)})
 
 
 def expected_edits(raw):
