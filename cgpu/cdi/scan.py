@@ -128,6 +128,8 @@ def scan_spec_dirs(spec_dirs: Sequence[str] = DEFAULT_SPEC_DIRS, *, max_version:
     max_version: the highest cdiVersion the engine accepts (None: newest rules); specs above it
     are dropped with a problem naming both versions and `engine_label` ("podman 4.3.1").
     """
+    if isinstance(spec_dirs, str):
+        raise TypeError("spec_dirs is a list of directories, not one string")
     problems: list[tuple[str, str, str]] = []
     specs: list[Spec] = []
     engine_dropped: list[Spec] = []
