@@ -68,6 +68,9 @@ class Spec:
     edits: ContainerEdits = ContainerEdits()  # spec-level, applied once with any device
     annotations: dict[str, str] = field(default_factory=dict)
     priority: int = 0  # index of its spec dir; higher wins
+    # Findings that do not reject the spec (keys in another case, a one-character vendor or
+    # class that crashes older engines); the scan reports them as warnings.
+    warnings: tuple[str, ...] = ()
 
     @property
     def vendor(self) -> str:
@@ -132,3 +135,6 @@ class ScanResult:
     devices: dict[str, ResolvedDevice]  # qualified name -> device, after priority and conflicts
     specs: list[Spec]  # every valid spec, lowest priority first
     problems: list[tuple[str, str, str]]  # (severity, source path, message), in scan order
+    # Valid specs the engine ignores: their cdiVersion is above its maximum. Their devices are
+    # not in `devices`; a resolver can report them as blocked.
+    engine_dropped: list[Spec] = field(default_factory=list)
