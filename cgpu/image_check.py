@@ -101,6 +101,8 @@ _MARK = {"pass": "ok", "fail": "FAIL", "unknown": "??", "skip": "-"}
 
 
 def render_image_check(result: dict[str, Any]) -> str:
+    from cgpu.render import render_problems
+
     lines = [f"cgpu image check {result['image']}"]
     about = [part for part in (result.get("source"), result.get("os"), result.get("architecture")) if part]
     if about:
@@ -117,9 +119,5 @@ def render_image_check(result: dict[str, Any]) -> str:
     lines.append("")
     answer = {"yes": "YES", "no": "NO", "unknown": "UNKNOWN"}[result["verdict"]]
     lines.append(f"vulkan under krunkit: {answer}: {result['reason']}")
-    if result["problems"]:
-        lines.append("")
-        lines.append("problems:")
-        for problem in result["problems"]:
-            lines.append(f"  {problem['severity']:<7} {problem['source']}: {problem['message']}")
+    lines.extend(render_problems(result["problems"]))
     return "\n".join(lines)

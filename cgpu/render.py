@@ -25,9 +25,12 @@ def render_report(report: dict[str, Any]) -> str:
     for api in API_ORDER:
         mark = "+" if api in report["containers"] else "-"
         lines.append(f"  {mark} {api:<8} {report['evidence'][api]}")
-    if report["problems"]:
-        lines.append("")
-        lines.append("problems:")
-        for problem in report["problems"]:
-            lines.append(f"  {problem['severity']:<7} {problem['source']}: {problem['message']}")
+    lines.extend(render_problems(report["problems"]))
     return "\n".join(lines)
+
+
+def render_problems(problems: list[dict[str, str]]) -> list[str]:
+    """The problems block shared by every human output: empty when there are none."""
+    if not problems:
+        return []
+    return ["", "problems:", *(f"  {p['severity']:<7} {p['source']}: {p['message']}" for p in problems)]
