@@ -109,23 +109,25 @@ class Engine:
     ) -> ContainerRun:
         started = time.monotonic()
         container = self._create(image, command, devices)
+        exited = False
         try:
             self._put_files(container, files)
             container.start()
             try:
                 exit_code = self._wait(container, timeout)
-            except Exception as exc:
+            except self._errors():
                 if time.monotonic() - started >= timeout * 0.9:
                     raise ContainerTimeout(
-                        f"the container did not finish within {timeout:g} s; it was killed and removed"
+                        f"the probe did not finish within {timeout:g} s; its container was killed and removed"
                     ) from None
                 raise
+            exited = True
             stdout = container.logs(stdout=True, stderr=False)
             stderr = container.logs(stdout=False, stderr=True)
         except self._errors() as exc:
             raise EngineError(self._message(exc)) from None
         finally:
-            self._remove(container)
+            self._remove(container, kill=not exited)
         return ContainerRun(exit_code, _joined(stdout), _joined(stderr), time.monotonic() - started)
 
     def close(self) -> None:
@@ -158,8 +160,15 @@ class Engine:
         if not container.put_archive("/", buffer.getvalue()):
             raise EngineError(f"{self.name} refused to copy {', '.join(files)} into the container")
 
-    def _remove(self, container: Any) -> None:
+    def _remove(self, container: Any, *, kill: bool) -> None:
+        """Remove the container; one that may still run is killed first (a forced remove
+        would give it the engine's stop timeout, 10 s, to end on its own)."""
         try:
+            if kill:
+                try:
+                    container.kill(signal="SIGKILL")
+                except self._errors():
+                    pass  # not running (any more)
             container.remove(force=True)
         except self._errors():
             # The API is gone (service stopped, Ctrl-C twice): the CLI can still remove it.
