@@ -1,0 +1,1058 @@
+"""The in-container GPU probe: which GPU compute APIs really work *here*, counting only real GPUs.
+
+Standard library only, one file, Python 3.8+: copy it into any glibc image and run
+`python3 probe.py` (options: `--timeout SECONDS` per API, `--api NAME` repeatable). It prints
+one JSON object (shape in `docs/probe.md`, versioned by `probe_version`).
+
+Each API is probed in its own child process (this file re-run with `--child API`), never by
+forking after a driver is loaded: drivers crash, hang, and CUDA poisons `fork()`. A child that
+crashes or hangs costs that API only. Counting rules and ctypes layouts follow the Khronos,
+CUDA, HSA and DXCore headers; software drivers (lavapipe/llvmpipe, SwiftShader, PoCL CPU,
+WARP) are reported but never counted.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+PROBE_VERSION = 1
+APIS = ("cuda", "rocm", "vulkan", "opencl", "directml", "metal")
+DEFAULT_TIMEOUT = 30.0
+
+# Environment variables that change what the loaders find (reported when set).
+DISCOVERY_ENV = (
+    "VK_DRIVER_FILES", "VK_ICD_FILENAMES", "VK_ADD_DRIVER_FILES", "VK_LOADER_DRIVERS_SELECT",
+    "VK_LOADER_DRIVERS_DISABLE", "VK_LOADER_LAYERS_DISABLE", "XDG_DATA_DIRS", "XDG_CONFIG_DIRS",
+    "OCL_ICD_FILENAMES", "OCL_ICD_VENDORS", "OPENCL_VENDOR_PATH", "RUSTICL_ENABLE",
+    "RUSTICL_DEVICE_TYPE", "POCL_DEVICES", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES",
+    "NVIDIA_DRIVER_CAPABILITIES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "ROCM_PATH",
+    "GGML_VK_VISIBLE_DEVICES", "LD_LIBRARY_PATH",
+)
+DEVICE_NODE_GLOBS = (
+    "/dev/dri/renderD*", "/dev/dri/card*", "/dev/nvidia*", "/dev/nvidia-caps/*", "/dev/kfd", "/dev/dxg",
+)
+METAL_SUMMARY = "Metal is an Apple host API: a Linux container or VM never gets it (the Mac's GPU reaches Linux only as Vulkan through Venus)"
+MAX_TEXT = 400  # cap on strings taken from drivers
+STDERR_TAIL = 2000
+
+
+# --------------------------------------------------------------------------------------------
+# Parent: environment facts, one child per API, one JSON object.
+
+
+def run_probe(apis=None, timeout=DEFAULT_TIMEOUT):
+    """Probe the given APIs (default: all) in child processes; returns the probe's JSON object."""
+    wanted = [api for api in APIS if apis is None or api in apis]
+    results = {api: _result(False, "not probed (only %s was asked for)" % ", ".join(wanted), error="not_probed")
+               for api in APIS}
+    if "metal" in wanted:
+        results["metal"] = _result(False, METAL_SUMMARY, error=None)
+    results.update(_run_children([api for api in wanted if api != "metal"], timeout))
+    return {
+        "probe_version": PROBE_VERSION,
+        "platform": _platform(),
+        "python": "%d.%d.%d" % sys.version_info[:3],
+        "libc": _libc(),
+        "env": {name: os.environ[name] for name in DISCOVERY_ENV if name in os.environ},
+        "device_nodes": _device_nodes(),
+        "apis": results,
+    }
+
+
+def _run_children(apis, timeout):
+    """Start every child at once, wait until `timeout` for each, kill the process group of any late one."""
+    children = {}
+    results = {}
+    try:
+        for api in apis:
+            out, err = tempfile.TemporaryFile(), tempfile.TemporaryFile()
+            argv = [sys.executable, "-I", "-S", os.path.abspath(__file__), "--child", api]
+            try:
+                proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                                        start_new_session=True)
+            except OSError as exc:
+                results[api] = _result(False, "the %s probe could not start: %s" % (api, exc), error="probe_failed")
+                out.close()
+                err.close()
+                continue
+            children[api] = (proc, out, err)
+        deadline = time.monotonic() + timeout
+        for api, (proc, out, err) in children.items():
+            try:
+                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                _kill_group(proc)
+                results[api] = _result(
+                    False, "the %s probe timed out after %g s: a driver call hung" % (api, timeout),
+                    error="timeout", stderr=_tail(err))
+                continue
+            results[api] = _child_result(api, proc.returncode, out, err)
+    finally:
+        for proc, out, err in children.values():
+            if proc.returncode is None:
+                _kill_group(proc)
+            out.close()
+            err.close()
+    return results
+
+
+def _kill_group(proc):
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except OSError:
+        pass
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        pass  # stuck in the kernel (uninterruptible driver call); nothing more can be done
+
+
+def _child_result(api, returncode, out, err):
+    stderr = _tail(err)
+    if returncode < 0:
+        signum = -returncode
+        try:
+            name = signal.Signals(signum).name
+        except ValueError:
+            name = "signal %d" % signum
+        return _result(False, "the %s probe crashed with signal %d (%s) inside the driver or loader"
+                       % (api, signum, name), error="crashed", stderr=stderr)
+    out.seek(0)
+    raw = out.read(1 << 20)
+    try:
+        data = json.loads(raw.decode("utf-8"))
+        if not isinstance(data, dict):
+            raise ValueError("not an object")
+    except ValueError:
+        last = stderr.strip().splitlines()[-1:] or ["no output"]
+        return _result(False, "the %s probe exited with status %d without an answer: %s"
+                       % (api, returncode, last[0][:MAX_TEXT]), error="probe_failed", stderr=stderr)
+    data["stderr"] = stderr
+    return data
+
+
+def _tail(file):
+    file.seek(0, os.SEEK_END)
+    size = file.tell()
+    file.seek(max(0, size - STDERR_TAIL))
+    return file.read().decode("utf-8", "replace")
+
+
+def _result(available, summary, library=None, error=None, devices=None, stderr="", **extra):
+    result = {"available": available, "summary": summary, "library": library, "error": error,
+              "devices": devices or [], "stderr": stderr}
+    result.update(extra)
+    return result
+
+
+def _platform():
+    system = sys.platform.rstrip("0123456789")
+    return "%s-%s" % (system, os.uname().machine.lower() if hasattr(os, "uname") else "unknown")
+
+
+def _libc():
+    try:
+        version = os.confstr("CS_GNU_LIBC_VERSION")  # "glibc 2.36"
+        if version:
+            return version
+    except (ValueError, OSError, AttributeError):
+        pass
+    if glob.glob("/lib/ld-musl-*.so.1"):
+        return "musl"
+    return "unknown"
+
+
+def _device_nodes():
+    nodes = set()
+    for pattern in DEVICE_NODE_GLOBS:
+        nodes.update(path for path in glob.glob(pattern) if not os.path.isdir(path))
+    return sorted(nodes)
+
+
+# --------------------------------------------------------------------------------------------
+# Child helpers (run only in a child process).
+
+
+def _text(raw):
+    """A C string from a driver: bytes up to NUL, decoded leniently, capped."""
+    if raw is None:
+        return ""
+    if not isinstance(raw, bytes):
+        raw = bytes(raw)
+    return raw.split(b"\0", 1)[0].decode("utf-8", "replace").strip()[:MAX_TEXT]
+
+
+def _mapped_libraries():
+    """Paths of the shared objects mapped into this process, from /proc/self/maps."""
+    paths = set()
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                parts = line.split(None, 5)
+                if len(parts) == 6 and parts[5].startswith("/") and ".so" in parts[5]:
+                    paths.add(parts[5].strip())
+    except OSError:
+        pass
+    return paths
+
+
+def _path_of(address):
+    """The file mapped at `address` (the library a symbol really came from), or None."""
+    if not address:
+        return None
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                parts = line.split(None, 5)
+                start, _, end = parts[0].partition("-")
+                if int(start, 16) <= address < int(end, 16):
+                    return parts[5].strip() if len(parts) == 6 else None
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _load(ctypes, candidates):
+    """dlopen the first loadable candidate; returns (lib, name tried, errors)."""
+    errors = []
+    for name in candidates:
+        try:
+            return ctypes.CDLL(name), name, errors
+        except OSError as exc:
+            errors.append(str(exc)[:MAX_TEXT])
+    return None, None, errors
+
+
+def _address(ctypes, function):
+    return ctypes.cast(function, ctypes.c_void_p).value
+
+
+def _drivers_loaded(before, names):
+    """Libraries mapped since `before` that are the drivers `names` point at (by path, or soname stem)."""
+    stems = set()
+    paths = set()
+    for name in names:
+        if name.startswith("/"):
+            paths.add(os.path.realpath(name))
+        stems.add(os.path.basename(name).split(".so", 1)[0])
+    return sorted(path for path in _mapped_libraries() - before
+                  if path in paths or os.path.basename(path).split(".so", 1)[0] in stems)[:32]
+
+
+def _hex(value):
+    return "0x%04x" % value
+
+
+# --------------------------------------------------------------------------------------------
+# CUDA (driver API)
+
+CUDA_LIBRARIES = ("libcuda.so.1", "/usr/lib/wsl/lib/libcuda.so.1")  # never bare libcuda.so: often the toolkit stub
+CUDA_ERRORS = {
+    0: "CUDA_SUCCESS", 1: "CUDA_ERROR_INVALID_VALUE", 2: "CUDA_ERROR_OUT_OF_MEMORY",
+    3: "CUDA_ERROR_NOT_INITIALIZED", 4: "CUDA_ERROR_DEINITIALIZED", 34: "CUDA_ERROR_STUB_LIBRARY",
+    46: "CUDA_ERROR_DEVICE_UNAVAILABLE", 100: "CUDA_ERROR_NO_DEVICE", 101: "CUDA_ERROR_INVALID_DEVICE",
+    304: "CUDA_ERROR_OPERATING_SYSTEM", 801: "CUDA_ERROR_NOT_SUPPORTED", 802: "CUDA_ERROR_SYSTEM_NOT_READY",
+    803: "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH", 804: "CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE",
+    999: "CUDA_ERROR_UNKNOWN",
+}
+CU_DEVICE_ATTRIBUTE_INTEGRATED = 18
+CU_DEVICE_ATTRIBUTE_CC_MAJOR = 75
+CU_DEVICE_ATTRIBUTE_CC_MINOR = 76
+
+
+def _cuda_hint(code, library):
+    if code == 100:
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        hint = "no CUDA device is visible: pass the GPU's /dev/nvidiaN into the container"
+        if visible is not None:
+            hint += " and check CUDA_VISIBLE_DEVICES=%r" % visible
+        return hint
+    if code == 34:
+        return ("%s is the CUDA toolkit's stub library, not the driver: mount the NVIDIA driver's libcuda.so.1 "
+                "(e.g. with the NVIDIA container toolkit) and keep the stubs directory off the library path" % library)
+    if code == 803:
+        return ("the user-space driver %s does not match the host's kernel module: a CUDA forward-compat or "
+                "other-version libcuda.so.1 was picked up ahead of the one the host injected" % library)
+    if code == 804:
+        return "the CUDA forward-compat library %s is not supported on this GPU" % library
+    if code == 999:
+        hint = "unknown error, most often the nvidia_uvm module not loaded or /dev/nvidia-uvm not passed in"
+        if not os.path.exists("/dev/nvidia-uvm"):
+            hint += " (/dev/nvidia-uvm is missing here)"
+        return hint
+    return "the driver refused to initialise"
+
+
+def probe_cuda(ctypes):
+    for index, candidate in enumerate(CUDA_LIBRARIES):
+        result = _probe_cuda_library(ctypes, candidate)
+        stub = result["error"] == CUDA_ERRORS[34]
+        if result["library"] is not None and not (stub and index + 1 < len(CUDA_LIBRARIES)
+                                                  and os.path.exists(CUDA_LIBRARIES[index + 1])):
+            return result
+    return result if result["library"] is not None else _result(
+        False, "no NVIDIA driver library: libcuda.so.1 is not on the library path here (the host's NVIDIA driver is not mounted)",
+        error="library_not_found")
+
+
+def _probe_cuda_library(ctypes, name):
+    try:
+        lib = ctypes.CDLL(name)
+    except OSError:
+        return _result(False, "", error="library_not_found")
+    c_int, byref = ctypes.c_int, ctypes.byref
+    library = _path_of(_address(ctypes, lib.cuInit)) or name
+    lib.cuInit.argtypes, lib.cuInit.restype = [ctypes.c_uint], c_int
+
+    def error_name(code):
+        if code in CUDA_ERRORS:
+            return CUDA_ERRORS[code]
+        text = ctypes.c_char_p()
+        try:
+            lib.cuGetErrorName.argtypes = [c_int, ctypes.POINTER(ctypes.c_char_p)]
+            if lib.cuGetErrorName(code, byref(text)) == 0 and text.value:
+                return _text(text.value)
+        except AttributeError:
+            pass
+        return "CUDA_ERROR_%d" % code
+
+    driver = c_int(0)
+    version = None
+    try:
+        if lib.cuDriverGetVersion(byref(driver)) == 0 and driver.value > 0:
+            version = "%d.%d" % (driver.value // 1000, driver.value % 1000 // 10)
+    except AttributeError:
+        pass
+    code = lib.cuInit(0)
+    if code != 0:
+        name_ = error_name(code)
+        return _result(False, "cuInit failed with %s (%d): %s" % (name_, code, _cuda_hint(code, library)),
+                       library=library, error=name_, driver_version=version)
+    count = c_int(0)
+    code = lib.cuDeviceGetCount(byref(count))
+    if code != 0:
+        name_ = error_name(code)
+        return _result(False, "cuDeviceGetCount failed with %s (%d)" % (name_, code),
+                       library=library, error=name_, driver_version=version)
+    devices = []
+    for ordinal in range(min(count.value, 64)):
+        device = c_int(0)
+        if lib.cuDeviceGet(byref(device), ordinal) != 0:
+            continue
+        name_buf = ctypes.create_string_buffer(256)
+        lib.cuDeviceGetName(name_buf, 256, device)
+        entry = {"name": _text(name_buf.raw) or "CUDA device %d" % ordinal, "counted": True,
+                 "reason": "a CUDA device (NVIDIA ships no software CUDA driver)", "index": ordinal}
+        major, minor, integrated = c_int(0), c_int(0), c_int(0)
+        if (lib.cuDeviceGetAttribute(byref(major), CU_DEVICE_ATTRIBUTE_CC_MAJOR, device) == 0
+                and lib.cuDeviceGetAttribute(byref(minor), CU_DEVICE_ATTRIBUTE_CC_MINOR, device) == 0):
+            entry["compute_capability"] = "%d.%d" % (major.value, minor.value)
+        if lib.cuDeviceGetAttribute(byref(integrated), CU_DEVICE_ATTRIBUTE_INTEGRATED, device) == 0:
+            entry["integrated"] = bool(integrated.value)
+        try:
+            total = ctypes.c_size_t(0)
+            lib.cuDeviceTotalMem_v2.argtypes = [ctypes.POINTER(ctypes.c_size_t), c_int]
+            if lib.cuDeviceTotalMem_v2(byref(total), device) == 0:
+                entry["total_memory"] = total.value
+        except AttributeError:
+            pass
+        devices.append(entry)
+    if not devices:
+        return _result(False, "cuInit succeeded but the driver reports no CUDA device", library=library,
+                       error=None, driver_version=version)
+    names = ", ".join(d["name"] for d in devices)
+    return _result(True, "CUDA %s works with %d device(s): %s" % (version or "driver", len(devices), names),
+                   library=library, devices=devices, driver_version=version)
+
+
+# --------------------------------------------------------------------------------------------
+# Vulkan
+
+VK_RESULTS = {
+    0: "VK_SUCCESS", 5: "VK_INCOMPLETE", -1: "VK_ERROR_OUT_OF_HOST_MEMORY", -2: "VK_ERROR_OUT_OF_DEVICE_MEMORY",
+    -3: "VK_ERROR_INITIALIZATION_FAILED", -4: "VK_ERROR_DEVICE_LOST", -5: "VK_ERROR_MEMORY_MAP_FAILED",
+    -6: "VK_ERROR_LAYER_NOT_PRESENT", -7: "VK_ERROR_EXTENSION_NOT_PRESENT", -8: "VK_ERROR_FEATURE_NOT_PRESENT",
+    -9: "VK_ERROR_INCOMPATIBLE_DRIVER", -13: "VK_ERROR_UNKNOWN",
+}
+VK_TYPES = {0: "OTHER", 1: "INTEGRATED_GPU", 2: "DISCRETE_GPU", 3: "VIRTUAL_GPU", 4: "CPU"}
+VK_DRIVER_IDS = {
+    1: "AMD_PROPRIETARY", 2: "AMD_OPEN_SOURCE", 3: "MESA_RADV", 4: "NVIDIA_PROPRIETARY",
+    5: "INTEL_PROPRIETARY_WINDOWS", 6: "INTEL_OPEN_SOURCE_MESA", 7: "IMAGINATION_PROPRIETARY",
+    8: "QUALCOMM_PROPRIETARY", 9: "ARM_PROPRIETARY", 10: "GOOGLE_SWIFTSHADER", 11: "GGP_PROPRIETARY",
+    12: "BROADCOM_PROPRIETARY", 13: "MESA_LLVMPIPE", 14: "MOLTENVK", 15: "COREAVI_PROPRIETARY",
+    16: "JUICE_PROPRIETARY", 17: "VERISILICON_PROPRIETARY", 18: "MESA_TURNIP", 19: "MESA_V3DV",
+    20: "MESA_PANVK", 21: "SAMSUNG_PROPRIETARY", 22: "MESA_VENUS", 23: "MESA_DOZEN", 24: "MESA_NVK",
+    25: "IMAGINATION_OPEN_SOURCE_MESA", 26: "MESA_HONEYKRISP", 27: "VULKAN_SC_EMULATION_ON_VULKAN",
+    28: "MESA_KOSMICKRISP", 29: "MESA_GFXSTREAM", 30: "APE_SOFT",
+}
+VK_DRIVER_SWIFTSHADER, VK_DRIVER_LLVMPIPE, VK_DRIVER_VENUS, VK_DRIVER_DOZEN = 10, 13, 22, 23
+VK_VENDOR_MESA = 0x10005
+VK_API_1_1 = (1 << 22) | (1 << 12)
+VK_API_1_2 = (1 << 22) | (2 << 12)
+VK_API_1_3 = (1 << 22) | (3 << 12)
+VK_ST_DRIVER_PROPERTIES = 1000196000
+VK_ST_PROPERTIES_2 = 1000059001
+VK_MEMORY_HOST_VISIBLE, VK_MEMORY_HOST_COHERENT = 0x2, 0x4
+VENUS_TEST_ALLOCATION = 4096  # smaller than Apple's 16 KiB page: what trips unpatched Mesa under krunkit
+VENUS_FIX = ("the image's Mesa lacks the 16 KiB blob-alignment patches krunkit needs: use the libkrun Mesa "
+             "build (Fedora copr slp/mesa-libkrun-vulkan, version pinned)")
+ICD_DIRS = ("/etc/vulkan/icd.d", "/usr/local/etc/vulkan/icd.d", "/usr/local/share/vulkan/icd.d",
+            "/usr/share/vulkan/icd.d", "/etc/xdg/vulkan/icd.d")
+
+
+def _vk_version(value):
+    return "%d.%d.%d" % ((value >> 22) & 0x7F, (value >> 12) & 0x3FF, value & 0xFFF)
+
+
+def _vk_name(code):
+    return VK_RESULTS.get(code, "VkResult %d" % code)
+
+
+def _icd_manifests():
+    """ICD manifests the loader would read: VK_DRIVER_FILES/VK_ICD_FILENAMES (files or dirs) or the default dirs."""
+    listed = os.environ.get("VK_DRIVER_FILES") or os.environ.get("VK_ICD_FILENAMES")
+    if listed:
+        entries = [entry for entry in listed.split(":") if entry]
+    else:
+        data_dirs = (os.environ.get("XDG_DATA_DIRS") or "/usr/local/share:/usr/share").split(":")
+        entries = list(ICD_DIRS) + [os.path.join(d, "vulkan/icd.d") for d in data_dirs if d]
+        extra = os.environ.get("VK_ADD_DRIVER_FILES")
+        if extra:
+            entries = [entry for entry in extra.split(":") if entry] + entries
+    manifests = []
+    for entry in entries:
+        found = sorted(glob.glob(os.path.join(entry, "*.json"))) if os.path.isdir(entry) else [entry]
+        manifests.extend(path for path in found if os.path.isfile(path) and path not in manifests)
+    return manifests[:64]
+
+
+def _manifest_libraries(manifests):
+    """The driver libraries the Vulkan ICD manifests name (as written in them)."""
+    names = []
+    for path in manifests:
+        try:
+            with open(path, "rb") as file:
+                library = json.loads(file.read(1 << 16).decode("utf-8", "replace"))["ICD"]["library_path"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if isinstance(library, str) and library:
+            names.append(library if library.startswith("/") or "/" not in library
+                         else os.path.join(os.path.dirname(path), library))
+    return names
+
+
+def _opencl_icd_libraries():
+    """The driver libraries OpenCL ICD registrations name: vendors dir files and the loaders' env vars."""
+    names = [name for name in os.environ.get("OCL_ICD_FILENAMES", "").split(":") if name]
+    vendors = os.environ.get("OCL_ICD_VENDORS") or os.environ.get("OPENCL_VENDOR_PATH") or "/etc/OpenCL/vendors"
+    files = sorted(glob.glob(os.path.join(vendors, "*.icd"))) if os.path.isdir(vendors) else []
+    if not os.path.isdir(vendors) and vendors.endswith(".icd"):
+        files = [vendors]
+    elif not os.path.isdir(vendors):
+        names.append(vendors)  # OCL-ICD also takes a library here
+    for path in files[:64]:
+        try:
+            with open(path, "rb") as file:
+                line = file.read(4096).decode("utf-8", "replace").strip().splitlines()
+        except OSError:
+            continue
+        if line:
+            names.append(line[0].strip())
+    return names
+
+
+def _vk_structs(ctypes):
+    C = ctypes
+
+    class AppInfo(C.Structure):
+        _fields_ = [("sType", C.c_int32), ("pNext", C.c_void_p), ("pApplicationName", C.c_char_p),
+                    ("applicationVersion", C.c_uint32), ("pEngineName", C.c_char_p),
+                    ("engineVersion", C.c_uint32), ("apiVersion", C.c_uint32)]
+
+    class InstanceInfo(C.Structure):
+        _fields_ = [("sType", C.c_int32), ("pNext", C.c_void_p), ("flags", C.c_uint32),
+                    ("pApplicationInfo", C.POINTER(AppInfo)), ("enabledLayerCount", C.c_uint32),
+                    ("ppEnabledLayerNames", C.c_void_p), ("enabledExtensionCount", C.c_uint32),
+                    ("ppEnabledExtensionNames", C.c_void_p)]
+
+    class Properties(C.Structure):  # VkPhysicalDeviceProperties, 824 bytes; limits kept opaque but aligned
+        _fields_ = [("apiVersion", C.c_uint32), ("driverVersion", C.c_uint32), ("vendorID", C.c_uint32),
+                    ("deviceID", C.c_uint32), ("deviceType", C.c_int32), ("deviceName", C.c_char * 256),
+                    ("pipelineCacheUUID", C.c_uint8 * 16), ("_pad", C.c_uint32), ("_limits", C.c_uint64 * 63),
+                    ("_sparse", C.c_uint32 * 5), ("_tail", C.c_uint32)]
+
+    class Properties2(C.Structure):
+        _fields_ = [("sType", C.c_int32), ("pNext", C.c_void_p), ("properties", Properties)]
+
+    class DriverProperties(C.Structure):
+        _fields_ = [("sType", C.c_int32), ("pNext", C.c_void_p), ("driverID", C.c_int32),
+                    ("driverName", C.c_char * 256), ("driverInfo", C.c_char * 256),
+                    ("conformanceVersion", C.c_uint8 * 4)]
+
+    class ExtensionProperties(C.Structure):
+        _fields_ = [("extensionName", C.c_char * 256), ("specVersion", C.c_uint32)]
+
+    class MemoryType(C.Structure):
+        _fields_ = [("propertyFlags", C.c_uint32), ("heapIndex", C.c_uint32)]
+
+    class MemoryHeap(C.Structure):
+        _fields_ = [("size", C.c_uint64), ("flags", C.c_uint32)]
+
+    class MemoryProperties(C.Structure):  # 520 bytes
+        _fields_ = [("memoryTypeCount", C.c_uint32), ("memoryTypes", MemoryType * 32),
+                    ("memoryHeapCount", C.c_uint32), ("memoryHeaps", MemoryHeap * 16)]
+
+    class QueueInfo(C.Structure):
+        _fields_ = [("sType", C.c_int32), ("pNext", C.c_void_p), ("flags", C.c_uint32),
+                    ("queueFamilyIndex", C.c_uint32), ("queueCount", C.c_uint32),
+                    ("pQueuePriorities", C.POINTER(C.c_float))]
+
+    class DeviceInfo(C.Structure):
+        _fields_ = [("sType", C.c_int32), ("pNext", C.c_void_p), ("flags", C.c_uint32),
+                    ("queueCreateInfoCount", C.c_uint32), ("pQueueCreateInfos", C.POINTER(QueueInfo)),
+                    ("enabledLayerCount", C.c_uint32), ("ppEnabledLayerNames", C.c_void_p),
+                    ("enabledExtensionCount", C.c_uint32), ("ppEnabledExtensionNames", C.c_void_p),
+                    ("pEnabledFeatures", C.c_void_p)]
+
+    class AllocateInfo(C.Structure):
+        _fields_ = [("sType", C.c_int32), ("pNext", C.c_void_p), ("allocationSize", C.c_uint64),
+                    ("memoryTypeIndex", C.c_uint32)]
+
+    return dict(AppInfo=AppInfo, InstanceInfo=InstanceInfo, Properties=Properties, Properties2=Properties2,
+                DriverProperties=DriverProperties, ExtensionProperties=ExtensionProperties,
+                MemoryProperties=MemoryProperties, QueueInfo=QueueInfo, DeviceInfo=DeviceInfo,
+                AllocateInfo=AllocateInfo)
+
+
+def probe_vulkan(ctypes):
+    C = ctypes
+    S = _vk_structs(C)
+    manifests = _icd_manifests()
+    drivers = _manifest_libraries(manifests)
+    before = _mapped_libraries()
+    lib, _, errors = _load(C, ("libvulkan.so.1",))
+    if lib is None:
+        return _result(False, "no Vulkan loader: libvulkan.so.1 is not installed here (the image must "
+                       "bring it, e.g. libvulkan1 or vulkan-loader)", error="library_not_found", manifests=manifests)
+    gipa = lib.vkGetInstanceProcAddr
+    gipa.restype, gipa.argtypes = C.c_void_p, [C.c_void_p, C.c_char_p]
+    library = _path_of(_address(C, gipa)) or "libvulkan.so.1"
+
+    def fn(instance, name, restype, *argtypes):
+        address = gipa(instance, name.encode())
+        return C.CFUNCTYPE(restype, *argtypes)(address) if address else None
+
+    loader_version = 1 << 22  # a 1.0 loader has no vkEnumerateInstanceVersion
+    enumerate_version = fn(None, "vkEnumerateInstanceVersion", C.c_int32, C.POINTER(C.c_uint32))
+    if enumerate_version is not None:
+        value = C.c_uint32(0)
+        if enumerate_version(C.byref(value)) == 0:
+            loader_version = value.value
+    api = min(loader_version & ~0xFFF, VK_API_1_3)
+    app = S["AppInfo"](sType=0, pApplicationName=b"cgpu-probe", apiVersion=api)
+    info = S["InstanceInfo"](sType=1, pApplicationInfo=C.pointer(app))
+    instance = C.c_void_p()
+    create = fn(None, "vkCreateInstance", C.c_int32, C.c_void_p, C.c_void_p, C.POINTER(C.c_void_p))
+    code = create(C.byref(info), None, C.byref(instance))
+    common = dict(library=library, loader_version=_vk_version(loader_version), manifests=manifests)
+    if code != 0:
+        return _result(False, "vkCreateInstance failed with %s (%d): %s"
+                       % (_vk_name(code), code, _vk_instance_hint(code, manifests)),
+                       error=_vk_name(code), drivers_loaded=_drivers_loaded(before, drivers), **common)
+    try:
+        devices = _vk_devices(C, S, fn, instance, api)
+        loaded = _drivers_loaded(before, drivers)  # the loader unloads them with the instance
+    finally:
+        destroy = fn(instance, "vkDestroyInstance", None, C.c_void_p, C.c_void_p)
+        destroy(instance, None)
+    counted = [d for d in devices if d["counted"]]
+    if counted:
+        summary = "Vulkan works with %d GPU(s): %s" % (len(counted), ", ".join(d["name"] for d in counted))
+    elif devices:
+        summary = "Vulkan has no usable GPU, only: %s" % "; ".join(
+            "%s (%s)" % (d["name"], d["reason"]) for d in devices)
+    else:
+        summary = "vkCreateInstance succeeded but no driver reports a device (is the GPU's /dev/dri node passed in?)"
+    return _result(bool(counted), summary, devices=devices, drivers_loaded=loaded, **common)
+
+
+def _vk_instance_hint(code, manifests):
+    if code == -9:
+        if not manifests:
+            return "no Vulkan driver manifest (ICD) in the loader's search path"
+        return "no driver listed in %d manifest(s) could be loaded or initialised" % len(manifests)
+    if code in (-1, -3):
+        venus = [m for m in manifests if "virtio" in os.path.basename(m)]
+        if venus:
+            return ("a driver failed to initialise; the Venus driver (%s) fails this way under krunkit when %s"
+                    % (venus[0], VENUS_FIX))
+        if code == -1:
+            return "a driver ran out of host memory; the loader then aborts instance creation for all drivers"
+        return "a driver failed to initialise"
+    return "the loader or a driver refused to create an instance"
+
+
+def _vk_devices(C, S, fn, instance, api):
+    enumerate_devices = fn(instance, "vkEnumeratePhysicalDevices", C.c_int32, C.c_void_p,
+                           C.POINTER(C.c_uint32), C.c_void_p)
+    count = C.c_uint32(0)
+    code = enumerate_devices(instance, C.byref(count), None)
+    if code != 0:
+        raise VulkanError("vkEnumeratePhysicalDevices", code)
+    handles = (C.c_void_p * max(count.value, 1))()
+    code = enumerate_devices(instance, C.byref(count), handles)
+    if code not in (0, 5):
+        raise VulkanError("vkEnumeratePhysicalDevices", code)
+    get_properties = fn(instance, "vkGetPhysicalDeviceProperties", None, C.c_void_p, C.c_void_p)
+    get_properties2 = fn(instance, "vkGetPhysicalDeviceProperties2", None, C.c_void_p, C.c_void_p)
+    enumerate_extensions = fn(instance, "vkEnumerateDeviceExtensionProperties", C.c_int32, C.c_void_p,
+                              C.c_char_p, C.POINTER(C.c_uint32), C.c_void_p)
+    devices = []
+    for handle in list(handles)[:count.value]:
+        props = S["Properties"]()
+        get_properties(handle, C.byref(props))
+        entry = {
+            "name": _text(props.deviceName) or "unnamed Vulkan device",
+            "type": props.deviceType, "type_name": VK_TYPES.get(props.deviceType, "UNKNOWN"),
+            "vendor_id": _hex(props.vendorID), "device_id": _hex(props.deviceID),
+            "api_version": _vk_version(props.apiVersion), "driver_id": None, "driver_id_name": None,
+        }
+        if (api >= VK_API_1_1 and get_properties2 is not None
+                and (props.apiVersion >= VK_API_1_2
+                     or _has_extension(C, S, enumerate_extensions, handle, b"VK_KHR_driver_properties"))):
+            driver = S["DriverProperties"](sType=VK_ST_DRIVER_PROPERTIES)
+            props2 = S["Properties2"](sType=VK_ST_PROPERTIES_2, pNext=C.cast(C.pointer(driver), C.c_void_p))
+            get_properties2(handle, C.byref(props2))
+            if driver.driverID:
+                entry["driver_id"] = driver.driverID
+                entry["driver_id_name"] = VK_DRIVER_IDS.get(driver.driverID, "UNKNOWN")
+                entry["driver_name"] = _text(driver.driverName)
+                entry["driver_info"] = _text(driver.driverInfo)
+        if entry["driver_id"] == VK_DRIVER_VENUS:
+            entry["allocated"], failure = _vk_allocate(C, S, fn, instance, handle)
+            if failure:
+                entry["allocation_error"] = failure
+        entry["counted"], entry["reason"] = _vk_counts(entry, props.vendorID, props.deviceID)
+        devices.append(entry)
+    return devices
+
+
+class VulkanError(Exception):
+    def __init__(self, call, code):
+        super().__init__("%s failed with %s (%d)" % (call, _vk_name(code), code))
+        self.code = code
+
+
+def _has_extension(C, S, enumerate_extensions, handle, wanted):
+    count = C.c_uint32(0)
+    if enumerate_extensions(handle, None, C.byref(count), None) != 0 or not count.value:
+        return False
+    extensions = (S["ExtensionProperties"] * count.value)()
+    if enumerate_extensions(handle, None, C.byref(count), extensions) not in (0, 5):
+        return False
+    return any(bytes(e.extensionName).split(b"\0", 1)[0] == wanted for e in extensions[:count.value])
+
+
+def _vk_counts(entry, vendor_id, device_id):
+    """(counted, reason) by the probe's rules: real GPU types only, software drivers never, Venus only if it allocates."""
+    name, kind, driver = entry["name"], entry["type"], entry["driver_id"]
+    lowered = name.lower()
+    if driver == VK_DRIVER_LLVMPIPE or "llvmpipe" in lowered:
+        return False, "lavapipe/llvmpipe, Mesa's CPU software driver"
+    if driver == VK_DRIVER_SWIFTSHADER or "swiftshader" in lowered or (vendor_id, device_id) == (0x1AE0, 0xC0DE):
+        return False, "SwiftShader, a CPU software driver"
+    if "microsoft basic render" in lowered or "warp" in lowered.split():
+        return False, "WARP, Microsoft's CPU software adapter"
+    if vendor_id == VK_VENDOR_MESA:
+        return False, "Mesa's software vendor ID 0x10005 (a CPU driver)"
+    if kind == 4:
+        if driver == VK_DRIVER_VENUS:
+            return False, "Venus forwarding a CPU device of the host (deviceType CPU), not a GPU"
+        if driver == VK_DRIVER_DOZEN:
+            return False, "Dozen on WARP, the D3D12 software adapter (deviceType CPU)"
+        return False, "deviceType CPU: a software driver"
+    if kind not in (1, 2, 3):
+        return False, "deviceType %s: not known to be a GPU" % VK_TYPES.get(kind, kind)
+    if driver == VK_DRIVER_VENUS:
+        if entry.get("allocated"):
+            return True, "Venus (virtio-gpu) forwarding the host's GPU; a %d-byte host-visible allocation and map worked" \
+                % VENUS_TEST_ALLOCATION
+        return False, "Venus enumerates but cannot allocate memory (%s): %s" % (
+            entry.get("allocation_error", "failed"), VENUS_FIX)
+    return True, "a %s from driver %s" % (entry["type_name"].lower().replace("_", " "),
+                                         entry["driver_name"] if entry.get("driver_name") else "unknown")
+
+
+def _vk_allocate(C, S, fn, instance, handle):
+    """Create a device, allocate and map a small host-visible block: (worked, failure or None)."""
+    get_memory = fn(instance, "vkGetPhysicalDeviceMemoryProperties", None, C.c_void_p, C.c_void_p)
+    create_device = fn(instance, "vkCreateDevice", C.c_int32, C.c_void_p, C.c_void_p, C.c_void_p,
+                       C.POINTER(C.c_void_p))
+    destroy_device = fn(instance, "vkDestroyDevice", None, C.c_void_p, C.c_void_p)
+    allocate = fn(instance, "vkAllocateMemory", C.c_int32, C.c_void_p, C.c_void_p, C.c_void_p,
+                  C.POINTER(C.c_uint64))
+    free = fn(instance, "vkFreeMemory", None, C.c_void_p, C.c_uint64, C.c_void_p)
+    map_memory = fn(instance, "vkMapMemory", C.c_int32, C.c_void_p, C.c_uint64, C.c_uint64, C.c_uint64,
+                    C.c_uint32, C.POINTER(C.c_void_p))
+    unmap = fn(instance, "vkUnmapMemory", None, C.c_void_p, C.c_uint64)
+    if None in (get_memory, create_device, destroy_device, allocate, free, map_memory, unmap):
+        return False, "the loader lacks a core device function"
+    memory = S["MemoryProperties"]()
+    get_memory(handle, C.byref(memory))
+    wanted = VK_MEMORY_HOST_VISIBLE | VK_MEMORY_HOST_COHERENT
+    types = list(memory.memoryTypes)[:min(memory.memoryTypeCount, 32)]
+    index = next((i for i, t in enumerate(types) if t.propertyFlags & wanted == wanted),
+                 next((i for i, t in enumerate(types) if t.propertyFlags & VK_MEMORY_HOST_VISIBLE), None))
+    if index is None:
+        return False, "no host-visible memory type"
+    priority = C.c_float(1.0)
+    queue = S["QueueInfo"](sType=2, queueFamilyIndex=0, queueCount=1, pQueuePriorities=C.pointer(priority))
+    info = S["DeviceInfo"](sType=3, queueCreateInfoCount=1, pQueueCreateInfos=C.pointer(queue))
+    device = C.c_void_p()
+    code = create_device(handle, C.byref(info), None, C.byref(device))
+    if code != 0:
+        return False, "vkCreateDevice: %s" % _vk_name(code)
+    try:
+        block = C.c_uint64(0)
+        allocate_info = S["AllocateInfo"](sType=5, allocationSize=VENUS_TEST_ALLOCATION, memoryTypeIndex=index)
+        code = allocate(device, C.byref(allocate_info), None, C.byref(block))
+        if code != 0:
+            return False, "vkAllocateMemory: %s" % _vk_name(code)
+        try:
+            pointer = C.c_void_p()
+            code = map_memory(device, block.value, 0, VENUS_TEST_ALLOCATION, 0, C.byref(pointer))
+            if code != 0 or not pointer.value:
+                return False, "vkMapMemory: %s" % _vk_name(code)
+            C.memset(pointer.value, 0xA5, VENUS_TEST_ALLOCATION)
+            unmap(device, block.value)
+        finally:
+            free(device, block.value, None)
+    finally:
+        destroy_device(device, None)
+    return True, None
+
+
+# --------------------------------------------------------------------------------------------
+# OpenCL
+
+CL_ERRORS = {0: "CL_SUCCESS", -1: "CL_DEVICE_NOT_FOUND", -30: "CL_INVALID_VALUE", -32: "CL_INVALID_PLATFORM",
+             -1001: "CL_PLATFORM_NOT_FOUND_KHR"}
+CL_DEVICE_TYPE_CPU, CL_DEVICE_TYPE_GPU, CL_DEVICE_TYPE_ACCELERATOR = 2, 4, 8
+CL_DEVICE_TYPE_ALL = 0xFFFFFFFF
+CL_PLATFORM_VERSION, CL_PLATFORM_NAME, CL_PLATFORM_VENDOR = 0x0901, 0x0902, 0x0903
+CL_DEVICE_TYPE, CL_DEVICE_VENDOR_ID = 0x1000, 0x1001
+CL_DEVICE_NAME, CL_DEVICE_VENDOR, CL_DRIVER_VERSION = 0x102B, 0x102C, 0x102D
+
+
+def _cl_type_name(value):
+    names = [name for bit, name in ((1, "DEFAULT"), (2, "CPU"), (4, "GPU"), (8, "ACCELERATOR"), (16, "CUSTOM"))
+             if value & bit]
+    return "|".join(names) or "NONE"
+
+
+def probe_opencl(ctypes):
+    C = ctypes
+    before = _mapped_libraries()
+    lib, _, errors = _load(C, ("libOpenCL.so.1",))
+    if lib is None:
+        return _result(False, "no OpenCL ICD loader: libOpenCL.so.1 is not installed here (the image must "
+                       "bring it, e.g. ocl-icd-libopencl1 or ocl-icd)", error="library_not_found")
+    library = _path_of(_address(C, lib.clGetPlatformIDs)) or "libOpenCL.so.1"
+    lib.clGetPlatformIDs.argtypes = [C.c_uint32, C.c_void_p, C.POINTER(C.c_uint32)]
+    lib.clGetPlatformIDs.restype = C.c_int32
+    lib.clGetPlatformInfo.argtypes = [C.c_void_p, C.c_uint32, C.c_size_t, C.c_void_p, C.POINTER(C.c_size_t)]
+    lib.clGetPlatformInfo.restype = C.c_int32
+    lib.clGetDeviceIDs.argtypes = [C.c_void_p, C.c_uint64, C.c_uint32, C.c_void_p, C.POINTER(C.c_uint32)]
+    lib.clGetDeviceIDs.restype = C.c_int32
+    lib.clGetDeviceInfo.argtypes = [C.c_void_p, C.c_uint32, C.c_size_t, C.c_void_p, C.POINTER(C.c_size_t)]
+    lib.clGetDeviceInfo.restype = C.c_int32
+
+    def info_string(getter, handle, param):
+        buffer = C.create_string_buffer(1024)
+        if getter(handle, param, 1024, buffer, None) != 0:
+            return ""
+        return _text(buffer.raw)
+
+    count = C.c_uint32(0)
+    code = lib.clGetPlatformIDs(0, None, C.byref(count))
+    if code != 0 or not count.value:
+        name = CL_ERRORS.get(code, "CL error %d" % code)
+        hint = ("no OpenCL driver (ICD) is registered: add /etc/OpenCL/vendors/<vendor>.icd naming the driver "
+                "library, or set OCL_ICD_FILENAMES / OCL_ICD_VENDORS" if code in (-1001, 0)
+                else "the ICD loader failed")
+        return _result(False, "clGetPlatformIDs found no platform (%s): %s" % (name, hint), library=library,
+                       error=name if code else "CL_PLATFORM_NOT_FOUND_KHR",
+                       drivers_loaded=_drivers_loaded(before, _opencl_icd_libraries()))
+    platforms = (C.c_void_p * count.value)()
+    lib.clGetPlatformIDs(count.value, platforms, C.byref(count))
+    devices = []
+    platform_names = []
+    for platform in list(platforms)[:count.value]:
+        platform_name = info_string(lib.clGetPlatformInfo, platform, CL_PLATFORM_NAME) or "unnamed platform"
+        platform_names.append(platform_name)
+        n = C.c_uint32(0)
+        if lib.clGetDeviceIDs(platform, CL_DEVICE_TYPE_ALL, 0, None, C.byref(n)) != 0 or not n.value:
+            continue
+        handles = (C.c_void_p * n.value)()
+        if lib.clGetDeviceIDs(platform, CL_DEVICE_TYPE_ALL, n.value, handles, C.byref(n)) != 0:
+            continue
+        for handle in list(handles)[:min(n.value, 64)]:
+            kind = C.c_uint64(0)  # cl_device_type is 64-bit
+            lib.clGetDeviceInfo(handle, CL_DEVICE_TYPE, 8, C.byref(kind), None)
+            vendor_id = C.c_uint32(0)
+            lib.clGetDeviceInfo(handle, CL_DEVICE_VENDOR_ID, 4, C.byref(vendor_id), None)
+            entry = {
+                "name": info_string(lib.clGetDeviceInfo, handle, CL_DEVICE_NAME) or "unnamed OpenCL device",
+                "type": kind.value, "type_name": _cl_type_name(kind.value),
+                "vendor": info_string(lib.clGetDeviceInfo, handle, CL_DEVICE_VENDOR),
+                "vendor_id": _hex(vendor_id.value), "platform": platform_name,
+                "driver_version": info_string(lib.clGetDeviceInfo, handle, CL_DRIVER_VERSION),
+            }
+            entry["counted"], entry["reason"] = _cl_counts(entry, kind.value)
+            devices.append(entry)
+    counted = [d for d in devices if d["counted"]]
+    loaded = _drivers_loaded(before, _opencl_icd_libraries())
+    if counted:
+        summary = "OpenCL works with %d GPU/accelerator device(s): %s" % (
+            len(counted), ", ".join("%s (%s)" % (d["name"], d["platform"]) for d in counted))
+    elif devices:
+        summary = "OpenCL has no GPU, only: %s" % "; ".join("%s (%s)" % (d["name"], d["reason"]) for d in devices)
+    else:
+        summary = "OpenCL platform(s) %s report no device" % ", ".join(platform_names)
+    return _result(bool(counted), summary, library=library, devices=devices,
+                   platforms=platform_names, drivers_loaded=loaded)
+
+
+def _cl_counts(entry, kind):
+    software = "pocl" in entry["platform"].lower() or "portable computing language" in entry["platform"].lower()
+    if "llvmpipe" in entry["name"].lower():
+        return False, "rusticl on llvmpipe, Mesa's CPU software driver (RUSTICL_DEVICE_TYPE can make it claim GPU)"
+    if kind & (CL_DEVICE_TYPE_GPU | CL_DEVICE_TYPE_ACCELERATOR):
+        return True, "an OpenCL %s device of platform %s" % (_cl_type_name(kind), entry["platform"])
+    if kind & CL_DEVICE_TYPE_CPU:
+        if software:
+            return False, "PoCL's CPU device (CL_DEVICE_TYPE_CPU): runs on the processor, not a GPU"
+        return False, "a CPU device (CL_DEVICE_TYPE_CPU), not a GPU"
+    return False, "device type %s is not a GPU or accelerator" % _cl_type_name(kind)
+
+
+# --------------------------------------------------------------------------------------------
+# ROCm (HSA runtime)
+
+HSA_STATUS = {0x1000: "HSA_STATUS_ERROR", 0x1001: "HSA_STATUS_ERROR_INVALID_ARGUMENT",
+              0x1004: "HSA_STATUS_ERROR_INVALID_AGENT", 0x1008: "HSA_STATUS_ERROR_OUT_OF_RESOURCES",
+              0x100B: "HSA_STATUS_ERROR_NOT_INITIALIZED"}
+HSA_AGENT_INFO_NAME, HSA_AGENT_INFO_VENDOR_NAME, HSA_AGENT_INFO_DEVICE = 0, 1, 17
+HSA_AMD_AGENT_INFO_PRODUCT_NAME = 0xA009
+HSA_DEVICE_TYPE_GPU = 1
+
+
+def probe_rocm(ctypes):
+    C = ctypes
+    rocm = os.environ.get("ROCM_PATH") or "/opt/rocm"
+    lib, _, errors = _load(C, ("libhsa-runtime64.so.1", os.path.join(rocm, "lib/libhsa-runtime64.so.1")))
+    if lib is None:
+        return _result(False, "no ROCm runtime: libhsa-runtime64.so.1 is not installed here (ROCm images "
+                       "bring it)", error="library_not_found")
+    library = _path_of(_address(C, lib.hsa_init)) or "libhsa-runtime64.so.1"
+    lib.hsa_init.restype = C.c_int
+    code = lib.hsa_init()
+    if code != 0:
+        name = HSA_STATUS.get(code, "HSA status 0x%x" % code)
+        hint = ("the runtime could not open the GPU: pass /dev/kfd and the GPU's /dev/dri/renderD* node, "
+                "readable by this user" if code == 0x1008 else "the runtime failed to initialise")
+        if code == 0x1008 and not os.path.exists("/dev/kfd"):
+            hint += " (/dev/kfd is missing here)"
+        return _result(False, "hsa_init failed with %s: %s" % (name, hint), library=library, error=name)
+    devices = []
+    try:
+        get_info = lib.hsa_agent_get_info
+        get_info.argtypes, get_info.restype = [C.c_uint64, C.c_int, C.c_void_p], C.c_int
+        callback_type = C.CFUNCTYPE(C.c_int, C.c_uint64, C.c_void_p)
+
+        def visit(agent, _data):
+            kind = C.c_int(-1)
+            if get_info(agent, HSA_AGENT_INFO_DEVICE, C.byref(kind)) != 0 or kind.value != HSA_DEVICE_TYPE_GPU:
+                return 0
+            name, product = C.create_string_buffer(64), C.create_string_buffer(64)
+            get_info(agent, HSA_AGENT_INFO_NAME, name)
+            if get_info(agent, HSA_AMD_AGENT_INFO_PRODUCT_NAME, product) != 0:
+                product.value = b""
+            devices.append({"name": _text(product.raw) or _text(name.raw) or "HSA GPU agent",
+                            "gfx_target": _text(name.raw), "counted": True, "reason": "an HSA GPU agent"})
+            return 0
+
+        lib.hsa_iterate_agents.argtypes = [callback_type, C.c_void_p]
+        code = lib.hsa_iterate_agents(callback_type(visit), None)
+    finally:
+        lib.hsa_shut_down()
+    if code != 0:
+        name = HSA_STATUS.get(code, "HSA status 0x%x" % code)
+        return _result(False, "hsa_iterate_agents failed with %s" % name, library=library, error=name)
+    if not devices:
+        return _result(False, "the HSA runtime started but sees only CPU agents, no GPU", library=library)
+    return _result(True, "ROCm (HSA) works with %d GPU agent(s): %s" % (
+        len(devices), ", ".join(d["name"] for d in devices)), library=library, devices=devices)
+
+
+# --------------------------------------------------------------------------------------------
+# DirectML / D3D12 on WSL (DXCore adapter enumeration through its COM vtables)
+
+WSL_LIB = "/usr/lib/wsl/lib"
+DXCORE_IS_HARDWARE, DXCORE_DRIVER_DESCRIPTION, DXCORE_HARDWARE_ID = 11, 2, 3
+IID_FACTORY = "78ee5945-c36e-4b13-a669-005dd11c0f06"
+IID_LIST = "526c7776-40e9-459b-b711-f32ad76dfc28"
+IID_ADAPTER = "f0db4c7f-fe5a-42a2-bd62-f2a6cf6fc83e"
+ATTRIBUTE_D3D12_CORE_COMPUTE = "248e2800-a793-4724-abaa-23a6de1be090"
+
+
+def probe_directml(ctypes):
+    C = ctypes
+    if not os.path.exists("/dev/dxg"):
+        return _result(False, "no /dev/dxg: not WSL, or the container was started without --device /dev/dxg",
+                       error="no_device_node")
+    try:
+        os.close(os.open("/dev/dxg", os.O_RDWR))
+    except OSError as exc:
+        return _result(False, "/dev/dxg is present but cannot be opened: %s" % exc.strerror, error="no_access")
+    dxcore, _, _ = _load(C, ("libdxcore.so", os.path.join(WSL_LIB, "libdxcore.so")))
+    d3d12, _, _ = _load(C, ("libd3d12.so", os.path.join(WSL_LIB, "libd3d12.so")))
+    missing = [name for name, lib in (("libdxcore.so", dxcore), ("libd3d12.so", d3d12)) if lib is None]
+    if missing:
+        return _result(False, "/dev/dxg is here but %s is not: mount %s into the container"
+                       % (" and ".join(missing), WSL_LIB), error="library_not_found")
+    library = _path_of(_address(C, d3d12.D3D12CreateDevice)) or "libd3d12.so"
+    try:
+        devices = _dxcore_adapters(C, dxcore)
+    except (OSError, AttributeError, DXCoreError) as exc:
+        return _result(False, "/dev/dxg and the D3D12 libraries are here but DXCore could not list adapters: %s"
+                       % exc, library=library, error="DXCORE_ENUM_FAILED")
+    counted = [d for d in devices if d["counted"]]
+    if counted:
+        summary = "D3D12 (DirectML) has %d hardware adapter(s): %s" % (
+            len(counted), ", ".join(d["name"] for d in counted))
+    else:
+        summary = "D3D12 sees no hardware compute adapter%s" % (
+            ", only: " + "; ".join(d["name"] for d in devices) if devices else "")
+    return _result(bool(counted), summary, library=library, devices=devices)
+
+
+class DXCoreError(Exception):
+    pass
+
+
+def _guid(C, text):
+    import uuid
+
+    class GUID(C.Structure):
+        _fields_ = [("data1", C.c_uint32), ("data2", C.c_uint16), ("data3", C.c_uint16), ("data4", C.c_uint8 * 8)]
+
+    value = uuid.UUID(text)
+    fields = value.fields
+    return GUID(fields[0], fields[1], fields[2], (C.c_uint8 * 8)(*value.bytes[8:]))
+
+
+def _method(C, obj, slot, restype, *argtypes):
+    vtable = C.cast(obj, C.POINTER(C.POINTER(C.c_void_p)))[0]
+    return C.CFUNCTYPE(restype, C.c_void_p, *argtypes)(vtable[slot])
+
+
+def _dxcore_adapters(C, dxcore):
+    create = dxcore.DXCoreCreateAdapterFactory
+    create.argtypes, create.restype = [C.c_void_p, C.POINTER(C.c_void_p)], C.c_int32
+    factory = C.c_void_p()
+    code = create(C.byref(_guid(C, IID_FACTORY)), C.byref(factory))
+    if code < 0 or not factory.value:
+        raise DXCoreError("DXCoreCreateAdapterFactory returned 0x%08x" % (code & 0xFFFFFFFF))
+    release = lambda obj: _method(C, obj, 2, C.c_uint32)(obj)  # noqa: E731
+    adapters = C.c_void_p()
+    try:
+        attribute = _guid(C, ATTRIBUTE_D3D12_CORE_COMPUTE)
+        code = _method(C, factory, 3, C.c_int32, C.c_uint32, C.c_void_p, C.c_void_p, C.POINTER(C.c_void_p))(
+            factory, 1, C.byref(attribute), C.byref(_guid(C, IID_LIST)), C.byref(adapters))
+        if code < 0 or not adapters.value:
+            raise DXCoreError("CreateAdapterList returned 0x%08x" % (code & 0xFFFFFFFF))
+        devices = []
+        count = _method(C, adapters, 4, C.c_uint32)(adapters)
+        for index in range(min(count, 64)):
+            adapter = C.c_void_p()
+            if _method(C, adapters, 3, C.c_int32, C.c_uint32, C.c_void_p, C.POINTER(C.c_void_p))(
+                    adapters, index, C.byref(_guid(C, IID_ADAPTER)), C.byref(adapter)) < 0 or not adapter.value:
+                continue
+            try:
+                get_property = _method(C, adapter, 6, C.c_int32, C.c_uint32, C.c_size_t, C.c_void_p)
+                hardware = C.c_bool(False)
+                get_property(adapter, DXCORE_IS_HARDWARE, 1, C.byref(hardware))
+                description = C.create_string_buffer(256)
+                get_property(adapter, DXCORE_DRIVER_DESCRIPTION, 256, description)
+                ids = (C.c_uint32 * 4)()
+                get_property(adapter, DXCORE_HARDWARE_ID, 16, ids)
+                name = _text(description.raw) or "D3D12 adapter %d" % index
+                devices.append({
+                    "name": name, "vendor_id": _hex(ids[0]), "device_id": _hex(ids[1]),
+                    "hardware": bool(hardware.value), "counted": bool(hardware.value),
+                    "reason": "a hardware D3D12 compute adapter" if hardware.value
+                    else "a software adapter (WARP), not a GPU",
+                })
+            finally:
+                release(adapter)
+        return devices
+    finally:
+        if adapters.value:
+            release(adapters)
+        release(factory)
+
+
+# --------------------------------------------------------------------------------------------
+# Entry points
+
+PROBES = {"cuda": probe_cuda, "rocm": probe_rocm, "vulkan": probe_vulkan, "opencl": probe_opencl,
+          "directml": probe_directml}
+
+
+def child_main(api):
+    """Run one API's probe; the answer goes to the original stdout, drivers' chatter to stderr."""
+    answer_fd = os.dup(1)
+    os.dup2(2, 1)  # anything a driver prints on stdout must not corrupt the answer
+    try:
+        import ctypes
+    except ImportError as exc:
+        result = _result(False, "this Python has no ctypes (%s), so no driver can be loaded" % exc, error="no_ctypes")
+    else:
+        try:
+            result = PROBES[api](ctypes)
+        except Exception as exc:  # a driver answering nonsense must still give an answer
+            result = _result(False, "the %s probe failed: %s: %s" % (api, type(exc).__name__, str(exc)[:MAX_TEXT]),
+                             error="probe_error")
+    with os.fdopen(answer_fd, "w") as answer:
+        json.dump(result, answer)
+    return 0
+
+
+def main(argv=None):
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="probe.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
+                        help="seconds each API may take (default %(default)g)")
+    parser.add_argument("--api", action="append", choices=APIS, help="probe only this API (repeatable)")
+    parser.add_argument("--child", choices=sorted(PROBES), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        return child_main(args.child)
+    if args.timeout <= 0:
+        parser.error("--timeout must be positive")
+    json.dump(run_probe(args.api, args.timeout), sys.stdout, indent=2)
+    sys.stdout.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
