@@ -96,7 +96,7 @@ class Engine:
         self.where = where  # the API address, for messages
 
     def describe(self) -> str:
-        return f"{self.name} {self.version} ({self.where})"
+        return f"{self.name} {self.version}"
 
     def image_exists(self, ref: str) -> bool:
         raise NotImplementedError
@@ -265,7 +265,7 @@ class DockerEngine(Engine):
 
     def describe(self) -> str:
         if self.podman_version:
-            return f"podman {self.podman_version}'s Docker-compatible API ({self.where})"
+            return f"podman {self.podman_version} (through its Docker-compatible API)"
         return super().describe()
 
     def cdi_refusal(self) -> str | None:

@@ -72,14 +72,17 @@ def _verify_with(
     for index, name in enumerate(devices, 1):
         report.progress(f"verify [{index}/{len(devices)}]: running the probe in a {eng.name} container with {name}")
         outcomes.append(_verify_device(report, eng, image, name, static.get(name, []), probe_source, timeout))
-    agree = outcomes.count("agrees")
-    counts = ", ".join(f"{outcomes.count(o)} {o}" for o in ("agrees", "disagrees", "failed") if outcomes.count(o))
-    report.problem(
-        "info",
-        SOURCE,
-        f"ran the probe in {len(devices)} {eng.describe()} container(s), one per device, from the image {image} "
-        f"({how}): {counts}"
-        + (" with the static answer" if agree or "disagrees" in outcomes else ""),
+    report.problem("info", SOURCE, _summary(eng, image, how, outcomes))
+
+
+def _summary(eng: Engine, image: str, how: str, outcomes: list[str]) -> str:
+    """What --verify ran and what it found, in one sentence for people."""
+    words = {"agrees": "agree(s) with the static answer", "disagrees": "disagree(s) with it (see the warnings)",
+             "failed": "could not be checked (see the errors)"}
+    found = "; ".join(f"{outcomes.count(o)} {words[o]}" for o in words if o in outcomes)
+    return (
+        f"ran cgpu's probe in {len(outcomes)} {eng.describe()} container(s), one per CDI device, from the image "
+        f"{image} ({how}): {found}"
     )
 
 
@@ -132,9 +135,10 @@ def _verify_device(
         return _failed(report, entry, name,
                        f"the probe in the container with {name} gave no answer (exit status {result.exit_code}): {tail}",
                        started)
-    live_apis, live_evidence = live
+    live_apis, live_evidence, live_devices = live
     entry["live_apis"] = live_apis
     entry["live_evidence"] = live_evidence
+    entry["live_devices"] = live_devices
     disagreements = [api for api in API_ORDER if (api in static_apis) != (api in live_apis)]
     for api in disagreements:
         said_static = "gives it" if api in static_apis else "does not give it"
@@ -152,7 +156,9 @@ def _verify_device(
     return entry["live_status"]
 
 
-def _read_probe(report: ReportBuilder, name: str, stdout: bytes) -> tuple[list[str], dict[str, str]] | None:
+def _read_probe(
+    report: ReportBuilder, name: str, stdout: bytes
+) -> tuple[list[str], dict[str, str], list[dict[str, Any]]] | None:
     """The live APIs and their evidence from the probe's JSON (untrusted: it came out of a
     container), judged by the same rules as `cgpu probe --backend local`."""
     from cgpu.backends.local import apply_probe_output
@@ -163,12 +169,18 @@ def _read_probe(report: ReportBuilder, name: str, stdout: bytes) -> tuple[list[s
         return None
     if not isinstance(data, dict):
         return None
+    source = f"probe in the container with {name}"
     scratch = ReportBuilder("local")
-    apply_probe_output(scratch, data, source=f"probe in the container with {name}")
+    apply_probe_output(scratch, data, source=source)
     answer = scratch.build()
     for problem in answer["problems"]:
         report.problem(problem["severity"], problem["source"], problem["message"])
-    return answer["containers"], answer["evidence"]
+    evidence = {api: text.removeprefix(f"{source}: ") for api, text in answer["evidence"].items()}
+    seen = [
+        {key: device[key] for key in ("name", "api", "counted", "reason") if key in device}
+        for device in answer["devices"]
+    ]
+    return answer["containers"], evidence, seen
 
 
 def _failed(report: ReportBuilder, entry: dict[str, Any], name: str, message: str, started: float) -> str:
