@@ -48,7 +48,7 @@ def verify_devices(
     report.progress(f"verify: connecting to {choice or 'the container engine'}")
     try:
         with open_engine(choice, timeout=min(container_timeout, API_TIMEOUT), progress=report.progress) as eng:
-            _verify_with(report, eng, devices, static, probe_source, probe_image, container_timeout)
+            _verify_with(report, eng, devices, static, probe_source, probe_image, container_timeout, engine)
     except EngineError as exc:
         report.problem("error", SOURCE, f"--verify could not run: {exc}")
 
@@ -61,12 +61,14 @@ def _verify_with(
     probe_source: bytes,
     probe_image: str | None,
     timeout: float,
+    engine_option: str | None,
 ) -> None:
     if isinstance(eng, DockerEngine):
         refusal = eng.cdi_refusal()
         if refusal:
             report.problem("error", SOURCE, f"--verify did not run: {refusal}")
             return
+    _note_engine_mismatch(report, eng, engine_option)
     image, how = _image(report, eng, probe_image, timeout)
     outcomes = []
     for index, name in enumerate(devices, 1):
@@ -84,6 +86,20 @@ def _summary(eng: Engine, image: str, how: str, outcomes: list[str]) -> str:
         f"ran cgpu's probe in {len(outcomes)} {eng.describe()} container(s), one per CDI device, from the image "
         f"{image} ({how}): {found}"
     )
+
+
+def _note_engine_mismatch(report: ReportBuilder, eng: Engine, engine_option: str | None) -> None:
+    """`--engine podman@5.0` judges the specs as podman 5.0 would; the live run uses the
+    engine that is here. Say so when they differ: their CDI version limits may too."""
+    if not engine_option or "@" not in engine_option:
+        return
+    name, _, version = engine_option.partition("@")
+    if (name.strip().lower(), version.strip()) != (eng.name, eng.version):
+        report.problem(
+            "info", SOURCE,
+            f"the static answer judged the specs as {name.strip()} {version.strip()} would (--engine); "
+            f"the live run used {eng.describe()}, the engine on this host",
+        )
 
 
 def _image(report: ReportBuilder, eng: Engine, probe_image: str | None, timeout: float) -> tuple[str, str]:
@@ -123,10 +139,7 @@ def _verify_device(
     except EngineError as exc:
         message = f"{eng.describe()} could not run a container with {name}: {exc}"
         if "unresolvable CDI devices" in message:
-            message += (
-                f" ({eng.name} found no usable spec defining it: the spec may be missing from the engine's spec "
-                "directories, declare a cdiVersion newer than this engine accepts, or be defined twice in one directory)"
-            )
+            message += f" ({_unresolvable_hint(eng)})"
         return _failed(report, entry, name, message, started)
     entry["live_seconds"] = round(result.seconds, 2)
     live = _read_probe(report, name, result.stdout)
@@ -154,6 +167,21 @@ def _verify_device(
         )
     entry["live_status"] = "disagrees" if disagreements else "agrees"
     return entry["live_status"]
+
+
+def _unresolvable_hint(eng: Engine) -> str:
+    from cgpu.cdi.versions import max_cdi_version
+
+    try:
+        limit = max_cdi_version(eng.name, eng.version)
+    except ValueError:
+        limit = None
+    newest = f"cdiVersion above {limit}, the newest {eng.describe()} accepts" if limit else (
+        "a cdiVersion newer than this engine accepts")
+    return (
+        f"{eng.name} found no usable spec defining it: the spec may be missing from the engine's spec directories, "
+        f"declare {newest}, or define the device twice in one directory"
+    )
 
 
 def _read_probe(

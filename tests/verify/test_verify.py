@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from cgpu.cdi.versions import max_cdi_version
 from cgpu.engines import detect_engines, version_tuple
 from cgpu.report import ReportBuilder
 from cgpu.verify import verify_devices
@@ -76,7 +77,7 @@ def test_every_disagreement_names_device_api_and_both_answers(probe_image, cdi_s
                                                                no_leftover_containers):
     kind = cdi_spec(_lvp_spec(tmp_path))
     name = f"{kind}=dev0"
-    report, _ = _verify([name], {name: ["vulkan", "opencl"]}, engine="podman")
+    report, _ = _verify([name], {name: ["vulkan", "opencl"]}, engine="podman@5.0.0")
     assert _entry(report, name)["live_status"] == "disagrees"
     warnings = [p for p in report["problems"] if p["severity"] == "warning" and p["source"] == name]
     assert [w["message"].split(":")[0] for w in warnings] == ["vulkan", "opencl"]
@@ -84,6 +85,7 @@ def test_every_disagreement_names_device_api_and_both_answers(probe_image, cdi_s
     assert "static answer from the spec gives it" in vulkan and "does not have it" in vulkan
     assert "llvmpipe" in vulkan
     assert report["containers"] == []  # verification reports; it does not rewrite the static answer
+    assert any("judged the specs as podman 5.0.0" in p["message"] for p in report["problems"])
 
 
 def test_unresolvable_device_gives_the_engines_message(stand_in_image, cdi_spec, tmp_path, no_leftover_containers):
@@ -109,7 +111,8 @@ def test_spec_newer_than_the_engine_accepts_is_unresolvable(stand_in_image, cdi_
     name = f"{kind}=dev0"
     report, _ = _verify([name], {name: []}, engine="podman", probe_image=stand_in_image)
     error = next(p for p in report["problems"] if p["source"] == name)
-    assert "unresolvable CDI devices" in error["message"] and "cdiVersion" in error["message"]
+    assert "unresolvable CDI devices" in error["message"]
+    assert f"cdiVersion above {max_cdi_version('podman', podman_version)}" in error["message"]
 
 
 def test_hung_probe_is_killed_at_the_timeout_and_removed(stand_in_image, cdi_spec, tmp_path, no_leftover_containers):
