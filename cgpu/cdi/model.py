@@ -68,6 +68,9 @@ class Spec:
     edits: ContainerEdits = ContainerEdits()  # spec-level, applied once with any device
     annotations: dict[str, str] = field(default_factory=dict)
     priority: int = 0  # index of its spec dir; higher wins
+    # Findings that do not reject the spec (keys in another case, a one-character vendor or
+    # class that crashes older engines); the scan reports them as warnings.
+    warnings: tuple[str, ...] = ()
 
     @property
     def vendor(self) -> str:

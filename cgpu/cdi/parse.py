@@ -1,0 +1,639 @@
+"""Read one CDI spec file as the reference library does (pkg/cdi/spec.go `ReadSpec`).
+
+The library parses .json and .yaml alike with sigs.k8s.io/yaml `UnmarshalStrict`: YAML 1.1
+(go-yaml v2) turned into JSON, then Go's encoding/json into the spec structs. What follows
+from that, and what this module reproduces:
+
+- only the first YAML document counts; duplicate keys are an error;
+- plain scalars resolve as go-yaml v2 does (`y`/`yes`/`on` are booleans, `0x1F` and `010` are
+  integers, `1_000` is 1000, timestamps stay text), and a number or boolean where a string is
+  expected becomes that string (`name: 0` -> "0", `cdiVersion: 0.5` -> "0.5");
+- struct keys match case-insensitively like encoding/json (`hostpath` is `hostPath`; we keep
+  the spec and add a warning); of two keys naming the same field (`kind`, `Kind`) the later in
+  byte order wins, as json.Marshal sorts them; unknown keys are an error;
+- then the library's validation: versions, names, edits, devices (reference/cdi.md §1-2).
+
+Guards the library lacks: a size cap, a budget for nodes reached through YAML aliases (an
+alias bomb), libyaml's nesting limit, and every failure becomes a SpecError.
+
+Known gaps (rare in practice, reported rather than guessed): YAML merge keys (`<<`) are
+rejected; a null list entry in deviceNodes or mounts is rejected (it crashes the library).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import math
+import re
+import struct
+from typing import Any, Callable, Final
+
+from cgpu.cdi import names, versions
+from cgpu.cdi.model import ContainerEdits, DeviceNode, Hook, Mount, Spec, SpecDevice
+
+MAX_SPEC_BYTES: Final = 4 * 1024 * 1024
+# Nodes decoded a second time through an alias; go-yaml's own limit is a ratio that lets a
+# few million through, far more than any real spec (which has no aliases at all).
+MAX_ALIAS_NODES: Final = 10_000
+
+VALID_HOOK_NAMES: Final = frozenset(
+    {"prestart", "createRuntime", "createContainer", "startContainer", "poststart", "poststop"})
+VALID_NODE_TYPES: Final = frozenset({"", "b", "c", "u", "p"})
+
+
+class SpecError(ValueError):
+    """A spec file the reference library would reject (or that cgpu cannot read safely)."""
+
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(f"{path}: {message}")
+        self.path = path
+        self.message = message
+
+
+class _Invalid(Exception):
+    """Raised inside the decoder; parse_spec turns it into a SpecError."""
+
+
+# ---------------------------------------------------------------------------------------------
+# YAML -> plain values, go-yaml v2 style
+
+_PLAIN: Final = "!cgpu-plain"  # tag our loader gives untagged plain scalars, resolved below
+_STR_TAG: Final = "tag:yaml.org,2002:str"
+
+_BOOL_NULL: Final[dict[str, Any]] = {
+    **dict.fromkeys(("y", "Y", "yes", "Yes", "YES", "true", "True", "TRUE", "on", "On", "ON"), True),
+    **dict.fromkeys(("n", "N", "no", "No", "NO", "false", "False", "FALSE", "off", "Off", "OFF"), False),
+    **dict.fromkeys(("", "~", "null", "Null", "NULL"), None),
+    **dict.fromkeys((".nan", ".NaN", ".NAN"), math.nan),
+    **dict.fromkeys((".inf", ".Inf", ".INF", "+.inf", "+.Inf", "+.INF"), math.inf),
+    **dict.fromkeys(("-.inf", "-.Inf", "-.INF"), -math.inf),
+}
+_GO_INT: Final = re.compile(r"[+-]?(0[xX][0-9a-fA-F]+|0[oO][0-7]+|0[bB][01]+|0[0-7]*|[1-9][0-9]*)")
+_YAML_FLOAT: Final = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?")
+_DOT_FLOAT: Final = re.compile(r"\.[0-9]+([eE][-+]?[0-9]+)?")
+
+
+def _go_int(text: str) -> int:
+    sign = -1 if text.startswith("-") else 1
+    digits = text.lstrip("+-")
+    if len(digits) > 1 and digits[0] == "0" and digits[1] in "01234567":
+        return sign * int(digits, 8)  # Go's base-0 "010" is octal
+    return sign * int(digits, 0)
+
+
+def resolve_plain(text: str) -> Any:
+    """An untagged plain scalar as go-yaml v2 resolves it: bool, None, int, float or str."""
+    if text in _BOOL_NULL:
+        return _BOOL_NULL[text]
+    first = text[0]
+    if first == ".":
+        return float(text) if _DOT_FLOAT.fullmatch(text) else text
+    if not (first in "+-" or "0" <= first <= "9"):
+        return text
+    plain = text.replace("_", "")
+    if _GO_INT.fullmatch(plain):
+        value = _go_int(plain)
+        if -(2**63) <= value < 2**64:
+            return value
+    if _YAML_FLOAT.fullmatch(plain):
+        return float(plain)
+    return text
+
+
+def _format_float32(value: float) -> str:
+    """strconv.FormatFloat(value, 'g', -1, 32): what sigs.k8s.io/yaml makes of a YAML float
+    stored in a string field."""
+    if math.isnan(value):
+        return "NaN"
+    try:
+        single = struct.unpack("f", struct.pack("f", value))[0]
+    except OverflowError:
+        single = math.copysign(math.inf, value)
+    if math.isinf(single):
+        return "+Inf" if single > 0 else "-Inf"
+    if single == 0:
+        return "-0" if math.copysign(1, single) < 0 else "0"
+    for precision in range(1, 10):  # shortest digits that read back as the same float32
+        text = f"{single:.{precision - 1}e}"
+        if struct.unpack("f", struct.pack("f", float(text)))[0] == single:
+            break
+    mantissa, exponent_text = text.split("e")
+    exponent = int(exponent_text)
+    sign = "-" if mantissa.startswith("-") else ""
+    digits = mantissa.lstrip("-").replace(".", "").rstrip("0") or "0"
+    if exponent < -4 or exponent >= 6:
+        rest = f".{digits[1:]}" if len(digits) > 1 else ""
+        return f"{sign}{digits[0]}{rest}e{'-' if exponent < 0 else '+'}{abs(exponent):02d}"
+    point = exponent + 1
+    if point <= 0:
+        return f"{sign}0.{'0' * -point}{digits}"
+    if point >= len(digits):
+        return f"{sign}{digits}{'0' * (point - len(digits))}"
+    return f"{sign}{digits[:point]}.{digits[point:]}"
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, _Mapping):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, bool):
+        return f"the boolean {str(value).lower()}"
+    if isinstance(value, (int, float)):
+        return f"the number {value}"
+    return f"the string {names.go_quote(str(value))}"
+
+
+class _Mapping:
+    """A YAML mapping, its keys stringified as sigs.k8s.io/yaml does, in document order."""
+
+    __slots__ = ("items", "line")
+
+    def __init__(self, items: list[tuple[str, Any]], line: int) -> None:
+        self.items = items
+        self.line = line
+
+
+class _Reader:
+    """Turns PyYAML nodes into plain values, with go-yaml v2's scalar rules, strict duplicate
+    keys, and a budget for alias expansion."""
+
+    def __init__(self) -> None:
+        self.seen: set[int] = set()
+        self.alias_depth = 0
+        self.alias_nodes = 0
+
+    def value(self, node: Any) -> Any:
+        import yaml
+
+        again = id(node) in self.seen
+        self.seen.add(id(node))
+        if again:
+            self.alias_depth += 1
+        try:
+            if self.alias_depth:
+                self.alias_nodes += 1
+                if self.alias_nodes > MAX_ALIAS_NODES:
+                    raise _Invalid(f"YAML aliases expand to more than {MAX_ALIAS_NODES:,} nodes "
+                                   "(an alias bomb); cgpu stops reading here")
+            if isinstance(node, yaml.ScalarNode):
+                return self.scalar(node)
+            if isinstance(node, yaml.SequenceNode):
+                return [self.value(child) for child in node.value]
+            return self.mapping(node)
+        finally:
+            if again:
+                self.alias_depth -= 1
+
+    def scalar(self, node: Any) -> Any:
+        tag, text = node.tag, node.value
+        if tag == _PLAIN:
+            return resolve_plain(text)
+        if tag == _STR_TAG:
+            return text
+        if tag == "tag:yaml.org,2002:binary":
+            try:
+                return base64.b64decode("".join(text.split()), validate=True).decode("utf-8", "replace")
+            except (binascii.Error, ValueError):
+                raise _Invalid(f"line {node.start_mark.line + 1}: !!binary value contains invalid "
+                               "base64 data") from None
+        expected = {"tag:yaml.org,2002:int": int, "tag:yaml.org,2002:float": float,
+                    "tag:yaml.org,2002:bool": bool, "tag:yaml.org,2002:null": type(None)}.get(tag)
+        if expected is None:  # !!timestamp, or a tag go-yaml does not resolve: the text
+            return text
+        value = resolve_plain(text)
+        if expected is float and type(value) is int:
+            return float(value)
+        if type(value) is not expected:
+            short = "!!" + tag.rsplit(":", 1)[-1]
+            raise _Invalid(f"line {node.start_mark.line + 1}: cannot decode `{text}` as a {short}")
+        return value
+
+    def mapping(self, node: Any) -> _Mapping:
+        import yaml
+
+        items: list[tuple[str, Any]] = []
+        seen_keys: dict[tuple[type, Any], int] = {}
+        for key_node, value_node in node.value:
+            line = key_node.start_mark.line + 1
+            if not isinstance(key_node, yaml.ScalarNode):
+                raise _Invalid(f"line {line}: a mapping key must be a plain value, not a list or mapping")
+            if key_node.tag == _PLAIN and key_node.value == "<<":
+                raise _Invalid(f"line {line}: YAML merge keys (<<) are not supported by cgpu")
+            key = self.scalar(key_node)
+            marker = (type(key), key)
+            if marker in seen_keys:
+                raise _Invalid(f"line {line}: key {names.go_quote(str(key_node.value))} is already "
+                               f"set on line {seen_keys[marker]} (duplicate keys are an error)")
+            seen_keys[marker] = line
+            items.append((self.key_string(key, line), self.value(value_node)))
+        return _Mapping(items, node.start_mark.line + 1)
+
+    @staticmethod
+    def key_string(key: Any, line: int) -> str:
+        if key is None:
+            raise _Invalid(f"line {line}: a null mapping key is not allowed")
+        if isinstance(key, bool):
+            return "true" if key else "false"
+        if isinstance(key, float):
+            return {"+Inf": ".inf", "-Inf": "-.inf", "NaN": ".nan"}.get(_format_float32(key),
+                                                                       _format_float32(key))
+        return str(key)
+
+
+def _loader_class() -> type:
+    import yaml
+
+    base = getattr(yaml, "CSafeLoader", None) or yaml.SafeLoader
+
+    class Loader(base):  # type: ignore[misc, valid-type]
+        def resolve(self, kind: Any, value: Any, implicit: Any) -> str:
+            if kind is yaml.ScalarNode and implicit[0]:
+                return _PLAIN
+            if kind is yaml.ScalarNode:
+                return _STR_TAG
+            return super().resolve(kind, value, implicit)
+
+    return Loader
+
+
+_LOADER: type | None = None
+
+
+def _first_document(data: bytes) -> Any:
+    """The first YAML document's node graph (aliases shared, not expanded), or None."""
+    global _LOADER
+    import yaml
+
+    if _LOADER is None:
+        _LOADER = _loader_class()
+    loader = _LOADER(data)
+    try:
+        return loader.get_node() if loader.check_node() else None
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        what = " ".join(part for part in (exc.context, exc.problem) if part)
+        raise _Invalid(f"not valid YAML (the CDI library reads .json files as YAML too): {what}{where}") from None
+    except yaml.reader.ReaderError as exc:
+        raise _Invalid(f"not UTF-8 (or UTF-16) text: byte {exc.character!r} at offset {exc.position}") from None
+    except yaml.YAMLError as exc:
+        raise _Invalid(f"not valid YAML: {' '.join(str(exc).split())}") from None
+    except RecursionError:
+        raise _Invalid("not valid YAML: nested too deeply") from None
+    finally:
+        loader.dispose()
+
+
+# ---------------------------------------------------------------------------------------------
+# plain values -> typed fields, encoding/json style
+
+def _fold(key: str) -> str:
+    """encoding/json's case folding (Go >= 1.21): ASCII case, plus the four non-ASCII runes
+    that fold onto ASCII letters (İ ı -> I, ſ -> S, Kelvin sign -> K)."""
+    return key.upper().translate(_FOLD_EXTRA) if not key.isascii() else key.upper()
+
+
+_FOLD_EXTRA: Final = str.maketrans({"İ": "I", "ı": "I", "ſ": "S", "\u212a": "K"})
+
+Decoder = Callable[[Any, str, "_Decode"], Any]
+
+
+class _Decode:
+    """State of one decode: where case-variant keys were matched (for a warning)."""
+
+    def __init__(self) -> None:
+        self.case_variants: list[str] = []
+
+
+def _as_string(value: Any, where: str, _: _Decode) -> str:
+    if isinstance(value, str):
+        return value
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return _format_float32(value)
+    raise _Invalid(f"{where}: expected a string, found {_describe(value)}")
+
+
+def _integer(low: int, high: int, go_type: str) -> Decoder:
+    def decode(value: Any, where: str, _: _Decode) -> int | None:
+        if value is None:
+            return None
+        number = value
+        if isinstance(value, float) and not isinstance(value, bool):
+            if math.isnan(value) or math.isinf(value):
+                raise _Invalid(f"{where}: {_describe(value)} cannot be written as JSON")
+            if value.is_integer() and abs(value) < 1e21:  # json.Marshal writes it as an integer
+                number = int(value)
+        if isinstance(number, bool) or not isinstance(number, int):
+            raise _Invalid(f"{where}: expected an integer ({go_type}), found {_describe(value)}")
+        if not low <= number <= high:
+            raise _Invalid(f"{where}: {number} does not fit a {go_type}")
+        return number
+
+    return decode
+
+
+_int64 = _integer(-(2**63), 2**63 - 1, "int64")
+_uint32 = _integer(0, 2**32 - 1, "uint32")
+
+
+def _as_bool(value: Any, where: str, _: _Decode) -> bool:
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise _Invalid(f"{where}: expected true or false, found {_describe(value)}")
+    return value
+
+
+def _list_of(item: Decoder, *, null_items: bool = True) -> Decoder:
+    def decode(value: Any, where: str, state: _Decode) -> list[Any] | None:
+        if value is None:
+            return None
+        if not isinstance(value, list):
+            raise _Invalid(f"{where}: expected a list, found {_describe(value)}")
+        out = []
+        for index, entry in enumerate(value):
+            if entry is None and not null_items:
+                raise _Invalid(f"{where}[{index}] is null (the CDI library <= 1.1.0 crashes on this)")
+            out.append(item(entry, f"{where}[{index}]", state))
+        return out
+
+    return decode
+
+
+def _string_map(value: Any, where: str, state: _Decode) -> dict[str, str] | None:
+    if value is None:
+        return None
+    if not isinstance(value, _Mapping):
+        raise _Invalid(f"{where}: expected a mapping of strings, found {_describe(value)}")
+    return {key: _as_string(entry, f"{where}.{key}", state) for key, entry in value.items}
+
+
+def _struct(fields: dict[str, Decoder]) -> Decoder:
+    """A Go struct: known keys (matched like encoding/json), decoded in json.Marshal's
+    sorted key order so the same key wins as in Go; absent keys are left out."""
+    folded = {_fold(name): name for name in fields}
+
+    def decode(value: Any, where: str, state: _Decode) -> dict[str, Any] | None:
+        if value is None:
+            return None
+        if not isinstance(value, _Mapping):
+            raise _Invalid(f"{where or 'the document'}: expected a mapping, found {_describe(value)}")
+        out: dict[str, Any] = {}
+        for key, entry in sorted(value.items, key=lambda item: item[0].encode("utf-8", "surrogatepass")):
+            name = key if key in fields else folded.get(_fold(key))
+            inner = f"{where}.{key}" if where else key
+            if name is None:
+                raise _Invalid(f"unknown field {names.go_quote(key)}"
+                               + (f" in {where}" if where else " at the top level"))
+            if name != key:
+                state.case_variants.append(f"{inner} (for {name})")
+            decoded = fields[name](entry, f"{where}.{name}" if where else name, state)
+            if isinstance(decoded, dict) and isinstance(out.get(name), dict):
+                decoded = {**out[name], **decoded}  # encoding/json decodes into the same struct or map
+            out[name] = decoded
+        return out
+
+    return decode
+
+
+_device_node = _struct({
+    "path": _as_string, "hostPath": _as_string, "type": _as_string, "major": _int64, "minor": _int64,
+    "fileMode": _uint32, "permissions": _as_string, "uid": _uint32, "gid": _uint32,
+})
+_mount = _struct({"hostPath": _as_string, "containerPath": _as_string, "options": _list_of(_as_string),
+                  "type": _as_string})
+_hook = _struct({"hookName": _as_string, "path": _as_string, "args": _list_of(_as_string),
+                 "env": _list_of(_as_string), "timeout": _int64})
+_intel_rdt = _struct({"closID": _as_string, "l3CacheSchema": _as_string, "memBwSchema": _as_string,
+                      "schemata": _list_of(_as_string), "enableMonitoring": _as_bool})
+_net_device = _struct({"hostInterfaceName": _as_string, "name": _as_string})
+_edits = _struct({
+    "env": _list_of(_as_string), "deviceNodes": _list_of(_device_node, null_items=False),
+    "hooks": _list_of(_hook), "mounts": _list_of(_mount, null_items=False),
+    "intelRdt": _intel_rdt, "additionalGids": _list_of(_uint32), "netDevices": _list_of(_net_device),
+})
+_device = _struct({"name": _as_string, "annotations": _string_map, "containerEdits": _edits})
+_spec = _struct({"cdiVersion": _as_string, "kind": _as_string, "annotations": _string_map,
+                 "devices": _list_of(_device), "containerEdits": _edits})
+
+
+# ---------------------------------------------------------------------------------------------
+# typed fields -> model, then the library's validation
+
+def _edits_model(raw: dict[str, Any] | None) -> ContainerEdits:
+    raw = raw or {}
+
+    def node(entry: dict[str, Any]) -> DeviceNode:
+        return DeviceNode(
+            path=entry.get("path") or "", host_path=entry.get("hostPath") or None,
+            type=entry.get("type") or None, major=entry.get("major") or None,
+            minor=entry.get("minor") or None, file_mode=entry.get("fileMode"),
+            permissions=entry.get("permissions") or None, uid=entry.get("uid"), gid=entry.get("gid"))
+
+    def mount(entry: dict[str, Any]) -> Mount:
+        return Mount(host_path=entry.get("hostPath") or "", container_path=entry.get("containerPath") or "",
+                     type=entry.get("type") or None, options=tuple(entry.get("options") or ()))
+
+    def hook(entry: dict[str, Any] | None) -> Hook | None:
+        if entry is None:
+            return None
+        return Hook(hook_name=entry.get("hookName") or "", path=entry.get("path") or "",
+                    args=tuple(entry.get("args") or ()), env=tuple(entry.get("env") or ()),
+                    timeout=entry.get("timeout"))
+
+    return ContainerEdits(
+        env=tuple(raw.get("env") or ()),
+        device_nodes=tuple(node(entry) for entry in raw.get("deviceNodes") or ()),
+        mounts=tuple(mount(entry) for entry in raw.get("mounts") or ()),
+        hooks=tuple(hook(entry) for entry in raw.get("hooks") or ()),  # type: ignore[misc]
+        additional_gids=tuple(raw.get("additionalGids") or ()),
+        intel_rdt=raw.get("intelRdt"),
+        net_devices=tuple(raw.get("netDevices") or ()),  # type: ignore[arg-type]
+    )
+
+
+def _device_model(raw: dict[str, Any]) -> SpecDevice:
+    return SpecDevice(name=raw.get("name") or "", edits=_edits_model(raw.get("containerEdits")),
+                      annotations=raw.get("annotations") or {})
+
+
+def _env_error(env: tuple[str, ...]) -> str | None:
+    for entry in env:
+        if entry.find("=") <= 0:
+            return f"invalid environment variable {names.go_quote(entry)}"
+    return None
+
+
+def _edits_error(edits: ContainerEdits) -> str | None:
+    """The first problem pkg/cdi's ContainerEdits.Validate finds, in its words."""
+    error = _env_error(edits.env)
+    if error:
+        return f"invalid container edits: {error}"
+    for node in edits.device_nodes:
+        if node.path == "":
+            return "invalid (empty) device path"
+        if (node.type or "") not in VALID_NODE_TYPES:
+            return f"device {names.go_quote(node.path)}: invalid type {names.go_quote(node.type or '')}"
+        permissions = node.permissions or ""
+        if permissions not in ("", "none") and permissions.strip("rwm") != "":
+            return f"device {names.go_quote(node.path)}: invalid permissions {names.go_quote(permissions)}"
+    for hook in edits.hooks:
+        if hook is None:
+            return "invalid (nil) hook"
+        if hook.hook_name not in VALID_HOOK_NAMES:
+            return f"invalid hook name {names.go_quote(hook.hook_name)}"
+        if hook.path == "":
+            return f"invalid hook {names.go_quote(hook.hook_name)} with empty path"
+        error = _env_error(hook.env)
+        if error:
+            return f"invalid hook {names.go_quote(hook.hook_name)}: {error}"
+    for mount in edits.mounts:
+        if mount.host_path == "":
+            return "invalid mount, empty host path"
+        if mount.container_path == "":
+            return "invalid mount, empty container path"
+    if edits.intel_rdt is not None:
+        clos = edits.intel_rdt.get("closID") or ""
+        if clos != "/" and (len(clos.encode()) >= 4096 or clos in (".", "..") or "/" in clos or "\n" in clos):
+            return "invalid ClosID"
+    host_seen: dict[str, str] = {}
+    name_seen: dict[str, str] = {}
+    for net in edits.net_devices:
+        if net is None:
+            return "invalid (nil) linux net device"
+        host, name = net.get("hostInterfaceName") or "", net.get("name") or ""
+        if host == "":
+            return "invalid linux net device, empty HostInterfaceName"
+        if name == "":
+            return "invalid linux net device, empty Name"
+        if host in host_seen:
+            return (f"invalid linux net device, duplicate HostInterfaceName {names.go_quote(host)} "
+                    f"with names {names.go_quote(name)} and {names.go_quote(host_seen[host])}")
+        host_seen[host] = name
+        if name in name_seen:
+            return (f"invalid linux net device, duplicate Name {names.go_quote(name)} "
+                    f"with HostInterfaceName {names.go_quote(host)} and {names.go_quote(name_seen[name])}")
+        name_seen[name] = host
+    return None
+
+
+def minimum_version(spec: Spec) -> tuple[str, str]:
+    """The lowest cdiVersion the spec's fields allow (specs-go/version.go), and why."""
+    all_edits = [device.edits for device in spec.devices] + [spec.edits]
+    for edits in all_edits:
+        rdt = edits.intel_rdt
+        if rdt is not None and (rdt.get("schemata") is not None or rdt.get("enableMonitoring")):
+            return "1.1.0", "intelRdt.schemata or intelRdt.enableMonitoring"
+        if edits.net_devices:
+            return "1.1.0", "netDevices"
+    for edits in all_edits:
+        if edits.intel_rdt is not None:
+            return "0.7.0", "intelRdt"
+        if edits.additional_gids:
+            return "0.7.0", "additionalGids"
+    if spec.annotations or any(device.annotations for device in spec.devices):
+        return "0.6.0", "annotations"
+    vendor, device_class = names.parse_qualifier(spec.kind)
+    if vendor and "." in device_class:
+        return "0.6.0", f"a dot in the class of kind {names.go_quote(spec.kind)}"
+    for device in spec.devices:
+        if device.name and not ("A" <= device.name[0] <= "Z" or "a" <= device.name[0] <= "z"):
+            return "0.5.0", f"device name {names.go_quote(device.name)}, which does not start with a letter"
+    for edits in all_edits:
+        if any(node.host_path for node in edits.device_nodes):
+            return "0.5.0", "deviceNodes[].hostPath"
+    for edits in all_edits:
+        if any(mount.type for mount in edits.mounts):
+            return "0.4.0", "mounts[].type"
+    return versions.EARLIEST, "the earliest version the CDI library accepts"
+
+
+def _validate(spec: Spec, declared: str) -> None:
+    """pkg/cdi Spec.validate, in its order; raises _Invalid with the library's words."""
+    known = versions.normalize_version(declared)
+    if known is None:
+        raise _Invalid(f"invalid version {names.go_quote(declared)} (cdiVersion must be one of "
+                       f"{', '.join(versions.KNOWN_VERSIONS[2:])}, optionally with a leading \"v\")")
+    required, reason = minimum_version(spec)
+    if versions.version_key(required) > versions.version_key(known):
+        raise _Invalid(f"the spec version must be at least v{required} (it uses {reason}) "
+                       f"but declares {declared}")
+    vendor, device_class = names.parse_qualifier(spec.kind)
+    error = names.vendor_error(vendor) or names.class_error(device_class)
+    if error:
+        raise _Invalid(f"{error} (kind {names.go_quote(spec.kind)} must be vendor/class)")
+    error = _edits_error(spec.edits)
+    if error:
+        raise _Invalid(f"spec-level containerEdits: {error}")
+    seen: set[str] = set()
+    for device in spec.devices:
+        error = names.device_name_error(device.name)
+        if error is None and device.edits.is_empty():
+            error = "invalid device, empty device edits"
+        if error is None:
+            edits_error = _edits_error(device.edits)
+            error = edits_error and f"invalid device {names.go_quote(device.name)}: {edits_error}"
+        if error:
+            raise _Invalid(f"failed add device {names.go_quote(device.name)}: {error}")
+        if device.name in seen:
+            raise _Invalid(f"invalid spec, multiple device {names.go_quote(device.name)}")
+        seen.add(device.name)
+    if not seen:
+        raise _Invalid("invalid spec, no devices")
+
+
+def parse_spec(data: bytes, *, path: str, priority: int = 0) -> Spec:
+    """Parse and validate one spec file's bytes as the reference library would.
+
+    Raises SpecError(path, message) for anything the library rejects, and for what cgpu
+    refuses to read (over MAX_SPEC_BYTES, an alias bomb); never anything else.
+    """
+    if len(data) > MAX_SPEC_BYTES:
+        raise SpecError(path, f"the file is {len(data):,} bytes; cgpu reads spec files up to "
+                              f"{MAX_SPEC_BYTES // (1024 * 1024)} MiB")
+    try:
+        node = _first_document(data)
+        reader = _Reader()
+        document = reader.value(node) if node is not None else None
+        if document is None:
+            raise _Invalid("no Spec data (the file is empty or holds only null)")
+        state = _Decode()
+        raw = _spec(document, "", state)
+        declared = raw.get("cdiVersion") or ""
+        spec = Spec(
+            path=path,
+            version=declared.removeprefix("v"),
+            kind=raw.get("kind") or "",
+            devices=tuple(_device_model(entry or {}) for entry in raw.get("devices") or ()),
+            edits=_edits_model(raw.get("containerEdits")),
+            annotations=raw.get("annotations") or {},
+            priority=priority,
+            warnings=_warnings(raw, state),
+        )
+        _validate(spec, declared)
+    except _Invalid as exc:
+        raise SpecError(path, str(exc)) from None
+    except RecursionError:
+        raise SpecError(path, "not valid YAML: nested too deeply") from None
+    return spec
+
+
+def _warnings(raw: dict[str, Any], state: _Decode) -> tuple[str, ...]:
+    out = []
+    if state.case_variants:
+        out.append("keys spelled in another case: " + ", ".join(state.case_variants)
+                   + "; the CDI library matches keys case-insensitively and accepts them, "
+                     "but other readers may not")
+    kind = raw.get("kind") or ""
+    if names.crashes_old_libraries(kind):
+        out.append(f"kind {names.go_quote(kind)} has a one-character vendor or class: valid on CDI main, "
+                   f"but it {names.OLD_LIBRARY_CRASH} (a slice-bounds panic when the spec dir is loaded)")
+    return tuple(out)

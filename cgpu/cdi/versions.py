@@ -1,0 +1,89 @@
+"""CDI spec versions: the ones the reference library knows, the minimum a spec's fields
+require, and the newest one each container engine's vendored library accepts."""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+# Every cdiVersion the reference library (v1.1.0) knows, oldest first. 0.1.0 and 0.2.0 are
+# "known" but never accepted: the minimum it computes for any spec is 0.3.0.
+KNOWN_VERSIONS: Final = ("0.1.0", "0.2.0", "0.3.0", "0.4.0", "0.5.0", "0.6.0", "0.7.0", "0.8.0",
+                         "1.0.0", "1.1.0")
+EARLIEST: Final = "0.3.0"
+NEWEST: Final = KNOWN_VERSIONS[-1]
+
+
+def normalize_version(declared: str) -> str | None:
+    """The known version a declared cdiVersion names ("v0.5.0" -> "0.5.0"), else None."""
+    bare = declared[1:] if declared.startswith("v") else declared
+    return bare if bare in KNOWN_VERSIONS else None
+
+
+def version_key(version: str) -> tuple[int, ...]:
+    """Sort key of a known version (or any dotted numeric version)."""
+    return tuple(int(part) for part in version.split("."))
+
+
+# Highest cdiVersion each engine's vendored CDI library accepts (reference/cdi.md §3.5.3):
+# (first engine version of the row, max cdiVersion), oldest first. A version between rows
+# takes the row at or below it.
+ENGINE_MAX_VERSION: Final[dict[str, tuple[tuple[tuple[int, ...], str], ...]]] = {
+    "podman": (
+        ((4, 3, 1), "0.5.0"),  # observed on Debian 12's podman 4.3.1
+        ((4, 9), "0.6.0"),
+        ((5, 4), "0.8.0"),
+        ((5, 5), "1.0.0"),
+        ((6, 0), "1.1.0"),
+    ),
+    "docker": (
+        ((25, 0), "0.6.0"),  # CDI support (opt-in) starts with Docker Engine 25.0
+        ((27, 0), "0.7.0"),
+        ((27, 5), "0.8.0"),
+        ((28, 2), "1.0.0"),
+        ((29, 0), "1.1.0"),  # moby main (29.x) vendors CDI v1.1.0
+    ),
+}
+# Engine versions without any CDI support: None from max_cdi_version.
+_NO_CDI_BELOW: Final = {"podman": (3, 2), "docker": (25, 0)}
+_VERSION = re.compile(r"(\d+)(?:\.(\d+))?(?:\.(\d+))?(?:[-+~][0-9A-Za-z.+~-]*)?")
+
+
+def _parse_engine_version(version: str) -> tuple[int, ...]:
+    match = _VERSION.fullmatch(version.strip())
+    if match is None:
+        raise ValueError(f"engine version {version!r} is not a version number like 4.3.1 or 28.2.0")
+    return tuple(int(part) for part in match.groups() if part is not None)
+
+
+def max_cdi_version(engine: str, version: str) -> str | None:
+    """The newest cdiVersion `engine` at `version` accepts; None when that version reads no
+    CDI specs at all. Raises ValueError for an engine or version cgpu has no figure for."""
+    rows = ENGINE_MAX_VERSION.get(engine)
+    if rows is None:
+        raise ValueError(f"unknown engine {engine!r}; cgpu knows the CDI limits of "
+                         f"{' and '.join(ENGINE_MAX_VERSION)}")
+    wanted = _parse_engine_version(version)
+    if wanted < _NO_CDI_BELOW[engine]:
+        return None
+    best = None
+    for first, max_version in rows:
+        if wanted >= first:
+            best = max_version
+    if best is None:
+        oldest = ".".join(map(str, rows[0][0]))
+        raise ValueError(f"cgpu does not know which cdiVersion {engine} {version} accepts "
+                         f"(its table starts at {engine} {oldest}); pick --engine none or a newer engine")
+    return best
+
+
+def parse_engine_option(value: str) -> tuple[str, str]:
+    """Split the CLI's `--engine NAME@VERSION` ("podman@4.3.1") into (name, version), both
+    checked. `auto` and `none` are the caller's to handle."""
+    name, sep, version = value.partition("@")
+    if not sep or not name or not version:
+        raise ValueError(f"--engine {value!r}: expected NAME@VERSION such as podman@4.3.1 or "
+                         "docker@28.2.0, or auto, or none")
+    name = name.strip().lower()
+    max_cdi_version(name, version)  # raises for an unknown engine or version format
+    return name, version.strip()
