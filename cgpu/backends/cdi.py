@@ -65,7 +65,13 @@ def probe(report: ReportBuilder, *, spec_dirs: Sequence[str] | None = None, root
     rules = _engine_rules(report, engine, timeout)
     if rules is None:
         return
-    scan = scan_spec_dirs(dirs, max_version=rules[0], engine_label=rules[1])
+    max_version, label = rules
+    if max_version is None and label is not None:
+        report.problem("error", "--engine", f"{label} reads no CDI specs at all, so no container there gets a "
+                                            f"CDI device")
+        scan = ScanResult(devices={}, specs=[], problems=[])
+    else:
+        scan = scan_spec_dirs(dirs, max_version=max_version, engine_label=label)
     answers = answer_scan(report, scan, HostFS(root), devices=devices, dirs=dirs)
     if verify and answers is not None:
         _verify(report, answers, engine=engine, probe_image=probe_image, timeout=timeout)
@@ -112,8 +118,9 @@ def answer_device(device: ResolvedDevice, host: HostFS) -> DeviceAnswer:
 
 def _engine_rules(report: ReportBuilder, engine: str | None,
                   timeout: float | None) -> tuple[str | None, str | None] | None:
-    """(highest cdiVersion accepted, engine label) or None when the value is unusable (reported)."""
-    from cgpu.cdi.versions import max_cdi_version, parse_engine
+    """(highest cdiVersion the engine accepts, "podman 4.3.1"); (None, None) for the newest rules;
+    None when the option is unusable (reported). A label without a version: that engine reads no CDI."""
+    from cgpu.cdi.versions import max_cdi_version, parse_engine_option
 
     if engine in (None, "", "none"):
         return None, None
@@ -130,11 +137,15 @@ def _engine_rules(report: ReportBuilder, engine: str | None,
         name, version = found[0].name, found[0].version
     else:
         try:
-            name, version = parse_engine(engine)
+            name, version = parse_engine_option(engine)
         except ValueError as exc:
             report.failed("--engine", str(exc))
             return None
-    return max_cdi_version(name, version), f"{name} {version}"
+    try:
+        return max_cdi_version(name, version), f"{name} {version}"
+    except ValueError as exc:  # an engine found by `auto` that cgpu has no figure for
+        report.problem("warning", "--engine auto", f"{exc}; specs are judged by the newest CDI rules")
+        return None, None
 
 
 def _select(report: ReportBuilder, scan: ScanResult, names: Sequence[str] | None,

@@ -19,6 +19,8 @@ _RANK = {PROVIDED: 2, PARTIAL: 1, ABSENT: 0}
 
 NVIDIA_GPU_NODE = re.compile(r"/dev/nvidia\d+")
 RENDER_NODE = re.compile(r"/dev/dri/renderD\d+")
+MIG_CAP_NODE = re.compile(r"/dev/nvidia-caps/nvidia-cap\d+")
+DRM_NODE = re.compile(r"/dev/dri/(card|renderD)\d+")
 CTL, UVM, DXG, KFD = "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/dxg", "/dev/kfd"
 
 VENDOR_NAMES = {"0x10de": "NVIDIA", "0x1002": "AMD", "0x8086": "Intel"}
@@ -158,11 +160,14 @@ def _nvidia_vulkan(view: ContainerView) -> Finding:
     if library is None:
         return Finding(ABSENT, "mounts no libGLX_nvidia.so.<driver version>, NVIDIA's Vulkan driver (a spec from "
                                "`nvidia-ctk cdi generate` on a host with the full driver has it)")
+    if view.usable_nodes(MIG_CAP_NODE) and not view.usable_nodes(DRM_NODE):
+        return Finding(ABSENT, "is a MIG instance without graphics (nvidia-ctk adds DRM nodes only for MIG profiles "
+                               "with graphics), so NVIDIA's Vulkan driver has no device to use")
     have, lack = _nvidia_nodes(view, uvm=False)
     icd = _registration(view, _vulkan_manifests(view), library, "libGLX_nvidia.so.0", "vulkan")
     name = posixpath.basename(library)
     if not lack and route and icd:
-        return Finding(PROVIDED, f"gets {_nodes_text(have)}, {name} ({route}) and the Vulkan ICD {icd}; "
+        return Finding(PROVIDED, f"gets {', '.join(have)}, {name} ({route}) and the Vulkan ICD {icd}; "
                                  f"the image brings the Vulkan loader (libvulkan.so.1)")
     if lack:
         return Finding(PARTIAL, f"mounts {name} but lacks {_nodes_text(lack)}: {NVIDIA_REGENERATE}")
@@ -183,7 +188,7 @@ def _nvidia_opencl(view: ContainerView) -> Finding:
     icd = _registration(view, _opencl_icd_files(view), library, "libnvidia-opencl.so.1", "opencl")
     name = posixpath.basename(library)
     if not lack and route and icd:
-        return Finding(PROVIDED, f"gets {_nodes_text(have)}, {name} ({route}) and {icd}; "
+        return Finding(PROVIDED, f"gets {', '.join(have)}, {name} ({route}) and {icd}; "
                                  f"the image brings the OpenCL ICD loader (libOpenCL.so.1)")
     if lack:
         return Finding(PARTIAL, f"mounts {name} but lacks {_nodes_text(lack)}: {NVIDIA_REGENERATE}")
