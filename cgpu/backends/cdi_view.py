@@ -1,0 +1,247 @@
+"""What a container sees when an engine injects one CDI device: nodes, files, env, hook effects.
+
+Built from the merged edits (`ResolvedDevice.edits()`) and the host (`HostFS`): mounts map a
+container path to a host path; NVIDIA's hooks are read, never run — `create-symlinks --link
+TARGET::LINK` adds links, `update-ldcache --folder DIR` makes the libraries in DIR loadable by
+their SONAME (ldconfig creates those links).
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from dataclasses import dataclass, field
+
+from cgpu.backends.cdi_host import HostFS
+from cgpu.cdi.model import ContainerEdits, DeviceNode, Hook, Mount
+
+NVIDIA_HOOK_BINARIES = frozenset({"nvidia-cdi-hook", "nvidia-ctk"})
+# Mount types whose source is not a host path (the CDI README's tmpfs example has hostPath "tmpfs").
+PSEUDO_MOUNT_TYPES = frozenset({"tmpfs", "proc", "sysfs", "devpts", "mqueue", "cgroup", "cgroup2", "devtmpfs",
+                                "overlay", "shm", "ramfs"})
+MAX_LINK_HOPS = 8
+MAX_DIR_ENTRIES = 4096
+
+
+@dataclass
+class HookEffects:
+    links: dict[str, str] = field(default_factory=dict)  # link path -> target, both container paths
+    ld_folders: list[str] = field(default_factory=list)
+    nvidia_hooks: list[Hook] = field(default_factory=list)
+    other_hooks: list[Hook] = field(default_factory=list)
+
+
+def hook_effects(hooks: tuple[Hook, ...]) -> HookEffects:
+    effects = HookEffects()
+    for hook in hooks:
+        command = _nvidia_hook_command(hook)
+        if command is None:
+            effects.other_hooks.append(hook)
+            continue
+        effects.nvidia_hooks.append(hook)
+        if not command:
+            continue
+        name, flags = command[0], _flag_values(command[1:])
+        if name == "create-symlinks":
+            for spec in flags.get("--link", []):
+                target, sep, link = spec.partition("::")
+                if sep and target and link.startswith("/"):
+                    link = posixpath.normpath(link)
+                    base = posixpath.dirname(link)
+                    effects.links[link] = posixpath.normpath(posixpath.join(base, target))
+        elif name == "update-ldcache":
+            for folder in flags.get("--folder", []):
+                if folder.startswith("/"):
+                    effects.ld_folders.append(posixpath.normpath(folder))
+    return effects
+
+
+def _nvidia_hook_command(hook: Hook) -> list[str] | None:
+    """The hook's subcommand and arguments when it is NVIDIA's hook binary, else None."""
+    args = list(hook.args)
+    program = posixpath.basename(args[0]) if args else posixpath.basename(hook.path)
+    if program not in NVIDIA_HOOK_BINARIES and posixpath.basename(hook.path) not in NVIDIA_HOOK_BINARIES:
+        return None
+    rest = args[1:] if args else []
+    if program == "nvidia-ctk" and rest[:1] == ["hook"]:  # the pre-1.16 form: nvidia-ctk hook NAME ...
+        rest = rest[1:]
+    return rest
+
+
+def _flag_values(args: list[str]) -> dict[str, list[str]]:
+    values: dict[str, list[str]] = {}
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg.startswith("--") and "=" in arg:
+            key, _, value = arg.partition("=")
+            values.setdefault(key, []).append(value)
+        elif arg.startswith("--") and i + 1 < len(args):
+            values.setdefault(arg, []).append(args[i + 1])
+            i += 1
+        i += 1
+    return values
+
+
+def is_bind(mount: Mount) -> bool:
+    return mount.type not in PSEUDO_MOUNT_TYPES
+
+
+def node_fully_specified(node: DeviceNode) -> bool:
+    """The engine creates such a node itself even when the host has none (the library ignores the stat error)."""
+    if node.type == "p":
+        return True
+    return node.type in ("b", "c", "u") and bool(node.major) and node.minor is not None
+
+
+class ContainerView:
+    """One device's container, as far as the spec and the host decide it."""
+
+    def __init__(self, edits: ContainerEdits, host: HostFS) -> None:
+        self.host = host
+        self.nodes: dict[str, DeviceNode] = {posixpath.normpath(n.path): n for n in edits.device_nodes}
+        self.mounts: dict[str, Mount] = {}
+        for mount in edits.mounts:
+            if is_bind(mount):
+                self.mounts[posixpath.normpath(mount.container_path)] = mount
+        self.env: dict[str, str] = {}
+        for entry in edits.env:
+            key, _, value = entry.partition("=")
+            self.env[key] = value
+        effects = hook_effects(edits.hooks)
+        self.links = effects.links
+        self.ld_folders = effects.ld_folders
+        self.nvidia_hooks = effects.nvidia_hooks
+        self.other_hooks = effects.other_hooks
+        self.hooks = edits.hooks
+        self._files: list[str] | None = None
+
+    # --- device nodes -------------------------------------------------------------------------
+    def usable_node(self, path: str) -> bool:
+        node = self.nodes.get(path)
+        if node is None or node.permissions == "none":
+            return False
+        return node_fully_specified(node) or self.host.exists(node.host_path or node.path)
+
+    def usable_nodes(self, pattern: re.Pattern[str]) -> list[str]:
+        return [p for p in self.nodes if pattern.fullmatch(p) and self.usable_node(p)]
+
+    # --- files --------------------------------------------------------------------------------
+    def follow(self, path: str) -> str:
+        """A container path with the hook-made links along it followed."""
+        for _ in range(MAX_LINK_HOPS):
+            target = self.links.get(path)
+            if target is None:
+                return path
+            path = target
+        return path
+
+    def host_path(self, path: str) -> str | None:
+        """The host file behind a container path (after links), or None when the host does not provide it."""
+        path = self.follow(posixpath.normpath(path))
+        mount = self.mounts.get(path)
+        if mount is not None:
+            return mount.host_path
+        parent = posixpath.dirname(path)
+        while True:
+            mount = self.mounts.get(parent)
+            if mount is not None and self.host.is_dir(mount.host_path):
+                return posixpath.join(mount.host_path, posixpath.relpath(path, parent))
+            if parent == "/":
+                return None
+            parent = posixpath.dirname(parent)
+
+    def files(self) -> list[str]:
+        """Every container file path the host provides: file mounts, directory mounts' entries, links."""
+        if self._files is not None:
+            return self._files
+        found: list[str] = []
+        for cpath, mount in self.mounts.items():
+            if self.host.is_dir(mount.host_path):
+                found.extend(posixpath.join(cpath, name)
+                             for name in self.host.listdir(mount.host_path)[:MAX_DIR_ENTRIES])
+            else:
+                found.append(cpath)
+        found.extend(self.links)
+        self._files = found
+        return found
+
+    def files_in(self, folder: str) -> list[str]:
+        folder = posixpath.normpath(folder)
+        inside = [p for p in self.files() if posixpath.dirname(p) == folder]
+        return sorted(set(inside))
+
+    # --- libraries ----------------------------------------------------------------------------
+    def libraries(self, stem: str) -> list[str]:
+        """Mounted files named `<stem>.so.<version>` (e.g. libcuda.so.575.64.03, libcuda.so.1.1)."""
+        pattern = re.compile(re.escape(stem) + r"\.so\.\d+(?:\.\d+)*")
+        return [p for p in self.files() if p not in self.links and pattern.fullmatch(posixpath.basename(p))]
+
+    def soname_route(self, library: str, soname: str) -> str | None:
+        """How the dynamic linker finds `library` by its SONAME in the container, or None."""
+        if posixpath.basename(library) == soname:
+            return f"mounted as {soname}"
+        for link, target in self.links.items():
+            if posixpath.basename(link) == soname and self.follow(target) == library:
+                return f"linked as {link} by the create-symlinks hook"
+        folder = posixpath.dirname(library)
+        if folder in self.ld_folders:
+            return f"linkable as {soname} through the update-ldcache hook over {folder}"
+        return None
+
+    def names_library(self, value: str, relative_to: str, library: str, soname: str) -> bool:
+        """Does a loader entry (`library_path` of an ICD, an .icd line) load `library`?"""
+        value = value.strip()
+        if "/" not in value:
+            if value == soname:
+                return self.soname_route(library, soname) is not None
+            return value == posixpath.basename(library) and posixpath.dirname(library) in self.ld_folders
+        path = value if value.startswith("/") else posixpath.join(posixpath.dirname(relative_to), value)
+        path = self.follow(posixpath.normpath(path))
+        if path == library:
+            return True
+        return (posixpath.basename(path) == soname and posixpath.dirname(path) == posixpath.dirname(library)
+                and self.soname_route(library, soname) is not None)
+
+
+_SHELLS = re.compile(r"(ba|da|z|k|c|tc|fi)?sh|busybox|python[\d.]*|perl|env")
+
+
+def risky_edits(edits: ContainerEdits) -> list[str]:
+    """Edits the CDI library accepts that hand the container (or a hook) too much: one message each.
+
+    Writing to a spec dir is as good as root on the host: hooks run host programs as the engine.
+    """
+    found = []
+    for mount in edits.mounts:
+        target = mount.container_path
+        if is_bind(mount) and posixpath.normpath(mount.host_path) == "/":
+            found.append(f"mounts the host's whole filesystem (/) at {target} in the container")
+        if not target.startswith("/") or ".." in target.split("/"):
+            found.append(f"mount target {target!r} is not a clean absolute path")
+        if posixpath.normpath(target) == "/etc/ld.so.preload":
+            found.append(f"mounts {mount.host_path} onto /etc/ld.so.preload: every program in the container "
+                         f"loads what it names")
+    for entry in edits.env:
+        key = entry.partition("=")[0]
+        if key in ("LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT"):
+            found.append(f"sets {entry}, which changes what every program in the container loads")
+        elif not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+            found.append(f"env entry {entry!r} has no valid variable name")
+    for node in edits.device_nodes:
+        if not node.path.startswith("/") or ".." in node.path.split("/"):
+            found.append(f"device node path {node.path!r} is not a clean absolute path")
+        if node.permissions == "none":
+            found.append(f"device node {node.path} has permissions 'none': the container cannot open it")
+    for hook in edits.hooks:
+        if _nvidia_hook_command(hook) is not None:
+            continue
+        program = posixpath.basename(hook.args[0] if hook.args else hook.path)
+        command = " ".join(hook.args)[:200]
+        if _SHELLS.fullmatch(posixpath.basename(hook.path)) or _SHELLS.fullmatch(program):
+            found.append(f"its {hook.hook_name} hook runs a shell or interpreter on the host ({hook.path}: {command}); "
+                         f"cgpu never runs hooks, so it cannot tell what that does")
+        else:
+            found.append(f"its {hook.hook_name} hook runs the host program {hook.path}; cgpu never runs hooks, "
+                         f"so it cannot tell what that changes in the container")
+    return found
