@@ -22,7 +22,7 @@ from cgpu.run import decode
 PROBE_PATH = "/cgpu-probe.py"
 DEFAULT_TIMEOUT = 60.0  # per container: the probe gives each API its own, shorter, limit
 API_TIMEOUT = 30.0  # per engine API call
-SOURCE = "verify"
+SOURCE = "--verify"
 
 
 def verify_devices(
@@ -36,13 +36,13 @@ def verify_devices(
 ) -> None:
     """Run the probe in one container per device and record what it found in `report`."""
     if not devices:
-        report.problem("info", SOURCE, "--verify: no CDI device to run a container with")
+        report.problem("info", SOURCE, "no CDI device that can start a container, so none was started")
         return
     container_timeout = timeout or DEFAULT_TIMEOUT
     try:
         probe_source = _probe_source()
     except (OSError, ImportError) as exc:
-        report.problem("error", SOURCE, f"--verify: cannot read the probe script: {exc}")
+        report.problem("error", SOURCE, f"cannot read the probe script: {exc}")
         return
     choice = engine_choice(engine)
     report.progress(f"verify: connecting to {choice or 'the container engine'}")
@@ -50,7 +50,7 @@ def verify_devices(
         with open_engine(choice, timeout=min(container_timeout, API_TIMEOUT), progress=report.progress) as eng:
             _verify_with(report, eng, devices, static, probe_source, probe_image, container_timeout, engine)
     except EngineError as exc:
-        report.problem("error", SOURCE, f"--verify could not run: {exc}")
+        report.problem("error", SOURCE, f"could not run: {exc}")
 
 
 def _verify_with(
@@ -66,7 +66,7 @@ def _verify_with(
     if isinstance(eng, DockerEngine):
         refusal = eng.cdi_refusal()
         if refusal:
-            report.problem("error", SOURCE, f"--verify did not run: {refusal}")
+            report.problem("error", SOURCE, f"did not run: {refusal}")
             return
     _note_engine_mismatch(report, eng, engine_option)
     image, how = _image(report, eng, probe_image, timeout)

@@ -66,7 +66,7 @@ def test_live_answer_agrees_and_names_the_software_drivers(probe_image, cdi_spec
     assert not any(d["counted"] for d in entry["live_devices"])
     messages = [p["message"] for p in report["problems"]]
     assert any("VK_DRIVER_FILES=/etc/cgpu-test/lvp.json" in m for m in messages)
-    summary = next(p for p in report["problems"] if p["source"] == "verify")
+    summary = next(p for p in report["problems"] if p["source"] == "--verify")
     assert summary["severity"] == "info"
     assert f"from the image {probe_image}" in summary["message"] and "1 agree" in summary["message"]
     assert not [p for p in report["problems"] if p["severity"] != "info"]
@@ -131,7 +131,7 @@ def test_missing_probe_image_is_not_pulled(stand_in_image, cdi_spec, tmp_path):
     kind = cdi_spec(_lvp_spec(tmp_path))
     name = f"{kind}=dev0"
     report, _ = _verify([name], {name: []}, engine="podman", probe_image="localhost/cgpu-test-absent:none")
-    error = next(p for p in report["problems"] if p["source"] == "verify")
+    error = next(p for p in report["problems"] if p["source"] == "--verify")
     assert "not in podman's local storage" in error["message"] and "podman pull" in error["message"]
     assert "live_status" not in _entry(report, name)
 
@@ -139,7 +139,7 @@ def test_missing_probe_image_is_not_pulled(stand_in_image, cdi_spec, tmp_path):
 def test_docker_api_of_old_podman_is_refused_with_the_reason(stand_in_image, podman_service, monkeypatch):
     monkeypatch.setenv("DOCKER_HOST", podman_service.url)
     report, _ = _verify(["example.com/gpu=0"], {}, engine="docker@28.2.0", probe_image=stand_in_image)
-    error = next(p for p in report["problems"] if p["source"] == "verify")
+    error = next(p for p in report["problems"] if p["source"] == "--verify")
     engines, _ = detect_engines()
     if version_tuple(next(e.version for e in engines if e.name == "podman")) >= (5, 4):
         pytest.skip("podman >= 5.4 honours CDI device requests on its Docker API")
@@ -149,7 +149,8 @@ def test_docker_api_of_old_podman_is_refused_with_the_reason(stand_in_image, pod
 def test_no_device_to_verify():
     report, _ = _verify([], {})
     assert report["problems"] == [
-        {"severity": "info", "source": "verify", "message": "--verify: no CDI device to run a container with"}
+        {"severity": "info", "source": "--verify",
+         "message": "no CDI device that can start a container, so none was started"}
     ]
 
 
