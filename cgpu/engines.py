@@ -501,7 +501,6 @@ class PodmanService:
                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
             )
         except OSError as exc:
-            log.close()
             shutil.rmtree(directory, ignore_errors=True)
             raise EngineError(f"could not start `podman system service`: {exc}") from None
         finally:
@@ -510,8 +509,9 @@ class PodmanService:
         deadline = time.monotonic() + timeout
         while not _listening(sock):
             if proc.poll() is not None or time.monotonic() > deadline:
+                ended = proc.returncode is not None
                 why = service._log_tail() or (
-                    f"exit status {proc.returncode}" if proc.returncode is not None else f"no socket after {timeout:g} s"
+                    f"exit status {proc.returncode}" if ended else f"no socket after {timeout:g} s"
                 )
                 service.stop()
                 raise EngineError(f"`podman system service` did not start: {why}")

@@ -111,7 +111,8 @@ def ensure_probe_image(
         except CommandError as exc:
             raise ImageBuildError(f"cannot build the probe image: {exc}") from None
         except OSError as exc:
-            raise ImageBuildError(f"cannot build the probe image: {exc.filename or ''}: {exc.strerror or exc}") from None
+            where = f"{exc.filename}: " if exc.filename else ""
+            raise ImageBuildError(f"cannot build the probe image: {where}{exc.strerror or exc}") from None
         progress(f"importing the probe image ({size / 1e6:.0f} MB) into {engine.name}")
         engine.import_image(tar_path, ref, IMAGE_CHANGES)
     return ref, time.monotonic() - started
@@ -156,7 +157,8 @@ def _compiled_bytecode(paths: list[str]) -> list[str]:
             cache = os.path.join(directory, "__pycache__")
             stem = name[:-3] + "."
             try:
-                found += [os.path.join(cache, f) for f in os.listdir(cache) if f.startswith(stem) and f.endswith(".pyc")]
+                found += [os.path.join(cache, f) for f in os.listdir(cache)
+                          if f.startswith(stem) and f.endswith(".pyc")]
             except OSError:
                 pass
     return found

@@ -47,7 +47,7 @@ def verify_devices(
     choice = engine_choice(engine)
     report.progress(f"verify: connecting to {choice or 'the container engine'}")
     try:
-        with open_engine(choice, timeout=min(container_timeout, API_TIMEOUT), progress=report.progress) as eng:
+        with open_engine(choice, timeout=API_TIMEOUT, progress=report.progress) as eng:
             _verify_with(report, eng, devices, static, probe_source, probe_image, container_timeout, engine)
     except EngineError as exc:
         report.problem("error", SOURCE, f"could not run: {exc}")
@@ -143,11 +143,11 @@ def _verify_device(
         return _failed(report, entry, name, message, started)
     entry["live_seconds"] = round(result.seconds, 2)
     live = _read_probe(report, name, result.stdout)
-    if live is None:
-        tail = decode(result.stderr).strip()[-400:] or "(nothing on stderr)"
-        return _failed(report, entry, name,
-                       f"the probe in the container with {name} gave no answer (exit status {result.exit_code}): {tail}",
-                       started)
+    if isinstance(live, str):
+        tail = decode(result.stderr).strip()[-400:] or "nothing"
+        message = (f"the probe in the container with {name} gave no usable answer: {live} "
+                   f"(exit status {result.exit_code}; stderr: {tail})")
+        return _failed(report, entry, name, message, started)
     live_apis, live_evidence, live_devices = live
     entry["live_apis"] = live_apis
     entry["live_evidence"] = live_evidence
@@ -186,21 +186,23 @@ def _unresolvable_hint(eng: Engine) -> str:
 
 def _read_probe(
     report: ReportBuilder, name: str, stdout: bytes
-) -> tuple[list[str], dict[str, str], list[dict[str, Any]]] | None:
-    """The live APIs and their evidence from the probe's JSON (untrusted: it came out of a
-    container), judged by the same rules as `cgpu probe --backend local`."""
+) -> tuple[list[str], dict[str, str], list[dict[str, Any]]] | str:
+    """The live APIs, their evidence and the devices seen, from the probe's JSON (untrusted: it
+    came out of a container), judged by the same rules as `cgpu probe --backend local`; or why
+    there is no answer."""
     from cgpu.backends.local import apply_probe_output
 
     try:
         data = json.loads(decode(stdout))
     except ValueError:
-        return None
-    if not isinstance(data, dict):
-        return None
+        return "its output is not JSON"
     source = f"probe in the container with {name}"
     scratch = ReportBuilder("local")
     apply_probe_output(scratch, data, source=source)
     answer = scratch.build()
+    unusable = [p["message"] for p in answer["problems"] if p["severity"] == "error"]
+    if unusable:
+        return "; ".join(unusable)
     for problem in answer["problems"]:
         report.problem(problem["severity"], problem["source"], problem["message"])
     evidence = {api: text.removeprefix(f"{source}: ") for api, text in answer["evidence"].items()}

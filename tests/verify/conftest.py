@@ -25,40 +25,51 @@ def labelled_containers() -> set[str]:
     return set(podman("ps", "-a", "-q", "--filter", LABEL_FILTER).stdout.split())
 
 
-@pytest.fixture(scope="session")
-def stand_in_image(tmp_path_factory) -> str:
-    """A busybox image whose `python3` never answers (a hung probe); `sh`, `cat`, `env` work.
-
-    Skips the podman tests, with the reason, where podman cannot run a container."""
+def _busybox_image(root: Path, python3_script: str) -> str:
+    """Import a busybox image whose `python3` is the given sh script; skips the podman tests,
+    with the reason, where podman cannot run a container."""
     if shutil.which("podman") is None:
         pytest.skip("podman is not installed (.ci/run installs podman, runc and busybox-static)")
     busybox = shutil.which("busybox")
     if busybox is None:
         pytest.skip("busybox-static is not installed")
-    root = tmp_path_factory.mktemp("stand-in-rootfs")
-    (root / "bin").mkdir()
-    (root / "usr" / "bin").mkdir(parents=True)
-    (root / "tmp").mkdir()
+    for folder in ("bin", "usr/bin", "tmp"):
+        (root / folder).mkdir(parents=True)
     shutil.copy(busybox, root / "bin" / "busybox")
     for applet in ("sh", "cat", "env", "sleep", "echo", "true", "ls"):
         (root / "bin" / applet).symlink_to("busybox")
-    hang = root / "usr" / "bin" / "python3"
-    hang.write_text("#!/bin/sh\nexec sleep 600\n")
-    hang.chmod(0o755)
-    tar_path = root.parent / "stand-in.tar"
+    python3 = root / "usr" / "bin" / "python3"
+    python3.write_text("#!/bin/sh\n" + python3_script)
+    python3.chmod(0o755)
+    tar_path = root.parent / f"{root.name}.tar"
     with tarfile.open(tar_path, "w") as tar:
         tar.add(root, arcname=".")
     ref = f"localhost/cgpu-test-stand-in:{uuid.uuid4().hex[:8]}"
     done = podman("import", "--change", "ENV PATH=/usr/bin:/bin", str(tar_path), ref)
     if done.returncode != 0:
         pytest.skip(f"podman cannot import an image here: {done.stderr.strip()}")
-    try:
-        smoke = podman("run", "--rm", "--network", "none", ref, "true")
-        if smoke.returncode != 0:
-            pytest.skip(f"podman cannot run a container here: {smoke.stderr.strip()}")
-        yield ref
-    finally:
+    smoke = podman("run", "--rm", "--network", "none", ref, "true")
+    if smoke.returncode != 0:
         podman("rmi", "-f", ref)
+        pytest.skip(f"podman cannot run a container here: {smoke.stderr.strip()}")
+    return ref
+
+
+@pytest.fixture(scope="session")
+def stand_in_image(tmp_path_factory) -> str:
+    """A busybox image whose `python3` never answers (a hung probe); `sh`, `cat`, `env` work."""
+    ref = _busybox_image(tmp_path_factory.mktemp("hung"), "exec sleep 600\n")
+    yield ref
+    podman("rmi", "-f", ref)
+
+
+@pytest.fixture(scope="session")
+def babbling_image(tmp_path_factory) -> str:
+    """A busybox image whose `python3` prints what $CGPU_TEST_OUTPUT says, and complains."""
+    ref = _busybox_image(tmp_path_factory.mktemp("babbling"),
+                         'printf "%s" "$CGPU_TEST_OUTPUT"; echo "probe exploded" >&2; exit 2\n')
+    yield ref
+    podman("rmi", "-f", ref)
 
 
 @pytest.fixture

@@ -36,5 +36,5 @@ def test_verify_human_output_says_what_ran_and_what_it_found(run_cli, probe_imag
     assert "LIVE (--verify)" in out
     row = next(line for line in out.splitlines() if line.startswith(name))
     assert row.endswith("- (agrees)")
-    assert f"ran cgpu's probe in 1 podman" in out and "1 agree(s) with the static answer" in out
+    assert "ran cgpu's probe in 1 podman" in out and "1 agree(s) with the static answer" in out
     assert f"running the probe in a podman container with {name}" in err

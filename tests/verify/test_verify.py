@@ -127,6 +127,27 @@ def test_hung_probe_is_killed_at_the_timeout_and_removed(stand_in_image, cdi_spe
     assert "did not finish within 3 s" in error["message"] and "killed and removed" in error["message"]
 
 
+@pytest.mark.parametrize(
+    ("output", "reason"),
+    [
+        ("Segmentation fault", "its output is not JSON"),
+        ('{"probe_version": 99, "apis": {}}', "the probe output is version 99"),
+        ('["not", "an", "object"]', "not an object"),
+    ],
+)
+def test_probe_without_a_usable_answer_is_a_failure_not_an_agreement(
+    babbling_image, cdi_spec, output, reason, no_leftover_containers
+):
+    kind = cdi_spec(f"devices:\n  - name: dev0\n    containerEdits:\n      env: ['CGPU_TEST_OUTPUT={output}']\n")
+    name = f"{kind}=dev0"
+    report, _ = _verify([name], {name: []}, engine="podman", probe_image=babbling_image)
+    entry = _entry(report, name)
+    assert entry["live_status"] == "failed" and "live_apis" not in entry
+    error = next(p for p in report["problems"] if p["source"] == name)
+    assert reason in error["message"]
+    assert "exit status 2" in error["message"] and "probe exploded" in error["message"]
+
+
 def test_missing_probe_image_is_not_pulled(stand_in_image, cdi_spec, tmp_path):
     kind = cdi_spec(_lvp_spec(tmp_path))
     name = f"{kind}=dev0"
