@@ -7,17 +7,14 @@ podman is reached through podman-py, Docker through docker-py; both are imported
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
-import tarfile
-import tempfile
 import time
+import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
@@ -91,7 +88,8 @@ class Engine:
 
     name = ""
 
-    def __init__(self, version: str, where: str) -> None:
+    def __init__(self, client: Any, version: str, where: str) -> None:
+        self.client = client  # the podman-py or docker-py client
         self.version = version
         self.where = where  # the API address, for messages
 
@@ -108,7 +106,13 @@ class Engine:
         self, image: str, command: list[str], *, devices: list[str], files: dict[str, bytes], timeout: float
     ) -> ContainerRun:
         started = time.monotonic()
-        container = self._create(image, command, devices)
+        name = f"cgpu-verify-{uuid.uuid4().hex[:12]}"
+        try:
+            container = self._create(image, command, devices, name)
+        except BaseException as exc:
+            if not isinstance(exc, EngineError):  # e.g. Ctrl-C while the engine may be creating it
+                self._remove_named(name)
+            raise
         exited = False
         try:
             self._put_files(container, files)
@@ -122,19 +126,19 @@ class Engine:
                     ) from None
                 raise
             exited = True
-            stdout = container.logs(stdout=True, stderr=False)
-            stderr = container.logs(stdout=False, stderr=True)
+            stdout = _joined(container.logs(stdout=True, stderr=False))
+            stderr = _joined(container.logs(stdout=False, stderr=True))
         except self._errors() as exc:
             raise EngineError(self._message(exc)) from None
         finally:
             self._remove(container, kill=not exited)
-        return ContainerRun(exit_code, _joined(stdout), _joined(stderr), time.monotonic() - started)
+        return ContainerRun(exit_code, stdout, stderr, time.monotonic() - started)
 
     def close(self) -> None:
         pass
 
     # engine specifics
-    def _create(self, image: str, command: list[str], devices: list[str]) -> Any:
+    def _create(self, image: str, command: list[str], devices: list[str], name: str) -> Any:
         raise NotImplementedError
 
     def _wait(self, container: Any, timeout: float) -> int:
@@ -149,6 +153,9 @@ class Engine:
     def _put_files(self, container: Any, files: dict[str, bytes]) -> None:
         if not files:
             return
+        import io
+        import tarfile
+
         buffer = io.BytesIO()
         with tarfile.open(fileobj=buffer, mode="w") as tar:
             for path, data in files.items():
@@ -171,13 +178,22 @@ class Engine:
                     pass  # not running (any more)
             container.remove(force=True)
         except self._errors():
-            # The API is gone (service stopped, Ctrl-C twice): the CLI can still remove it.
-            exe = shutil.which(self.name)
-            if exe:
-                try:
-                    run([exe, "rm", "--force", container.id], timeout=30)
-                except CommandError:
-                    pass
+            self._remove_with_cli(container.id)
+
+    def _remove_named(self, name: str) -> None:
+        try:
+            self.client.containers.get(name).remove(force=True)
+        except self._errors():
+            self._remove_with_cli(name)
+
+    def _remove_with_cli(self, container: str) -> None:
+        """The API is gone (service stopped, Ctrl-C twice): the CLI can still remove it."""
+        exe = shutil.which(self.name)
+        if exe:
+            try:
+                run([exe, "rm", "--force", container], timeout=30)
+            except CommandError:
+                pass
 
 
 def _joined(output: bytes | Iterator[bytes] | None) -> bytes:
@@ -198,8 +214,7 @@ class PodmanEngine(Engine):
     name = "podman"
 
     def __init__(self, client: Any, version: str, where: str, service: PodmanService | None) -> None:
-        super().__init__(version, where)
-        self.client = client
+        super().__init__(client, version, where)
         self._service = service
 
     def image_exists(self, ref: str) -> bool:
@@ -222,10 +237,10 @@ class PodmanEngine(Engine):
         except self._errors() as exc:
             raise EngineError(f"podman could not import the probe image {ref}: {self._message(exc)}") from None
 
-    def _create(self, image: str, command: list[str], devices: list[str]) -> Any:
+    def _create(self, image: str, command: list[str], devices: list[str], name: str) -> Any:
         try:
             return self.client.containers.create(
-                image, command, devices=devices, labels=LABELS, network_mode="none"
+                image, command, name=name, devices=devices, labels=LABELS, network_mode="none"
             )
         except self._errors() as exc:
             raise EngineError(self._message(exc)) from None
@@ -258,8 +273,7 @@ class DockerEngine(Engine):
     name = "docker"
 
     def __init__(self, client: Any, version: str, where: str, podman_version: str | None) -> None:
-        super().__init__(version, where)
-        self.client = client
+        super().__init__(client, version, where)
         # Set when the "Docker" API is podman's Docker-compatible one.
         self.podman_version = podman_version
 
@@ -315,9 +329,9 @@ class DockerEngine(Engine):
         except self._errors() as exc:
             raise EngineError(f"docker could not import the probe image {ref}: {self._message(exc)}") from None
 
-    def _create(self, image: str, command: list[str], devices: list[str]) -> Any:
+    def _create(self, image: str, command: list[str], devices: list[str], name: str) -> Any:
         try:
-            return self.client.containers.create(image, command, **docker_create_options(devices))
+            return self.client.containers.create(image, command, name=name, **docker_create_options(devices))
         except self._errors() as exc:
             raise EngineError(self._message(exc)) from None
 
@@ -467,6 +481,8 @@ def podman_socket_candidates(timeout: float) -> list[str]:
 
 
 def _listening(path: str) -> bool:
+    import socket
+
     if not hasattr(socket, "AF_UNIX"):
         return False
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
@@ -489,6 +505,8 @@ class PodmanService:
 
     @classmethod
     def start(cls, *, timeout: float) -> PodmanService:
+        import tempfile
+
         exe = shutil.which("podman")
         if exe is None:
             raise EngineError("podman is not installed (no `podman` on PATH) and no podman API socket is listening")
