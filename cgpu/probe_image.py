@@ -28,14 +28,15 @@ from cgpu.run import CommandError, decode, run
 
 REPOSITORY = "localhost/cgpu-probe"
 # Bump when the image's layout changes, so images built by an older cgpu are not reused.
-LAYOUT_VERSION = "1"
+LAYOUT_VERSION = "2"
 
-# Packages the image cannot do without, and those that make it a realistic GPU image.
-REQUIRED = ("libvulkan1", "ocl-icd-libopencl1")
+# Packages the image cannot do without (glibc with ldconfig and its configuration, which CDI
+# hooks such as NVIDIA's update-ldcache run in the container; the two loaders), and those
+# that make it a realistic GPU image.
+REQUIRED = ("libc6", "libc-bin", "libvulkan1", "ocl-icd-libopencl1")
 OPTIONAL = ("mesa-vulkan-drivers", "pocl-opencl-icd", "libpocl2")
 # Not needed to run anything: docs, and PoCL's kernel sources (only needed to build kernels).
 SKIPPED_PREFIXES = ("/usr/share/doc/", "/usr/share/man/", "/usr/share/lintian/", "/usr/share/bug/", "/usr/share/pocl/")
-EXTRA_FILES = ("/etc/ld.so.conf", "/sbin/ldconfig")
 IMAGE_CHANGES = ["ENV PATH=/usr/local/bin:/usr/bin:/bin", 'CMD ["/usr/bin/python3"]']
 
 
@@ -122,7 +123,6 @@ def write_rootfs(tar_path: str, packages: list[str], *, timeout: float) -> int:
     """Pack the packages' files and every library they link into `tar_path`; returns its size."""
     done = run(["dpkg-query", "-L", *packages], timeout=timeout)
     listed = [line for line in decode(done.stdout).splitlines() if line.startswith("/")]
-    listed += [p for p in EXTRA_FILES if os.path.lexists(p)]
     wanted = [p for p in listed if not (p + "/").startswith(SKIPPED_PREFIXES) and p != "/."]
     wanted += _compiled_bytecode(wanted)
     wanted += linked_libraries([p for p in wanted if _is_elf(p)], timeout=timeout)
