@@ -38,7 +38,8 @@ DISCOVERY_ENV = (
 DEVICE_NODE_GLOBS = (
     "/dev/dri/renderD*", "/dev/dri/card*", "/dev/nvidia*", "/dev/nvidia-caps/*", "/dev/kfd", "/dev/dxg",
 )
-METAL_SUMMARY = "Metal is an Apple host API: a Linux container or VM never gets it (the Mac's GPU reaches Linux only as Vulkan through Venus)"
+METAL_SUMMARY = ("Metal is an Apple host API: a Linux container or VM never gets it (the Mac's GPU reaches Linux "
+                 "only as Vulkan through Venus)")
 MAX_TEXT = 400  # cap on strings taken from drivers
 STDERR_TAIL = 2000
 
@@ -96,8 +97,7 @@ def _run_children(apis, timeout):
             results[api] = _child_result(api, proc.returncode, out, err)
     finally:
         for proc, out, err in children.values():
-            if proc.returncode is None:
-                _kill_group(proc)
+            _kill_group(proc)  # also whatever a driver started and left behind
             out.close()
             err.close()
     return results
@@ -220,14 +220,23 @@ def _path_of(address):
 
 
 def _load(ctypes, candidates):
-    """dlopen the first loadable candidate; returns (lib, name tried, errors)."""
-    errors = []
+    """dlopen the first loadable candidate: (library, None), or (None, why one that exists failed, or None)."""
+    failure = None
     for name in candidates:
         try:
-            return ctypes.CDLL(name), name, errors
+            return ctypes.CDLL(name), None
         except OSError as exc:
-            errors.append(str(exc)[:MAX_TEXT])
-    return None, None, errors
+            message = str(exc)
+            if failure is None and not message.startswith(name + ": cannot open shared object file"):
+                failure = message[:MAX_TEXT]  # there, but broken: wrong ELF class, a missing dependency...
+    return None, failure
+
+
+def _not_loaded(missing, failure):
+    """The answer when an API's library could not be loaded: absent, or present but broken."""
+    if failure:
+        return _result(False, "the library is there but cannot be loaded: %s" % failure, error="library_load_failed")
+    return _result(False, missing, error="library_not_found")
 
 
 def _address(ctypes, function):
@@ -291,22 +300,21 @@ def _cuda_hint(code, library):
 
 
 def probe_cuda(ctypes):
-    for index, candidate in enumerate(CUDA_LIBRARIES):
-        result = _probe_cuda_library(ctypes, candidate)
-        stub = result["error"] == CUDA_ERRORS[34]
-        if result["library"] is not None and not (stub and index + 1 < len(CUDA_LIBRARIES)
-                                                  and os.path.exists(CUDA_LIBRARIES[index + 1])):
+    stub = failure = None
+    for name in CUDA_LIBRARIES:
+        lib, problem = _load(ctypes, (name,))
+        failure = failure or problem
+        if lib is None:
+            continue
+        result = _probe_cuda_library(ctypes, lib, name)
+        if result["error"] != CUDA_ERRORS[34]:
             return result
-    return result if result["library"] is not None else _result(
-        False, "no NVIDIA driver library: libcuda.so.1 is not on the library path here (the host's NVIDIA driver is not mounted)",
-        error="library_not_found")
+        stub = stub or result  # the toolkit's stub: still try WSL's driver before giving that answer
+    return stub or _not_loaded("no NVIDIA driver library: libcuda.so.1 is not on the library path here (the "
+                               "host's NVIDIA driver is not mounted)", failure)
 
 
-def _probe_cuda_library(ctypes, name):
-    try:
-        lib = ctypes.CDLL(name)
-    except OSError:
-        return _result(False, "", error="library_not_found")
+def _probe_cuda_library(ctypes, lib, name):
     c_int, byref = ctypes.c_int, ctypes.byref
     library = _path_of(_address(ctypes, lib.cuInit)) or name
     lib.cuInit.argtypes, lib.cuInit.restype = [ctypes.c_uint], c_int
@@ -401,8 +409,8 @@ VK_ST_DRIVER_PROPERTIES = 1000196000
 VK_ST_PROPERTIES_2 = 1000059001
 VK_MEMORY_HOST_VISIBLE, VK_MEMORY_HOST_COHERENT = 0x2, 0x4
 VENUS_TEST_ALLOCATION = 4096  # smaller than Apple's 16 KiB page: what trips unpatched Mesa under krunkit
-VENUS_FIX = ("the image's Mesa lacks the 16 KiB blob-alignment patches krunkit needs: use the libkrun Mesa "
-             "build (Fedora copr slp/mesa-libkrun-vulkan, version pinned)")
+VENUS_FIX = ("the fix is Mesa with the 16 KiB blob-alignment patches krunkit needs (the libkrun build from "
+             "Fedora copr slp/mesa-libkrun-vulkan, version pinned)")
 ICD_DIRS = ("/etc/vulkan/icd.d", "/usr/local/etc/vulkan/icd.d", "/usr/local/share/vulkan/icd.d",
             "/usr/share/vulkan/icd.d", "/etc/xdg/vulkan/icd.d")
 
@@ -466,6 +474,10 @@ def _opencl_icd_libraries():
         if line:
             names.append(line[0].strip())
     return names
+
+
+def _venus_manifests(manifests):
+    return [path for path in manifests if os.path.basename(path).startswith("virtio_icd")]
 
 
 def _vk_structs(ctypes):
@@ -534,13 +546,14 @@ def _vk_structs(ctypes):
 def probe_vulkan(ctypes):
     C = ctypes
     S = _vk_structs(C)
+    os.environ.setdefault("VK_LOADER_DEBUG", "error,warn")  # why a driver was skipped goes to stderr
     manifests = _icd_manifests()
     drivers = _manifest_libraries(manifests)
     before = _mapped_libraries()
-    lib, _, errors = _load(C, ("libvulkan.so.1",))
+    lib, failure = _load(C, ("libvulkan.so.1",))
     if lib is None:
-        return _result(False, "no Vulkan loader: libvulkan.so.1 is not installed here (the image must "
-                       "bring it, e.g. libvulkan1 or vulkan-loader)", error="library_not_found", manifests=manifests)
+        return _not_loaded("no Vulkan loader: libvulkan.so.1 is not installed here (the image must bring it, "
+                           "e.g. libvulkan1 or vulkan-loader)", failure)
     gipa = lib.vkGetInstanceProcAddr
     gipa.restype, gipa.argtypes = C.c_void_p, [C.c_void_p, C.c_char_p]
     library = _path_of(_address(C, gipa)) or "libvulkan.so.1"
@@ -563,12 +576,14 @@ def probe_vulkan(ctypes):
     code = create(C.byref(info), None, C.byref(instance))
     common = dict(library=library, loader_version=_vk_version(loader_version), manifests=manifests)
     if code != 0:
-        return _result(False, "vkCreateInstance failed with %s (%d): %s"
-                       % (_vk_name(code), code, _vk_instance_hint(code, manifests)),
+        return _result(False, "vkCreateInstance failed with %s (%d): %s%s"
+                       % (_vk_name(code), code, _vk_instance_hint(code, manifests), _nvidia_graphics_hint()),
                        error=_vk_name(code), drivers_loaded=_drivers_loaded(before, drivers), **common)
     try:
         devices = _vk_devices(C, S, fn, instance, api)
         loaded = _drivers_loaded(before, drivers)  # the loader unloads them with the instance
+    except VulkanError as exc:
+        return _result(False, str(exc), error=_vk_name(exc.code), **common)
     finally:
         destroy = fn(instance, "vkDestroyInstance", None, C.c_void_p, C.c_void_p)
         destroy(instance, None)
@@ -580,19 +595,41 @@ def probe_vulkan(ctypes):
             "%s (%s)" % (d["name"], d["reason"]) for d in devices)
     else:
         summary = "vkCreateInstance succeeded but no driver reports a device (is the GPU's /dev/dri node passed in?)"
+    if not counted:
+        summary += _nvidia_graphics_hint()
+    venus = _venus_manifests(manifests)
+    if venus and not any(d["driver_id"] == VK_DRIVER_VENUS for d in devices):
+        summary += ("; the Venus driver (%s) gave no device: it needs the virtio-gpu /dev/dri node, and under "
+                    "krunkit stock Mesa fails to initialise; %s" % (venus[0], VENUS_FIX))
     return _result(bool(counted), summary, devices=devices, drivers_loaded=loaded, **common)
 
 
+def _nvidia_graphics_hint():
+    """NVIDIA's container toolkit mounts its Vulkan driver only with the graphics capability."""
+    capabilities = os.environ.get("NVIDIA_DRIVER_CAPABILITIES")
+    if capabilities is None:
+        if "NVIDIA_VISIBLE_DEVICES" not in os.environ:
+            return ""
+        capabilities = "utility,compute"  # the toolkit's default
+    if {c.strip() for c in capabilities.split(",")} & {"graphics", "display", "all"}:
+        return ""
+    return ("; NVIDIA_DRIVER_CAPABILITIES=%s lacks graphics, so the NVIDIA container toolkit did not mount its "
+            "Vulkan driver (add graphics)" % capabilities)
+
+
 def _vk_instance_hint(code, manifests):
+    venus = _venus_manifests(manifests)
     if code == -9:
         if not manifests:
             return "no Vulkan driver manifest (ICD) in the loader's search path"
-        return "no driver listed in %d manifest(s) could be loaded or initialised" % len(manifests)
-    if code in (-1, -3):
-        venus = [m for m in manifests if "virtio" in os.path.basename(m)]
+        hint = "no driver listed in %d manifest(s) could be loaded or initialised" % len(manifests)
         if venus:
-            return ("a driver failed to initialise; the Venus driver (%s) fails this way under krunkit when %s"
-                    % (venus[0], VENUS_FIX))
+            hint += " (under krunkit, stock Mesa's Venus driver %s fails here; %s)" % (venus[0], VENUS_FIX)
+        return hint
+    if code in (-1, -3):
+        if venus:
+            return ("a driver failed to initialise; stock Mesa's Venus driver (%s) fails this way under krunkit "
+                    "and the loader then gives up on every driver; %s" % (venus[0], VENUS_FIX))
         if code == -1:
             return "a driver ran out of host memory; the loader then aborts instance creation for all drivers"
         return "a driver failed to initialise"
@@ -661,9 +698,11 @@ def _has_extension(C, S, enumerate_extensions, handle, wanted):
 
 
 def _vk_counts(entry, vendor_id, device_id):
-    """(counted, reason) by the probe's rules: real GPU types only, software drivers never, Venus only if it allocates."""
+    """(counted, reason): real GPU types only, software drivers never, Venus only if it allocates."""
     name, kind, driver = entry["name"], entry["type"], entry["driver_id"]
     lowered = name.lower()
+    if driver == VK_DRIVER_VENUS and kind == 4:
+        return False, "Venus forwarding a CPU device of the host (deviceType CPU), not a GPU"
     if driver == VK_DRIVER_LLVMPIPE or "llvmpipe" in lowered:
         return False, "lavapipe/llvmpipe, Mesa's CPU software driver"
     if driver == VK_DRIVER_SWIFTSHADER or "swiftshader" in lowered or (vendor_id, device_id) == (0x1AE0, 0xC0DE):
@@ -673,8 +712,6 @@ def _vk_counts(entry, vendor_id, device_id):
     if vendor_id == VK_VENDOR_MESA:
         return False, "Mesa's software vendor ID 0x10005 (a CPU driver)"
     if kind == 4:
-        if driver == VK_DRIVER_VENUS:
-            return False, "Venus forwarding a CPU device of the host (deviceType CPU), not a GPU"
         if driver == VK_DRIVER_DOZEN:
             return False, "Dozen on WARP, the D3D12 software adapter (deviceType CPU)"
         return False, "deviceType CPU: a software driver"
@@ -682,9 +719,9 @@ def _vk_counts(entry, vendor_id, device_id):
         return False, "deviceType %s: not known to be a GPU" % VK_TYPES.get(kind, kind)
     if driver == VK_DRIVER_VENUS:
         if entry.get("allocated"):
-            return True, "Venus (virtio-gpu) forwarding the host's GPU; a %d-byte host-visible allocation and map worked" \
-                % VENUS_TEST_ALLOCATION
-        return False, "Venus enumerates but cannot allocate memory (%s): %s" % (
+            return True, ("Venus (virtio-gpu) forwarding the host's GPU; a %d-byte host-visible allocation "
+                          "and map worked" % VENUS_TEST_ALLOCATION)
+        return False, "Venus enumerates but cannot allocate memory (%s); %s" % (
             entry.get("allocation_error", "failed"), VENUS_FIX)
     return True, "a %s from driver %s" % (entry["type_name"].lower().replace("_", " "),
                                          entry["driver_name"] if entry.get("driver_name") else "unknown")
@@ -744,6 +781,7 @@ def _vk_allocate(C, S, fn, instance, handle):
 
 CL_ERRORS = {0: "CL_SUCCESS", -1: "CL_DEVICE_NOT_FOUND", -30: "CL_INVALID_VALUE", -32: "CL_INVALID_PLATFORM",
              -1001: "CL_PLATFORM_NOT_FOUND_KHR"}
+NVIDIA_OPENCL = "libnvidia-opencl.so.1"
 CL_DEVICE_TYPE_CPU, CL_DEVICE_TYPE_GPU, CL_DEVICE_TYPE_ACCELERATOR = 2, 4, 8
 CL_DEVICE_TYPE_ALL = 0xFFFFFFFF
 CL_PLATFORM_VERSION, CL_PLATFORM_NAME, CL_PLATFORM_VENDOR = 0x0901, 0x0902, 0x0903
@@ -760,10 +798,10 @@ def _cl_type_name(value):
 def probe_opencl(ctypes):
     C = ctypes
     before = _mapped_libraries()
-    lib, _, errors = _load(C, ("libOpenCL.so.1",))
+    lib, failure = _load(C, ("libOpenCL.so.1",))
     if lib is None:
-        return _result(False, "no OpenCL ICD loader: libOpenCL.so.1 is not installed here (the image must "
-                       "bring it, e.g. ocl-icd-libopencl1 or ocl-icd)", error="library_not_found")
+        return _not_loaded("no OpenCL ICD loader: libOpenCL.so.1 is not installed here (the image must bring it, "
+                           "e.g. ocl-icd-libopencl1 or ocl-icd)", failure)
     library = _path_of(_address(C, lib.clGetPlatformIDs)) or "libOpenCL.so.1"
     lib.clGetPlatformIDs.argtypes = [C.c_uint32, C.c_void_p, C.POINTER(C.c_uint32)]
     lib.clGetPlatformIDs.restype = C.c_int32
@@ -783,15 +821,19 @@ def probe_opencl(ctypes):
     count = C.c_uint32(0)
     code = lib.clGetPlatformIDs(0, None, C.byref(count))
     if code != 0 or not count.value:
-        name = CL_ERRORS.get(code, "CL error %d" % code)
+        name = CL_ERRORS.get(code, "CL error %d" % code) if code else None
         hint = ("no OpenCL driver (ICD) is registered: add /etc/OpenCL/vendors/<vendor>.icd naming the driver "
                 "library, or set OCL_ICD_FILENAMES / OCL_ICD_VENDORS" if code in (-1001, 0)
                 else "the ICD loader failed")
-        return _result(False, "clGetPlatformIDs found no platform (%s): %s" % (name, hint), library=library,
-                       error=name if code else "CL_PLATFORM_NOT_FOUND_KHR",
-                       drivers_loaded=_drivers_loaded(before, _opencl_icd_libraries()))
+        loaded = _drivers_loaded(before, _opencl_icd_libraries())
+        return _result(False, "clGetPlatformIDs found no platform (%s): %s%s"
+                       % (name or "none listed", hint, _unregistered_nvidia_opencl(C, loaded)),
+                       library=library, error=name, drivers_loaded=loaded)
     platforms = (C.c_void_p * count.value)()
-    lib.clGetPlatformIDs(count.value, platforms, C.byref(count))
+    code = lib.clGetPlatformIDs(count.value, platforms, C.byref(count))
+    if code != 0:
+        name = CL_ERRORS.get(code, "CL error %d" % code)
+        return _result(False, "clGetPlatformIDs failed with %s" % name, library=library, error=name)
     devices = []
     platform_names = []
     for platform in list(platforms)[:count.value]:
@@ -826,8 +868,22 @@ def probe_opencl(ctypes):
         summary = "OpenCL has no GPU, only: %s" % "; ".join("%s (%s)" % (d["name"], d["reason"]) for d in devices)
     else:
         summary = "OpenCL platform(s) %s report no device" % ", ".join(platform_names)
+    if not counted:
+        summary += _unregistered_nvidia_opencl(C, loaded)
     return _result(bool(counted), summary, library=library, devices=devices,
                    platforms=platform_names, drivers_loaded=loaded)
+
+
+def _unregistered_nvidia_opencl(C, loaded):
+    """NVIDIA's compute-only containers get the OpenCL driver but not its registration: say so."""
+    if any("libnvidia-opencl" in path for path in loaded):
+        return ""
+    try:
+        C.CDLL(NVIDIA_OPENCL)
+    except OSError:
+        return ""
+    return ("; %s is here but not registered: add /etc/OpenCL/vendors/nvidia.icd containing %s, or set "
+            "OCL_ICD_FILENAMES=%s" % (NVIDIA_OPENCL, NVIDIA_OPENCL, NVIDIA_OPENCL))
 
 
 def _cl_counts(entry, kind):
@@ -857,10 +913,10 @@ HSA_DEVICE_TYPE_GPU = 1
 def probe_rocm(ctypes):
     C = ctypes
     rocm = os.environ.get("ROCM_PATH") or "/opt/rocm"
-    lib, _, errors = _load(C, ("libhsa-runtime64.so.1", os.path.join(rocm, "lib/libhsa-runtime64.so.1")))
+    lib, failure = _load(C, ("libhsa-runtime64.so.1", os.path.join(rocm, "lib/libhsa-runtime64.so.1")))
     if lib is None:
-        return _result(False, "no ROCm runtime: libhsa-runtime64.so.1 is not installed here (ROCm images "
-                       "bring it)", error="library_not_found")
+        return _not_loaded("no ROCm runtime: libhsa-runtime64.so.1 is not installed here (ROCm images bring it)",
+                           failure)
     library = _path_of(_address(C, lib.hsa_init)) or "libhsa-runtime64.so.1"
     lib.hsa_init.restype = C.c_int
     code = lib.hsa_init()
@@ -911,6 +967,7 @@ IID_FACTORY = "78ee5945-c36e-4b13-a669-005dd11c0f06"
 IID_LIST = "526c7776-40e9-459b-b711-f32ad76dfc28"
 IID_ADAPTER = "f0db4c7f-fe5a-42a2-bd62-f2a6cf6fc83e"
 ATTRIBUTE_D3D12_CORE_COMPUTE = "248e2800-a793-4724-abaa-23a6de1be090"
+WARP_IDS = (0x1414, 0x008C)
 
 
 def probe_directml(ctypes):
@@ -922,12 +979,12 @@ def probe_directml(ctypes):
         os.close(os.open("/dev/dxg", os.O_RDWR))
     except OSError as exc:
         return _result(False, "/dev/dxg is present but cannot be opened: %s" % exc.strerror, error="no_access")
-    dxcore, _, _ = _load(C, ("libdxcore.so", os.path.join(WSL_LIB, "libdxcore.so")))
-    d3d12, _, _ = _load(C, ("libd3d12.so", os.path.join(WSL_LIB, "libd3d12.so")))
+    dxcore, dxcore_failure = _load(C, ("libdxcore.so", os.path.join(WSL_LIB, "libdxcore.so")))
+    d3d12, d3d12_failure = _load(C, ("libd3d12.so", os.path.join(WSL_LIB, "libd3d12.so")))
     missing = [name for name, lib in (("libdxcore.so", dxcore), ("libd3d12.so", d3d12)) if lib is None]
     if missing:
-        return _result(False, "/dev/dxg is here but %s is not: mount %s into the container"
-                       % (" and ".join(missing), WSL_LIB), error="library_not_found")
+        return _not_loaded("/dev/dxg is here but %s is not: mount %s into the container"
+                           % (" and ".join(missing), WSL_LIB), dxcore_failure or d3d12_failure)
     library = _path_of(_address(C, d3d12.D3D12CreateDevice)) or "libd3d12.so"
     try:
         devices = _dxcore_adapters(C, dxcore)
@@ -987,20 +1044,7 @@ def _dxcore_adapters(C, dxcore):
                     adapters, index, C.byref(_guid(C, IID_ADAPTER)), C.byref(adapter)) < 0 or not adapter.value:
                 continue
             try:
-                get_property = _method(C, adapter, 6, C.c_int32, C.c_uint32, C.c_size_t, C.c_void_p)
-                hardware = C.c_bool(False)
-                get_property(adapter, DXCORE_IS_HARDWARE, 1, C.byref(hardware))
-                description = C.create_string_buffer(256)
-                get_property(adapter, DXCORE_DRIVER_DESCRIPTION, 256, description)
-                ids = (C.c_uint32 * 4)()
-                get_property(adapter, DXCORE_HARDWARE_ID, 16, ids)
-                name = _text(description.raw) or "D3D12 adapter %d" % index
-                devices.append({
-                    "name": name, "vendor_id": _hex(ids[0]), "device_id": _hex(ids[1]),
-                    "hardware": bool(hardware.value), "counted": bool(hardware.value),
-                    "reason": "a hardware D3D12 compute adapter" if hardware.value
-                    else "a software adapter (WARP), not a GPU",
-                })
+                devices.append(_dxcore_adapter(C, adapter, index))
             finally:
                 release(adapter)
         return devices
@@ -1008,6 +1052,31 @@ def _dxcore_adapters(C, dxcore):
         if adapters.value:
             release(adapters)
         release(factory)
+
+
+def _dxcore_adapter(C, adapter, index):
+    """One IDXCoreAdapter as a device entry: counted only when DXCore says it is hardware."""
+    get_property = _method(C, adapter, 6, C.c_int32, C.c_uint32, C.c_size_t, C.c_void_p)
+    get_size = _method(C, adapter, 7, C.c_int32, C.c_uint32, C.POINTER(C.c_size_t))
+    name = "D3D12 adapter %d" % index
+    size = C.c_size_t(0)
+    if get_size(adapter, DXCORE_DRIVER_DESCRIPTION, C.byref(size)) >= 0 and 0 < size.value <= 4096:
+        description = C.create_string_buffer(size.value)
+        if get_property(adapter, DXCORE_DRIVER_DESCRIPTION, size.value, description) >= 0:
+            name = _text(description.raw) or name
+    ids = (C.c_uint32 * 4)()  # DXCoreHardwareID: vendor, device, subsystem, revision
+    known_ids = get_property(adapter, DXCORE_HARDWARE_ID, 16, ids) >= 0
+    hardware = C.c_bool(False)
+    if get_property(adapter, DXCORE_IS_HARDWARE, 1, C.byref(hardware)) < 0:
+        counted, reason = False, "DXCore could not say whether this adapter is hardware"
+    elif hardware.value and (ids[0], ids[1]) != WARP_IDS:
+        counted, reason = True, "a hardware D3D12 compute adapter"
+    else:
+        counted, reason = False, "a software adapter (WARP, Microsoft Basic Render Driver), not a GPU"
+    entry = {"name": name, "hardware": bool(hardware.value), "counted": counted, "reason": reason}
+    if known_ids:
+        entry.update(vendor_id=_hex(ids[0]), device_id=_hex(ids[1]))
+    return entry
 
 
 # --------------------------------------------------------------------------------------------
@@ -1049,7 +1118,12 @@ def main(argv=None):
         return child_main(args.child)
     if args.timeout <= 0:
         parser.error("--timeout must be positive")
-    json.dump(run_probe(args.api, args.timeout), sys.stdout, indent=2)
+    try:
+        data = run_probe(args.api, args.timeout)
+    except KeyboardInterrupt:
+        sys.stderr.write("probe.py: interrupted\n")
+        return 130
+    json.dump(data, sys.stdout, indent=2)
     sys.stdout.write("\n")
     return 0
 
