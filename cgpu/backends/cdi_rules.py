@@ -311,7 +311,7 @@ def _render_graphics(view: ContainerView, renders: list[RenderNode], api: str) -
 # --- WSL -----------------------------------------------------------------------------------------
 
 def _directml(view: ContainerView) -> Finding:
-    names = {posixpath.basename(p) for p in view.files() if p not in view.links}
+    names = view.index.names
     needed = ("libdxcore.so", "libd3d12.so")
     have = [n for n in needed if n in names]
     lack = [n for n in needed if n not in names]
