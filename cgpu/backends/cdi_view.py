@@ -246,18 +246,15 @@ class ContainerView:
         return None
 
     def names_library(self, value: str, relative_to: str, library: str, soname: str) -> bool:
-        """Does a loader entry (`library_path` of an ICD, an .icd line) load `library`?"""
+        """Does a loader entry (`library_path` of an ICD, an .icd line) name `library`, directly or by its
+        SONAME? (Whether the SONAME then resolves is `soname_route`'s question.)"""
         value = value.strip()
         if "/" not in value:
-            if value == soname:
-                return self.soname_route(library, soname) is not None
-            return value == posixpath.basename(library) and posixpath.dirname(library) in self.ld_folders
+            return value in (soname, posixpath.basename(library))
         path = value if value.startswith("/") else posixpath.join(posixpath.dirname(relative_to), value)
         path = self.follow(posixpath.normpath(path))
-        if path == library:
-            return True
-        return (posixpath.basename(path) == soname and posixpath.dirname(path) == posixpath.dirname(library)
-                and self.soname_route(library, soname) is not None)
+        return path == library or (posixpath.basename(path) == soname
+                                   and posixpath.dirname(path) == posixpath.dirname(library))
 
 
 _SHELLS = re.compile(r"(ba|da|z|k|c|tc|fi)?sh|busybox|python[\d.]*|perl|env")
