@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import math
 import re
 import struct
@@ -43,16 +44,22 @@ VALID_NODE_TYPES: Final = frozenset({"", "b", "c", "u", "p"})
 
 
 class SpecError(ValueError):
-    """A spec file the reference library would reject (or that cgpu cannot read safely)."""
+    """A spec file the reference library rejects (by_library), or one cgpu refuses to read
+    (over the size cap, an alias bomb, a YAML feature cgpu does not implement, unreadable)."""
 
-    def __init__(self, path: str, message: str) -> None:
+    def __init__(self, path: str, message: str, *, by_library: bool = True) -> None:
         super().__init__(f"{path}: {message}")
         self.path = path
         self.message = message
+        self.by_library = by_library
 
 
 class _Invalid(Exception):
     """Raised inside the decoder; parse_spec turns it into a SpecError."""
+
+    def __init__(self, message: str, *, by_library: bool = True) -> None:
+        super().__init__(message)
+        self.by_library = by_library
 
 
 # ---------------------------------------------------------------------------------------------
@@ -94,7 +101,8 @@ def resolve_plain(text: str) -> Any:
     plain = text.replace("_", "")
     if _GO_INT.fullmatch(plain):
         value = _go_int(plain)
-        if -(2**63) <= value < 2**64:
+        # ParseInt takes int64 with a sign; ParseUint takes up to uint64 without one
+        if -(2**63) <= value < 2**63 or (value < 2**64 and plain[0] not in "+-"):
             return value
     if _YAML_FLOAT.fullmatch(plain):
         return float(plain)
@@ -175,8 +183,9 @@ class _Reader:
             if self.alias_depth:
                 self.alias_nodes += 1
                 if self.alias_nodes > MAX_ALIAS_NODES:
-                    raise _Invalid(f"YAML aliases expand to more than {MAX_ALIAS_NODES:,} nodes "
-                                   "(an alias bomb); cgpu stops reading here")
+                    raise _Invalid(f"YAML aliases expand to more than {MAX_ALIAS_NODES:,} nodes (an alias "
+                                   "bomb; the CDI library stops such files with \"document contains "
+                                   "excessive aliasing\")", by_library=False)
             if isinstance(node, yaml.ScalarNode):
                 return self.scalar(node)
             if isinstance(node, yaml.SequenceNode):
@@ -220,7 +229,8 @@ class _Reader:
             if not isinstance(key_node, yaml.ScalarNode):
                 raise _Invalid(f"line {line}: a mapping key must be a plain value, not a list or mapping")
             if key_node.tag == _PLAIN and key_node.value == "<<":
-                raise _Invalid(f"line {line}: YAML merge keys (<<) are not supported by cgpu")
+                raise _Invalid(f"line {line}: YAML merge keys (<<) are not supported by cgpu",
+                               by_library=False)
             key = self.scalar(key_node)
             marker = (type(key), key)
             if marker in seen_keys:
@@ -242,7 +252,10 @@ class _Reader:
         return str(key)
 
 
+@functools.lru_cache(maxsize=None)
 def _loader_class() -> type:
+    """CSafeLoader (SafeLoader without libyaml) whose untagged plain scalars keep their text
+    under the _PLAIN tag, for resolve_plain; quoted and block scalars are strings."""
     import yaml
 
     base = getattr(yaml, "CSafeLoader", None) or yaml.SafeLoader
@@ -258,17 +271,11 @@ def _loader_class() -> type:
     return Loader
 
 
-_LOADER: type | None = None
-
-
 def _first_document(data: bytes) -> Any:
     """The first YAML document's node graph (aliases shared, not expanded), or None."""
-    global _LOADER
     import yaml
 
-    if _LOADER is None:
-        _LOADER = _loader_class()
-    loader = _LOADER(data)
+    loader = _loader_class()(data)
     try:
         return loader.get_node() if loader.check_node() else None
     except yaml.MarkedYAMLError as exc:
@@ -277,11 +284,13 @@ def _first_document(data: bytes) -> Any:
         what = " ".join(part for part in (exc.context, exc.problem) if part)
         raise _Invalid(f"not valid YAML (the CDI library reads .json files as YAML too): {what}{where}") from None
     except yaml.reader.ReaderError as exc:
-        raise _Invalid(f"not UTF-8 (or UTF-16) text: byte {exc.character!r} at offset {exc.position}") from None
+        raise _Invalid(f"not UTF-8 (or UTF-16) text: invalid bytes at offset {exc.position}") from None
     except yaml.YAMLError as exc:
         raise _Invalid(f"not valid YAML: {' '.join(str(exc).split())}") from None
-    except RecursionError:
+    except RecursionError:  # the pure-Python parser; libyaml stops at 1000 levels itself
         raise _Invalid("not valid YAML: nested too deeply") from None
+    except Exception as exc:  # libyaml's binding has raised odd errors (UnboundLocalError) on bad input
+        raise _Invalid(f"the YAML parser failed: {type(exc).__name__}: {exc}", by_library=False) from None
     finally:
         loader.dispose()
 
@@ -289,13 +298,15 @@ def _first_document(data: bytes) -> Any:
 # ---------------------------------------------------------------------------------------------
 # plain values -> typed fields, encoding/json style
 
+_FOLD: Final = str.maketrans({**{chr(c): chr(c - 32) for c in range(ord("a"), ord("z") + 1)},
+                              "İ": "I", "ı": "I", "ſ": "S", "\u212a": "K"})
+
+
 def _fold(key: str) -> str:
-    """encoding/json's case folding (Go >= 1.21): ASCII case, plus the four non-ASCII runes
-    that fold onto ASCII letters (İ ı -> I, ſ -> S, Kelvin sign -> K)."""
-    return key.upper().translate(_FOLD_EXTRA) if not key.isascii() else key.upper()
+    """encoding/json's case folding (Go >= 1.21) as far as ASCII field names can tell: ASCII
+    case, plus the four non-ASCII runes that fold onto ASCII letters (İ ı ſ, Kelvin sign)."""
+    return key.translate(_FOLD)
 
-
-_FOLD_EXTRA: Final = str.maketrans({"İ": "I", "ı": "I", "ſ": "S", "\u212a": "K"})
 
 Decoder = Callable[[Any, str, "_Decode"], Any]
 
@@ -598,7 +609,7 @@ def parse_spec(data: bytes, *, path: str, priority: int = 0) -> Spec:
     """
     if len(data) > MAX_SPEC_BYTES:
         raise SpecError(path, f"the file is {len(data):,} bytes; cgpu reads spec files up to "
-                              f"{MAX_SPEC_BYTES // (1024 * 1024)} MiB")
+                              f"{MAX_SPEC_BYTES // (1024 * 1024)} MiB", by_library=False)
     try:
         node = _first_document(data)
         reader = _Reader()
@@ -620,7 +631,7 @@ def parse_spec(data: bytes, *, path: str, priority: int = 0) -> Spec:
         )
         _validate(spec, declared)
     except _Invalid as exc:
-        raise SpecError(path, str(exc)) from None
+        raise SpecError(path, str(exc), by_library=exc.by_library) from None
     except RecursionError:
         raise SpecError(path, "not valid YAML: nested too deeply") from None
     return spec

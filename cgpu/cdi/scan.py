@@ -23,6 +23,7 @@ from collections import OrderedDict
 from typing import Sequence
 
 from cgpu.cdi import versions
+from cgpu.cdi.names import go_quote
 from cgpu.cdi.model import ResolvedDevice, ScanResult, Spec
 from cgpu.cdi.parse import MAX_SPEC_BYTES, SpecError, parse_spec
 
@@ -46,12 +47,15 @@ def _read_spec(path: str, info: os.stat_result, priority: int) -> Spec:
     if cached is not None and cached[0] == key:
         _parse_cache.move_to_end(path)
         result = cached[1]
+    elif info.st_size > MAX_SPEC_BYTES:
+        raise SpecError(path, f"the file is {info.st_size:,} bytes; cgpu reads spec files up to "
+                              f"{MAX_SPEC_BYTES // (1024 * 1024)} MiB", by_library=False)
     else:
         try:
             with open(path, "rb") as handle:
                 data = handle.read(MAX_SPEC_BYTES + 1)
         except OSError as exc:
-            raise SpecError(path, f"cannot read the file: {exc.strerror or exc}") from None
+            raise SpecError(path, exc.strerror or str(exc), by_library=False) from None
         try:
             result = parse_spec(data, path=path, priority=priority)
         except SpecError as exc:
@@ -135,7 +139,8 @@ def scan_spec_dirs(spec_dirs: Sequence[str] = DEFAULT_SPEC_DIRS, *, max_version:
             try:
                 spec = _read_spec(path, info, priority)
             except SpecError as exc:
-                problems.append(("error", path, f"rejected, as the CDI library would: {exc.message}"))
+                prefix = "the CDI library rejects this file" if exc.by_library else "cgpu cannot read this file"
+                problems.append(("error", path, f"{prefix}: {exc.message}"))
                 continue
             problems.extend(("warning", path, warning) for warning in spec.warnings)
             if max_version is not None and (versions.version_key(spec.version)
@@ -150,7 +155,8 @@ def scan_spec_dirs(spec_dirs: Sequence[str] = DEFAULT_SPEC_DIRS, *, max_version:
                 other = devices.get(qualified)
                 if other is not None and other.spec.priority >= priority:
                     if other.spec.priority == priority:
-                        message = (f"conflicting device {qualified!r} (specs {other.spec.path!r}, {path!r}): "
+                        message = (f"conflicting device {go_quote(qualified)} (specs {go_quote(path)}, "
+                                   f"{go_quote(other.spec.path)}): "
                                    "two files in the same spec dir define it, so engines drop it entirely")
                         problems.append(("error", other.spec.path, message))
                         problems.append(("error", path, message))
@@ -161,7 +167,7 @@ def scan_spec_dirs(spec_dirs: Sequence[str] = DEFAULT_SPEC_DIRS, *, max_version:
         survivor = devices.pop(qualified, None)
         if survivor is not None and survivor.spec.priority > conflict_priority:
             problems.append(("warning", survivor.spec.path, (
-                f"device {qualified!r} is defined here too, but the CDI library still drops it: two files "
+                f"device {go_quote(qualified)} is defined here too, but the CDI library still drops it: two files "
                 f"in {spec_dirs[conflict_priority]} conflict over it, and it removes conflicting names after "
                 "reading every dir. Remove one of the conflicting definitions")))
     return ScanResult(devices=devices, specs=specs, problems=problems)
