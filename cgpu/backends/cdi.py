@@ -89,7 +89,7 @@ def answer_scan(report: ReportBuilder, scan: ScanResult, host: HostFS, *, device
     _report_problems(report, answers, host)
     for answer in answers:
         details: dict[str, Any] = {"status": answer.status, "spec": answer.device.spec.path}
-        details["checks"] = {api: f"{f.state}: {f.text}" for api, f in answer.findings.items() if f.state != ABSENT}
+        details["checks"] = {api: f"{f.state}: {f.text}" for api, f in answer.findings.items()}
         if answer.blocked:
             details["missing"] = [path for path, _ in answer.missing]
         report.device(answer.name, answer.apis, **details)
