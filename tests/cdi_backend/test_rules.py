@@ -221,7 +221,12 @@ def test_engine_auto_asks_the_host_engine():
         pytest.skip("no engine answered")
     report = probe([SAMPLES / "nvidia-1.17/spec"], HOSTS / "nvidia-575", engine="auto")
     assert report["containers"] == ["cuda", "vulkan"]  # a 0.5.0 spec: every engine with CDI reads it
+    from cgpu.cdi.versions import max_cdi_version, version_key
+
     newer = probe([SAMPLES / "nvidia-current/spec"], HOSTS / "nvidia-580", engine="auto")
-    label = f"{found[0].name} {found[0].version}"
-    if any(label in p["message"] for p in newer["problems"]):
+    accepts = max_cdi_version(found[0].name, found[0].version)
+    if accepts is not None and version_key(accepts) < version_key("0.7.0"):
         assert newer["containers"] == []
+        assert f"{found[0].name} {found[0].version}" in newer["problems"][0]["message"]
+    else:
+        assert newer["containers"] == ["cuda", "vulkan", "opencl"]
