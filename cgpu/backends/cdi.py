@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from cgpu.backends.cdi_host import HostFS
@@ -25,11 +24,15 @@ _DRIVER_VERSION_IN_PATH = re.compile(r"\.so\.(\d{3}\.\d+(?:\.\d+)?)$|/nvidia/(\d
 _HOST_DRIVER_ARG = re.compile(r"--host-driver-version=(\d+\.\d+(?:\.\d+)?)")
 
 
-@dataclass
 class DeviceAnswer:
-    device: ResolvedDevice
-    findings: dict[str, Finding]
-    missing: list[tuple[str, str]] = field(default_factory=list)  # (host path, what it is)
+    # Plain classes, not dataclasses, in this backend: creating a dataclass costs about a
+    # millisecond at import, a visible share of the CLI's start-up (design §9).
+    __slots__ = ("device", "findings", "missing")
+
+    def __init__(self, device: ResolvedDevice, findings: dict[str, Finding], missing: list[tuple[str, str]]) -> None:
+        self.device = device
+        self.findings = findings
+        self.missing = missing  # (host path, what it is)
 
     @property
     def name(self) -> str:
@@ -97,11 +100,14 @@ def answer_scan(report: ReportBuilder, scan: ScanResult, host: HostFS, *, device
     return answers
 
 
-@dataclass
 class _Remembered:
-    devices: list[ResolvedDevice]  # held, so the specs' ids stay theirs
-    trace: dict[tuple[str, str], Any]
-    answers: list[DeviceAnswer]
+    __slots__ = ("devices", "trace", "answers")
+
+    def __init__(self, devices: list[ResolvedDevice], trace: dict[tuple[str, str], Any],
+                 answers: list[DeviceAnswer]) -> None:
+        self.devices = devices  # held, so the specs' ids stay theirs
+        self.trace = trace
+        self.answers = answers
 
 
 # The last answers per root: reused when the reader hands back the same parsed specs (it caches

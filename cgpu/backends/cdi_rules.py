@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import posixpath
 import re
-from dataclasses import dataclass
 
 from cgpu.backends.cdi_view import ContainerView
 
@@ -40,17 +39,24 @@ SOFTWARE_DRIVERS = (
 NVIDIA_REGENERATE = "regenerate the spec with `nvidia-ctk cdi generate`"
 
 
-@dataclass(frozen=True)
 class Finding:
-    state: str  # PROVIDED, PARTIAL or ABSENT
-    text: str  # follows the device name: "gets ...", "mounts ... but ...: fix"
+    __slots__ = ("state", "text")
+
+    def __init__(self, state: str, text: str) -> None:
+        self.state = state  # PROVIDED, PARTIAL or ABSENT
+        self.text = text  # follows the device name: "gets ...", "mounts ... but ...: fix"
+
+    def __repr__(self) -> str:
+        return f"Finding({self.state!r}, {self.text!r})"
 
 
-@dataclass(frozen=True)
 class RenderNode:
-    path: str  # in the container
-    vendor: str | None  # PCI vendor id
-    source: str  # how the vendor is known
+    __slots__ = ("path", "vendor", "source")
+
+    def __init__(self, path: str, vendor: str | None, source: str) -> None:
+        self.path = path  # in the container
+        self.vendor = vendor  # PCI vendor id
+        self.source = source  # how the vendor is known
 
     @property
     def vendor_name(self) -> str:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import posixpath
 import re
-from dataclasses import dataclass, field
 
 from cgpu.backends.cdi_host import HostFS
 from cgpu.cdi.model import ContainerEdits, DeviceNode, Hook, Mount
@@ -23,12 +22,15 @@ MAX_LINK_HOPS = 8
 MAX_DIR_ENTRIES = 4096
 
 
-@dataclass
 class HookEffects:
-    links: dict[str, str] = field(default_factory=dict)  # link path -> target, both container paths
-    ld_folders: list[str] = field(default_factory=list)
-    nvidia_hooks: list[Hook] = field(default_factory=list)
-    other_hooks: list[Hook] = field(default_factory=list)
+    __slots__ = ("links", "ld_folders", "nvidia_hooks", "other_hooks")
+
+    def __init__(self, links: dict[str, str] | None = None, ld_folders: list[str] | None = None,
+                 nvidia_hooks: list[Hook] | None = None, other_hooks: list[Hook] | None = None) -> None:
+        self.links = links if links is not None else {}  # link path -> target, both container paths
+        self.ld_folders = ld_folders if ld_folders is not None else []
+        self.nvidia_hooks = nvidia_hooks if nvidia_hooks is not None else []
+        self.other_hooks = other_hooks if other_hooks is not None else []
 
 
 def hook_effects(hooks: tuple[Hook, ...]) -> HookEffects:
@@ -97,14 +99,17 @@ def node_fully_specified(node: DeviceNode) -> bool:
 _LIBRARY_NAME = re.compile(r"(.+?)\.so\.\d+(?:\.\d+)*")
 
 
-@dataclass
 class FileIndex:
     """The files the host provides in a container, indexed the ways the rules look them up."""
 
-    paths: list[str]  # mounted files, directory mounts' entries, hook links
-    by_folder: dict[str, list[str]]
-    libraries: dict[str, list[str]]  # "libcuda" -> ["/usr/lib/.../libcuda.so.580.82.07"] (no links)
-    names: set[str]  # file names that are not links
+    __slots__ = ("paths", "by_folder", "libraries", "names")
+
+    def __init__(self, paths: list[str], by_folder: dict[str, list[str]], libraries: dict[str, list[str]],
+                 names: set[str]) -> None:
+        self.paths = paths  # mounted files, directory mounts' entries, hook links
+        self.by_folder = by_folder
+        self.libraries = libraries  # "libcuda" -> ["/usr/lib/.../libcuda.so.580.82.07"] (no links)
+        self.names = names  # file names that are not links
 
 
 class ContainerView:
