@@ -27,22 +27,80 @@ def _clean(path: str) -> str:
 
 
 class HostFS:
-    """Read-only view of the host filesystem under `root`."""
+    """Read-only view of the host filesystem under `root`.
+
+    Every answer is memoised for this probe and kept as a trace of (query, argument) ->
+    result: `replay(trace)` asks the same questions afresh and says whether every answer is
+    unchanged, so a caller can reuse what it concluded from them.
+    """
 
     def __init__(self, root: str = "/") -> None:
         self.given_root = root
         self.root = os.path.abspath(root)
         self._plain = self.root == os.path.abspath(os.sep)
-        self._resolved: dict[str, str | None] = {}
-        self._stat: dict[str, os.stat_result | None] = {}
-        self._small: dict[str, tuple[str | None, str | None]] = {}
+        self._resolved: dict[str, str | None] = {}  # path -> real file, for the walk inside the root
+        self._modes: dict[str, int] = {}  # real file -> st_mode, as the walk saw it
+        self._memo: dict[tuple[str, str], Any] = {}
+
+    @property
+    def trace(self) -> dict[tuple[str, str], Any]:
+        return self._memo
+
+    def replay(self, trace: dict[tuple[str, str], Any]) -> bool:
+        """Ask every question of `trace` again; True when all answers are unchanged."""
+        for key, answer in trace.items():
+            fresh = getattr(self, "_" + key[0])(key[1])
+            self._memo[key] = fresh
+            if fresh != answer:
+                return False
+        return True
+
+    def _ask(self, query: str, arg: str) -> Any:
+        key = (query, arg)
+        if key not in self._memo:
+            self._memo[key] = getattr(self, "_" + query)(arg)
+        return self._memo[key]
+
+    def exists(self, path: str) -> bool:
+        return self._ask("kind", path) is not None
+
+    def is_dir(self, path: str) -> bool:
+        return self._ask("kind", path) == "dir"
+
+    def listdir(self, path: str) -> list[str]:
+        return self._ask("listdir", path)
+
+    def read_small(self, path: str) -> tuple[str | None, str | None]:
+        """(text, None) or (None, why not): a small text file, decoded leniently."""
+        return self._ask("read_small", path)
+
+    def read_json(self, path: str) -> tuple[Any, str | None]:
+        text, why = self.read_small(path)
+        if text is None:
+            return None, why
+        try:
+            return json.loads(text), None
+        except ValueError as exc:
+            return None, f"is not valid JSON ({exc})"
+
+    # --- the raw questions ----------------------------------------------------------------------
+    def _kind(self, path: str) -> str | None:
+        """"dir", "file" (anything else that exists) or None: one stat, after the walk inside the root."""
+        real = self.resolve(path)
+        if real is None:
+            return None
+        mode = self._modes.get(real)
+        if mode is None:
+            try:
+                mode = os.stat(real).st_mode
+            except OSError:
+                return None
+        return "dir" if stat.S_ISDIR(mode) else "file"
 
     def resolve(self, path: str) -> str | None:
-        """The real file for an absolute host path, or None when it does not exist."""
+        """The real file for an absolute host path (symlinks resolved inside the root), or None."""
         if self._plain:
-            if path not in self._resolved:
-                self._resolved[path] = path if os.path.exists(path) else None
-            return self._resolved[path]
+            return path
         return self._resolve_inside(_clean(path), 0)
 
     def _resolve_inside(self, path: str, hops: int) -> str | None:
@@ -73,63 +131,29 @@ class HostFS:
                     real = self._resolve_inside(_clean(joined), hops + 1)
             elif info is not None:
                 real = candidate
+                self._modes[real] = info.st_mode
         self._resolved[path] = real
         return real
 
-    def exists(self, path: str) -> bool:
-        return self.resolve(path) is not None
-
-    def stat(self, path: str) -> os.stat_result | None:
-        if path not in self._stat:
-            real = self.resolve(path)
-            try:
-                self._stat[path] = os.stat(real) if real is not None else None
-            except OSError:
-                self._stat[path] = None
-        return self._stat[path]
-
-    def is_dir(self, path: str) -> bool:
-        info = self.stat(path)
-        return info is not None and stat.S_ISDIR(info.st_mode)
-
-    def listdir(self, path: str) -> list[str]:
+    def _listdir(self, path: str) -> list[str]:
         real = self.resolve(path)
-        if real is None:
-            return []
         try:
-            return sorted(os.listdir(real))
+            return sorted(os.listdir(real)) if real is not None else []
         except OSError:
             return []
 
-    def read_small(self, path: str) -> tuple[str | None, str | None]:
-        """(text, None) or (None, why not): a small text file, decoded leniently."""
-        if path in self._small:
-            return self._small[path]
+    def _read_small(self, path: str) -> tuple[str | None, str | None]:
         real = self.resolve(path)
         if real is None:
-            result: tuple[str | None, str | None] = (None, "does not exist")
-        else:
-            try:
-                with open(real, "rb") as handle:
-                    data = handle.read(MAX_SMALL_FILE + 1)
-            except OSError as exc:
-                result = (None, f"cannot be read ({exc.strerror or exc})")
-            else:
-                if len(data) > MAX_SMALL_FILE:
-                    result = (None, f"is larger than {MAX_SMALL_FILE} bytes")
-                else:
-                    result = (data.decode("utf-8", errors="replace"), None)
-        self._small[path] = result
-        return result
-
-    def read_json(self, path: str) -> tuple[Any, str | None]:
-        text, why = self.read_small(path)
-        if text is None:
-            return None, why
+            return None, "does not exist"
         try:
-            return json.loads(text), None
-        except ValueError as exc:
-            return None, f"is not valid JSON ({exc})"
+            with open(real, "rb") as handle:
+                data = handle.read(MAX_SMALL_FILE + 1)
+        except OSError as exc:
+            return None, f"cannot be read ({exc.strerror or exc})"
+        if len(data) > MAX_SMALL_FILE:
+            return None, f"is larger than {MAX_SMALL_FILE} bytes"
+        return data.decode("utf-8", errors="replace"), None
 
     def nvidia_driver_version(self) -> tuple[str | None, str | None]:
         """The running NVIDIA kernel driver version and the file it was read from."""

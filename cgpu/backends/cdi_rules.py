@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import posixpath
 import re
-from dataclasses import dataclass
 
 from cgpu.backends.cdi_view import ContainerView
 
@@ -40,17 +39,24 @@ SOFTWARE_DRIVERS = (
 NVIDIA_REGENERATE = "regenerate the spec with `nvidia-ctk cdi generate`"
 
 
-@dataclass(frozen=True)
 class Finding:
-    state: str  # PROVIDED, PARTIAL or ABSENT
-    text: str  # follows the device name: "gets ...", "mounts ... but ...: fix"
+    __slots__ = ("state", "text")
+
+    def __init__(self, state: str, text: str) -> None:
+        self.state = state  # PROVIDED, PARTIAL or ABSENT
+        self.text = text  # follows the device name: "gets ...", "mounts ... but ...: fix"
+
+    def __repr__(self) -> str:
+        return f"Finding({self.state!r}, {self.text!r})"
 
 
-@dataclass(frozen=True)
 class RenderNode:
-    path: str  # in the container
-    vendor: str | None  # PCI vendor id
-    source: str  # how the vendor is known
+    __slots__ = ("path", "vendor", "source")
+
+    def __init__(self, path: str, vendor: str | None, source: str) -> None:
+        self.path = path  # in the container
+        self.vendor = vendor  # PCI vendor id
+        self.source = source  # how the vendor is known
 
     @property
     def vendor_name(self) -> str:
@@ -128,31 +134,43 @@ def _library(view: ContainerView, stem: str, soname: str) -> tuple[str | None, s
     return (libraries[0], None) if libraries else (None, None)
 
 
-def _unlinkable(library: str, soname: str) -> str:
-    return (f"nothing makes {posixpath.basename(library)} loadable as {soname} "
-            f"(no update-ldcache hook over {posixpath.dirname(library)}, no create-symlinks link), "
-            f"so the loader cannot find it: regenerate the spec with its hooks "
-            f"(`nvidia-ctk cdi generate` without `--disable-hook all`)")
+def _nvidia_api(view: ContainerView, library: str | None, route: str | None, soname: str, *,
+                have: list[str], lack: list[str], registration: str | None, unregistered: str | None,
+                brings: str) -> Finding:
+    """The verdict once the pieces are known: all there, or what falls short and how to fix it."""
+    name = posixpath.basename(library) if library else None
+    short, fixes = [], []
+    if lack:
+        short.append(f"no {_nodes_text(lack)}")
+    if name and not route:
+        short.append(f"nothing makes {name} loadable as {soname} (no update-ldcache hook over "
+                     f"{posixpath.dirname(library or '')}, no create-symlinks link)")
+    if short:
+        fixes.append(NVIDIA_REGENERATE + ("" if route or not name else " without `--disable-hook all`"))
+    if name and unregistered:
+        short.append(unregistered.split(": ", 1)[0])
+        fixes.append(unregistered.split(": ", 1)[1])
+    if not short and name:
+        got = ", ".join([*have, f"{name} ({route})"])
+        return Finding(PROVIDED, f"gets {got}{' and ' + registration if registration else ''}; {brings}")
+    got = _nodes_text([*have, name]) if name else (_nodes_text(have) if have else "nothing of it")
+    return Finding(PARTIAL, f"gets {got} but {' and '.join(short)}: {', and '.join(fixes)}")
 
 
 def _cuda(view: ContainerView) -> Finding:
     library, route = _library(view, "libcuda", "libcuda.so.1")
-    dxg = view.usable_node(DXG)
-    have, lack = ([DXG], []) if dxg else _nvidia_nodes(view, uvm=True)
-    if not dxg and not view.usable_nodes(NVIDIA_GPU_NODE) and not view.usable_node(CTL) and library is None:
-        return Finding(ABSENT, "has no NVIDIA device node (/dev/nvidiactl, /dev/nvidia-uvm, /dev/nvidiaN, "
-                               "or /dev/dxg on WSL) and no libcuda")
-    if library is not None and route and not lack:
-        return Finding(PROVIDED, f"gets {_nodes_text(have + [posixpath.basename(library)])}, {route}")
+    if view.usable_node(DXG):  # WSL mode: the driver store's libcuda.so.1.1 behind /dev/dxg
+        have, lack = [DXG], []
+    else:
+        have, lack = _nvidia_nodes(view, uvm=True)
     if library is None:
-        what = (f"gets {_nodes_text(have)} but no libcuda.so.<driver version> is mounted (device nodes only, "
-                f"no user-space driver)" if have else "gets no NVIDIA device node and no libcuda")
-        return Finding(PARTIAL, f"{what}: {NVIDIA_REGENERATE}")
-    if lack:
-        return Finding(PARTIAL, f"mounts {posixpath.basename(library)} but lacks {_nodes_text(lack)}: "
-                                f"{NVIDIA_REGENERATE}")
-    return Finding(PARTIAL, f"gets {_nodes_text(have + [posixpath.basename(library)])}, but "
-                            f"{_unlinkable(library, 'libcuda.so.1')}")
+        if not have:
+            return Finding(ABSENT, "has no NVIDIA device node (/dev/nvidiactl, /dev/nvidia-uvm, /dev/nvidiaN, "
+                                   "or /dev/dxg on WSL) and no libcuda")
+        return Finding(PARTIAL, f"gets {_nodes_text(have)} but no libcuda.so.<driver version> is mounted (device "
+                                f"nodes only, no user-space driver): {NVIDIA_REGENERATE}")
+    return _nvidia_api(view, library, route, "libcuda.so.1", have=have, lack=lack, registration=None,
+                       unregistered=None, brings="the image brings the CUDA runtime if the application needs it")
 
 
 def _nvidia_vulkan(view: ContainerView) -> Finding:
@@ -165,19 +183,15 @@ def _nvidia_vulkan(view: ContainerView) -> Finding:
                                "with graphics), so NVIDIA's Vulkan driver has no device to use")
     have, lack = _nvidia_nodes(view, uvm=False)
     icd = _registration(view, _vulkan_manifests(view), library, "libGLX_nvidia.so.0", "vulkan")
-    name = posixpath.basename(library)
-    if not lack and route and icd:
-        return Finding(PROVIDED, f"gets {', '.join(have)}, {name} ({route}) and the Vulkan ICD {icd}; "
-                                 f"the image brings the Vulkan loader (libvulkan.so.1)")
-    if lack:
-        return Finding(PARTIAL, f"mounts {name} but lacks {_nodes_text(lack)}: {NVIDIA_REGENERATE}")
-    if not route:
-        return Finding(PARTIAL, f"gets {_nodes_text(have + [name])}, but {_unlinkable(library, 'libGLX_nvidia.so.0')}")
-    return Finding(PARTIAL, f"gets {_nodes_text(have + [name])} but no Vulkan ICD manifest naming it reaches a "
-                            f"loader search dir ({VULKAN_SEARCH_DIRS[0]}, {VULKAN_SEARCH_DIRS[-1]}) or "
-                            f"VK_DRIVER_FILES: mount the host's nvidia_icd.json at /etc/vulkan/icd.d/ "
-                            f"({NVIDIA_REGENERATE} on a host that has it; RPM drivers name it "
-                            f"nvidia_icd.x86_64.json, picked up since toolkit 1.18.0)")
+    return _nvidia_api(
+        view, library, route, "libGLX_nvidia.so.0", have=have, lack=lack,
+        registration=f"the Vulkan ICD {icd}" if icd else None,
+        unregistered=None if icd else (
+            f"no Vulkan ICD manifest naming it reaches a loader search dir ({VULKAN_SEARCH_DIRS[0]}, "
+            f"{VULKAN_SEARCH_DIRS[-1]}) or VK_DRIVER_FILES: mount the host's nvidia_icd.json at /etc/vulkan/icd.d/ "
+            f"(`nvidia-ctk cdi generate` does where the host has it; RPM drivers name it nvidia_icd.x86_64.json, "
+            f"picked up since toolkit 1.18.0)"),
+        brings="the image brings the Vulkan loader (libvulkan.so.1)")
 
 
 def _nvidia_opencl(view: ContainerView) -> Finding:
@@ -186,19 +200,13 @@ def _nvidia_opencl(view: ContainerView) -> Finding:
         return Finding(ABSENT, "mounts no libnvidia-opencl.so.<driver version>, NVIDIA's OpenCL driver")
     have, lack = _nvidia_nodes(view, uvm=True)
     icd = _registration(view, _opencl_icd_files(view), library, "libnvidia-opencl.so.1", "opencl")
-    name = posixpath.basename(library)
-    if not lack and route and icd:
-        return Finding(PROVIDED, f"gets {', '.join(have)}, {name} ({route}) and {icd}; "
-                                 f"the image brings the OpenCL ICD loader (libOpenCL.so.1)")
-    if lack:
-        return Finding(PARTIAL, f"mounts {name} but lacks {_nodes_text(lack)}: {NVIDIA_REGENERATE}")
-    if not route:
-        return Finding(PARTIAL, f"gets {_nodes_text(have + [name])}, but "
-                                f"{_unlinkable(library, 'libnvidia-opencl.so.1')}")
-    return Finding(PARTIAL, f"gets {_nodes_text(have + [name])} but no {OPENCL_VENDORS_DIR}/*.icd file, "
-                            f"OCL_ICD_FILENAMES or OCL_ICD_VENDORS names it, so the OpenCL loader finds no "
-                            f"platform: mount the host's {OPENCL_VENDORS_DIR}/nvidia.icd (nvidia-ctk 1.20.0 and "
-                            f"later do) or ship it in the image")
+    return _nvidia_api(
+        view, library, route, "libnvidia-opencl.so.1", have=have, lack=lack, registration=icd,
+        unregistered=None if icd else (
+            f"no {OPENCL_VENDORS_DIR}/*.icd file, OCL_ICD_FILENAMES or OCL_ICD_VENDORS names it, so the OpenCL "
+            f"loader finds no platform: mount the host's {OPENCL_VENDORS_DIR}/nvidia.icd (nvidia-ctk 1.20.0 and "
+            f"later do) or ship it in the image"),
+        brings="the image brings the OpenCL ICD loader (libOpenCL.so.1)")
 
 
 # --- loader registrations (Vulkan ICD manifests, OpenCL .icd files) -------------------------------
@@ -311,7 +319,7 @@ def _render_graphics(view: ContainerView, renders: list[RenderNode], api: str) -
 # --- WSL -----------------------------------------------------------------------------------------
 
 def _directml(view: ContainerView) -> Finding:
-    names = {posixpath.basename(p) for p in view.files() if p not in view.links}
+    names = view.index.names
     needed = ("libdxcore.so", "libd3d12.so")
     have = [n for n in needed if n in names]
     lack = [n for n in needed if n not in names]

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import posixpath
 import re
-from dataclasses import dataclass, field
 
 from cgpu.backends.cdi_host import HostFS
 from cgpu.cdi.model import ContainerEdits, DeviceNode, Hook, Mount
@@ -23,12 +22,15 @@ MAX_LINK_HOPS = 8
 MAX_DIR_ENTRIES = 4096
 
 
-@dataclass
 class HookEffects:
-    links: dict[str, str] = field(default_factory=dict)  # link path -> target, both container paths
-    ld_folders: list[str] = field(default_factory=list)
-    nvidia_hooks: list[Hook] = field(default_factory=list)
-    other_hooks: list[Hook] = field(default_factory=list)
+    __slots__ = ("links", "ld_folders", "nvidia_hooks", "other_hooks")
+
+    def __init__(self, links: dict[str, str] | None = None, ld_folders: list[str] | None = None,
+                 nvidia_hooks: list[Hook] | None = None, other_hooks: list[Hook] | None = None) -> None:
+        self.links = links if links is not None else {}  # link path -> target, both container paths
+        self.ld_folders = ld_folders if ld_folders is not None else []
+        self.nvidia_hooks = nvidia_hooks if nvidia_hooks is not None else []
+        self.other_hooks = other_hooks if other_hooks is not None else []
 
 
 def hook_effects(hooks: tuple[Hook, ...]) -> HookEffects:
@@ -94,27 +96,98 @@ def node_fully_specified(node: DeviceNode) -> bool:
     return node.type in ("b", "c", "u") and bool(node.major) and node.minor is not None
 
 
-class ContainerView:
-    """One device's container, as far as the spec and the host decide it."""
+_LIBRARY_NAME = re.compile(r"(.+?)\.so\.\d+(?:\.\d+)*")
 
-    def __init__(self, edits: ContainerEdits, host: HostFS) -> None:
+
+class FileIndex:
+    """The files the host provides in a container, indexed the ways the rules look them up."""
+
+    __slots__ = ("paths", "by_folder", "libraries", "names")
+
+    def __init__(self, paths: list[str], by_folder: dict[str, list[str]], libraries: dict[str, list[str]],
+                 names: set[str]) -> None:
+        self.paths = paths  # mounted files, directory mounts' entries, hook links
+        self.by_folder = by_folder
+        self.libraries = libraries  # "libcuda" -> ["/usr/lib/.../libcuda.so.580.82.07"] (no links)
+        self.names = names  # file names that are not links
+
+
+class ContainerView:
+    """One device's container, as far as the spec and the host decide it.
+
+    `ContainerView.of(spec_edits, host)` is the spec-level part; `with_device(edits)` layers a
+    device's edits on it as the CDI library merges them (env by name, nodes by path, mounts by
+    container path, hooks appended), sharing what the device does not change.
+    """
+
+    def __init__(self, host: HostFS, nodes: dict[str, DeviceNode], mounts: dict[str, Mount],
+                 env: dict[str, str], effects: HookEffects) -> None:
         self.host = host
-        self.nodes: dict[str, DeviceNode] = {posixpath.normpath(n.path): n for n in edits.device_nodes}
-        self.mounts: dict[str, Mount] = {}
-        for mount in edits.mounts:
-            if is_bind(mount):
-                self.mounts[posixpath.normpath(mount.container_path)] = mount
-        self.env: dict[str, str] = {}
-        for entry in edits.env:
-            key, _, value = entry.partition("=")
-            self.env[key] = value
-        effects = hook_effects(edits.hooks)
+        self.nodes = nodes
+        self.mounts = mounts
+        self.env = env
         self.links = effects.links
         self.ld_folders = effects.ld_folders
         self.nvidia_hooks = effects.nvidia_hooks
         self.other_hooks = effects.other_hooks
-        self.hooks = edits.hooks
-        self._files: list[str] | None = None
+        self._index: FileIndex | None = None
+        self._usable: dict[re.Pattern[str], list[str]] = {}
+        self._links_by_name: dict[str, list[str]] | None = None
+
+    @classmethod
+    def of(cls, edits: ContainerEdits, host: HostFS) -> ContainerView:
+        return cls(host, {}, {}, {}, HookEffects()).with_device(edits)
+
+    def with_device(self, edits: ContainerEdits) -> ContainerView:
+        nodes = {**self.nodes, **{posixpath.normpath(n.path): n for n in edits.device_nodes}}
+        mounts = self.mounts
+        if edits.mounts:
+            mounts = {**mounts, **{posixpath.normpath(m.container_path): m for m in edits.mounts if is_bind(m)}}
+        env = self.env
+        if edits.env:
+            env = {**env, **dict(entry.partition("=")[::2] for entry in edits.env)}
+        added = hook_effects(edits.hooks)
+        effects = HookEffects({**self.links, **added.links} if added.links else self.links,
+                              self.ld_folders + added.ld_folders, self.nvidia_hooks + added.nvidia_hooks,
+                              self.other_hooks + added.other_hooks)
+        view = ContainerView(self.host, nodes, mounts, env, effects)
+        if mounts is self.mounts:  # the usual device: nodes and a few links on the spec-level files
+            base = self.index
+            if not added.links:
+                view._index = base
+            else:
+                by_folder = dict(base.by_folder)
+                for link in added.links:
+                    folder = posixpath.dirname(link)
+                    by_folder[folder] = [*by_folder.get(folder, ()), link]
+                view._index = FileIndex(base.paths + list(added.links), by_folder, base.libraries, base.names)
+        return view
+
+    @property
+    def index(self) -> FileIndex:
+        if self._index is None:
+            paths: list[str] = []
+            for cpath, mount in self.mounts.items():
+                if self.host.is_dir(mount.host_path):
+                    paths.extend(posixpath.join(cpath, name)
+                                 for name in self.host.listdir(mount.host_path)[:MAX_DIR_ENTRIES])
+                else:
+                    paths.append(cpath)
+            real = list(paths)
+            paths.extend(self.links)
+            by_folder: dict[str, list[str]] = {}
+            for path in paths:
+                by_folder.setdefault(posixpath.dirname(path), []).append(path)
+            libraries: dict[str, list[str]] = {}
+            names = set()
+            for path in real:
+                name = posixpath.basename(path)
+                names.add(name)
+                match = _LIBRARY_NAME.fullmatch(name)
+                if match:
+                    libraries.setdefault(match.group(1), []).append(path)
+            self._index = FileIndex(paths, by_folder, libraries, names)
+        return self._index
 
     # --- device nodes -------------------------------------------------------------------------
     def usable_node(self, path: str) -> bool:
@@ -124,7 +197,10 @@ class ContainerView:
         return node_fully_specified(node) or self.host.exists(node.host_path or node.path)
 
     def usable_nodes(self, pattern: re.Pattern[str]) -> list[str]:
-        return [p for p in self.nodes if pattern.fullmatch(p) and self.usable_node(p)]
+        found = self._usable.get(pattern)
+        if found is None:
+            found = self._usable[pattern] = [p for p in self.nodes if pattern.fullmatch(p) and self.usable_node(p)]
+        return found
 
     # --- files --------------------------------------------------------------------------------
     def follow(self, path: str) -> str:
@@ -151,38 +227,23 @@ class ContainerView:
                 return None
             parent = posixpath.dirname(parent)
 
-    def files(self) -> list[str]:
-        """Every container file path the host provides: file mounts, directory mounts' entries, links."""
-        if self._files is not None:
-            return self._files
-        found: list[str] = []
-        for cpath, mount in self.mounts.items():
-            if self.host.is_dir(mount.host_path):
-                found.extend(posixpath.join(cpath, name)
-                             for name in self.host.listdir(mount.host_path)[:MAX_DIR_ENTRIES])
-            else:
-                found.append(cpath)
-        found.extend(self.links)
-        self._files = found
-        return found
-
     def files_in(self, folder: str) -> list[str]:
-        folder = posixpath.normpath(folder)
-        inside = [p for p in self.files() if posixpath.dirname(p) == folder]
-        return sorted(set(inside))
+        return list(dict.fromkeys(self.index.by_folder.get(posixpath.normpath(folder), ())))
 
-    # --- libraries ----------------------------------------------------------------------------
     def libraries(self, stem: str) -> list[str]:
         """Mounted files named `<stem>.so.<version>` (e.g. libcuda.so.575.64.03, libcuda.so.1.1)."""
-        pattern = re.compile(re.escape(stem) + r"\.so\.\d+(?:\.\d+)*")
-        return [p for p in self.files() if p not in self.links and pattern.fullmatch(posixpath.basename(p))]
+        return self.index.libraries.get(stem, [])
 
     def soname_route(self, library: str, soname: str) -> str | None:
         """How the dynamic linker finds `library` by its SONAME in the container, or None."""
         if posixpath.basename(library) == soname:
             return f"mounted as {soname}"
-        for link, target in self.links.items():
-            if posixpath.basename(link) == soname and self.follow(target) == library:
+        if self._links_by_name is None:
+            self._links_by_name = {}
+            for link in self.links:
+                self._links_by_name.setdefault(posixpath.basename(link), []).append(link)
+        for link in self._links_by_name.get(soname, ()):
+            if self.follow(self.links[link]) == library:
                 return f"linked as {link} by the create-symlinks hook"
         folder = posixpath.dirname(library)
         if folder in self.ld_folders:
@@ -190,18 +251,15 @@ class ContainerView:
         return None
 
     def names_library(self, value: str, relative_to: str, library: str, soname: str) -> bool:
-        """Does a loader entry (`library_path` of an ICD, an .icd line) load `library`?"""
+        """Does a loader entry (`library_path` of an ICD, an .icd line) name `library`, directly or by its
+        SONAME? (Whether the SONAME then resolves is `soname_route`'s question.)"""
         value = value.strip()
         if "/" not in value:
-            if value == soname:
-                return self.soname_route(library, soname) is not None
-            return value == posixpath.basename(library) and posixpath.dirname(library) in self.ld_folders
+            return value in (soname, posixpath.basename(library))
         path = value if value.startswith("/") else posixpath.join(posixpath.dirname(relative_to), value)
         path = self.follow(posixpath.normpath(path))
-        if path == library:
-            return True
-        return (posixpath.basename(path) == soname and posixpath.dirname(path) == posixpath.dirname(library)
-                and self.soname_route(library, soname) is not None)
+        return path == library or (posixpath.basename(path) == soname
+                                   and posixpath.dirname(path) == posixpath.dirname(library))
 
 
 _SHELLS = re.compile(r"(ba|da|z|k|c|tc|fi)?sh|busybox|python[\d.]*|perl|env")
