@@ -184,3 +184,19 @@ def test_no_docker_daemon_is_a_clear_error(tmp_path, monkeypatch):
     with pytest.raises(EngineError, match="the Docker daemon did not answer"):
         with open_engine("docker", timeout=5):
             pass
+
+
+@pytest.mark.podman
+def test_a_listening_podman_socket_is_used_as_it_is(stand_in_image, podman_service, monkeypatch):
+    monkeypatch.setenv("CONTAINER_HOST", podman_service.url)
+    with open_engine(None, timeout=30) as engine:
+        assert isinstance(engine, PodmanEngine)
+        assert engine._service is None and engine.where == podman_service.url
+    assert podman_service.proc.poll() is None  # not ours to stop
+
+
+def test_no_podman_api_at_container_host_is_a_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("CONTAINER_HOST", f"unix://{tmp_path}/absent.sock")
+    with pytest.raises(EngineError, match="the podman API did not answer at unix://"):
+        with open_engine("podman", timeout=5):
+            pass
