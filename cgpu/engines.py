@@ -451,9 +451,11 @@ def _open_podman(timeout: float, progress: Callable[[str], None]) -> PodmanEngin
     try:
         client = podman.PodmanClient(base_url=url, timeout=timeout)
         version = str(client.version().get("Version", "unknown"))
-    except Exception as exc:  # podman-py raises APIError, requests errors, ValueError for bad URLs
+    except BaseException as exc:  # podman-py: APIError, requests errors, ValueError for bad URLs; Ctrl-C
         if service is not None:
             service.stop()
+        if not isinstance(exc, Exception):
+            raise
         explanation = getattr(exc, "explanation", None) or exc
         raise EngineError(f"the podman API did not answer at {url}: {explanation}") from None
     return PodmanEngine(client, version, url, service)
@@ -525,15 +527,18 @@ class PodmanService:
             log.close()
         service = cls(proc, directory)
         deadline = time.monotonic() + timeout
-        while not _listening(sock):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                ended = proc.returncode is not None
-                why = service._log_tail() or (
-                    f"exit status {proc.returncode}" if ended else f"no socket after {timeout:g} s"
-                )
-                service.stop()
-                raise EngineError(f"`podman system service` did not start: {why}")
-            time.sleep(0.05)
+        try:
+            while not _listening(sock):
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    ended = proc.returncode is not None
+                    why = service._log_tail() or (
+                        f"exit status {proc.returncode}" if ended else f"no socket after {timeout:g} s"
+                    )
+                    raise EngineError(f"`podman system service` did not start: {why}")
+                time.sleep(0.05)
+        except BaseException:  # Ctrl-C included
+            service.stop()
+            raise
         return service
 
     def _log_tail(self) -> str:
