@@ -1,16 +1,32 @@
-"""Container engines on this host: which one, which version.
+"""Container engines on this host: which one, which version, and a client that runs one
+container at a time with a timeout and always removes it.
 
-Only `detect_engines` lives here so far; the engine clients (podman-py, docker-py) are
-imported lazily by the code that talks to an engine.
+podman is reached through podman-py, Docker through docker-py; both are imported lazily
+(each costs ~100 ms), only by the code that talks to an engine.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import shutil
+import signal
+import subprocess
+import time
+import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any, Callable, Iterator
 
-from cgpu.run import CommandError, decode, run
+from cgpu.run import CommandError, decode, kill_group, run
+
+# Every container cgpu starts carries this label, so a user (and the tests) can find one
+# that outlived its run: `podman ps -a --filter label=cgpu.verify=1`.
+LABELS = {"cgpu.verify": "1"}
+
+# Largest probe output read back from a container; anything longer is not a probe answer.
+MAX_OUTPUT = 4 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -20,7 +36,9 @@ class EngineVersion:
 
 
 def detect_engines(*, timeout: float = 10) -> tuple[list[EngineVersion], list[str]]:
-    """The engines installed here with their versions, podman first; and why any failed."""
+    """The engines installed here with their versions, podman first; and why any failed.
+
+    Docker counts only when its daemon answers: a docker CLI alone runs no container."""
     found: list[EngineVersion] = []
     failures: list[str] = []
     for name, argv in (
@@ -41,3 +59,503 @@ def detect_engines(*, timeout: float = 10) -> tuple[list[EngineVersion], list[st
             continue
         found.append(EngineVersion(name, match.group(0)))
     return found, failures
+
+
+class EngineError(Exception):
+    """The engine could not be reached or refused a request; str() is the user's message,
+    with the engine's own words where it gave any."""
+
+
+class ContainerTimeout(EngineError):
+    pass
+
+
+@dataclass(frozen=True)
+class ContainerRun:
+    exit_code: int
+    stdout: bytes
+    stderr: bytes
+    seconds: float
+
+
+def version_tuple(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", version)[:3])
+
+
+class Engine:
+    """One engine's API. `run_container` is the whole life of one container: create, copy
+    files in, start, wait (with a timeout), read the logs, and remove it on every path."""
+
+    name = ""
+
+    def __init__(self, client: Any, version: str, where: str) -> None:
+        self.client = client  # the podman-py or docker-py client
+        self.version = version
+        self.where = where  # the API address, for messages
+
+    def describe(self) -> str:
+        return f"{self.name} {self.version}"
+
+    def image_exists(self, ref: str) -> bool:
+        raise NotImplementedError
+
+    def import_image(self, tar_path: str, ref: str, changes: list[str]) -> None:
+        raise NotImplementedError
+
+    def run_container(
+        self, image: str, command: list[str], *, devices: list[str], files: dict[str, bytes], timeout: float
+    ) -> ContainerRun:
+        started = time.monotonic()
+        name = f"cgpu-verify-{uuid.uuid4().hex[:12]}"
+        try:
+            container = self._create(image, command, devices, name)
+        except BaseException as exc:
+            if not isinstance(exc, EngineError):  # e.g. Ctrl-C while the engine may be creating it
+                self._remove_named(name)
+            raise
+        exited = False
+        try:
+            self._put_files(container, files)
+            container.start()
+            try:
+                exit_code = self._wait(container, timeout)
+            except self._errors():
+                if time.monotonic() - started >= timeout * 0.9:
+                    raise ContainerTimeout(
+                        f"the probe did not finish within {timeout:g} s; its container was killed and removed"
+                    ) from None
+                raise
+            exited = True
+            stdout = _joined(container.logs(stdout=True, stderr=False))
+            stderr = _joined(container.logs(stdout=False, stderr=True))
+        except self._errors() as exc:
+            raise EngineError(self._message(exc)) from None
+        finally:
+            self._remove(container, kill=not exited)
+        return ContainerRun(exit_code, stdout, stderr, time.monotonic() - started)
+
+    def close(self) -> None:
+        pass
+
+    # engine specifics
+    def _create(self, image: str, command: list[str], devices: list[str], name: str) -> Any:
+        raise NotImplementedError
+
+    def _wait(self, container: Any, timeout: float) -> int:
+        raise NotImplementedError
+
+    def _errors(self) -> tuple[type[BaseException], ...]:
+        raise NotImplementedError
+
+    def _message(self, exc: BaseException) -> str:
+        raise NotImplementedError
+
+    def _put_files(self, container: Any, files: dict[str, bytes]) -> None:
+        if not files:
+            return
+        import io
+        import tarfile
+
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w") as tar:
+            for path, data in files.items():
+                info = tarfile.TarInfo(path.lstrip("/"))
+                info.size = len(data)
+                info.mode = 0o644
+                info.mtime = int(time.time())
+                tar.addfile(info, io.BytesIO(data))
+        if not container.put_archive("/", buffer.getvalue()):
+            raise EngineError(f"{self.name} refused to copy {', '.join(files)} into the container")
+
+    def _remove(self, container: Any, *, kill: bool) -> None:
+        """Remove the container; one that may still run is killed first (a forced remove
+        would give it the engine's stop timeout, 10 s, to end on its own)."""
+        try:
+            if kill:
+                try:
+                    container.kill(signal="SIGKILL")
+                except self._errors():
+                    pass  # not running (any more)
+            container.remove(force=True)
+        except self._errors():
+            self._remove_with_cli(container.id)
+
+    def _remove_named(self, name: str) -> None:
+        try:
+            self.client.containers.get(name).remove(force=True)
+        except self._errors():
+            self._remove_with_cli(name)
+
+    def _remove_with_cli(self, container: str) -> None:
+        """The API is gone (service stopped, Ctrl-C twice): the CLI can still remove it."""
+        exe = shutil.which(self.name)
+        if exe:
+            try:
+                run([exe, "rm", "--force", container], timeout=30)
+            except CommandError:
+                pass
+
+
+def _joined(output: bytes | Iterator[bytes] | None) -> bytes:
+    """Logs as bytes, capped: podman-py returns a generator of frames, docker-py bytes."""
+    if output is None:
+        return b""
+    if isinstance(output, (bytes, bytearray)):
+        return bytes(output[:MAX_OUTPUT])
+    data = bytearray()
+    for chunk in output:
+        data += chunk if isinstance(chunk, (bytes, bytearray)) else str(chunk).encode()
+        if len(data) >= MAX_OUTPUT:
+            break
+    return bytes(data[:MAX_OUTPUT])
+
+
+class PodmanEngine(Engine):
+    name = "podman"
+
+    def __init__(self, client: Any, version: str, where: str, service: PodmanService | None) -> None:
+        super().__init__(client, version, where)
+        self._service = service
+
+    def image_exists(self, ref: str) -> bool:
+        try:
+            return bool(self.client.images.exists(ref))
+        except self._errors() as exc:
+            raise EngineError(self._message(exc)) from None
+
+    def import_image(self, tar_path: str, ref: str, changes: list[str]) -> None:
+        try:
+            with open(tar_path, "rb") as tar:
+                response = self.client.api.post(
+                    "/images/import",
+                    params={"reference": ref, "changes": changes},
+                    data=tar,
+                    headers={"Content-Type": "application/x-tar"},
+                    timeout=600,
+                )
+            response.raise_for_status()
+        except self._errors() as exc:
+            raise EngineError(f"podman could not import the probe image {ref}: {self._message(exc)}") from None
+
+    def _create(self, image: str, command: list[str], devices: list[str], name: str) -> Any:
+        try:
+            return self.client.containers.create(
+                image, command, name=name, devices=devices, labels=LABELS, network_mode="none"
+            )
+        except self._errors() as exc:
+            raise EngineError(self._message(exc)) from None
+
+    def _wait(self, container: Any, timeout: float) -> int:
+        return int(container.wait(condition=["exited", "stopped"], timeout=timeout))
+
+    def _errors(self) -> tuple[type[BaseException], ...]:
+        import podman.errors
+        import requests
+
+        return (podman.errors.APIError, podman.errors.PodmanError, requests.RequestException)
+
+    def _message(self, exc: BaseException) -> str:
+        explanation = getattr(exc, "explanation", None)
+        if explanation and "operation failed" not in str(explanation):
+            return str(explanation).strip()
+        cause = exc.__cause__ or exc
+        return f"no answer from the podman API at {self.where}: {cause}"
+
+    def close(self) -> None:
+        try:
+            self.client.close()
+        finally:
+            if self._service is not None:
+                self._service.stop()
+
+
+class DockerEngine(Engine):
+    name = "docker"
+
+    def __init__(self, client: Any, version: str, where: str, podman_version: str | None) -> None:
+        super().__init__(client, version, where)
+        # Set when the "Docker" API is podman's Docker-compatible one.
+        self.podman_version = podman_version
+
+    def describe(self) -> str:
+        if self.podman_version:
+            return f"podman {self.podman_version} (through its Docker-compatible API)"
+        return super().describe()
+
+    def cdi_refusal(self) -> str | None:
+        """Why this daemon would not inject CDI devices, or None when it would."""
+        if self.podman_version:
+            if version_tuple(self.podman_version) < (5, 4):
+                return (
+                    f"this Docker API is podman {self.podman_version}'s Docker-compatible one, which silently "
+                    "ignores CDI device requests before podman 5.4: a container started through it would get "
+                    "no device at all; use --engine podman instead"
+                )
+            return None
+        try:
+            info = self.client.info()
+        except self._errors() as exc:
+            raise EngineError(self._message(exc)) from None
+        dirs = info.get("CDISpecDirs")
+        if dirs is None:
+            return (
+                f"Docker {self.version} has no CDI support (it came in Docker Engine 25, on by default "
+                "from 28.2): upgrade Docker, or use --engine podman"
+            )
+        if not dirs:
+            return (
+                f"CDI is disabled in this Docker daemon ({self.version}): set \"features\": {{\"cdi\": true}} "
+                "in /etc/docker/daemon.json and restart dockerd"
+            )
+        return None
+
+    def image_exists(self, ref: str) -> bool:
+        import docker.errors
+
+        try:
+            self.client.images.get(ref)
+            return True
+        except docker.errors.ImageNotFound:
+            return False
+        except self._errors() as exc:
+            raise EngineError(self._message(exc)) from None
+
+    def import_image(self, tar_path: str, ref: str, changes: list[str]) -> None:
+        repository, _, tag = ref.rpartition(":")
+        try:
+            self.client.api.import_image(
+                src=tar_path, repository=repository, tag=tag, changes=changes
+            )
+        except self._errors() as exc:
+            raise EngineError(f"docker could not import the probe image {ref}: {self._message(exc)}") from None
+
+    def _create(self, image: str, command: list[str], devices: list[str], name: str) -> Any:
+        try:
+            return self.client.containers.create(image, command, name=name, **docker_create_options(devices))
+        except self._errors() as exc:
+            raise EngineError(self._message(exc)) from None
+
+    def _wait(self, container: Any, timeout: float) -> int:
+        result = container.wait(timeout=timeout)
+        return int(result.get("StatusCode", -1))
+
+    def _errors(self) -> tuple[type[BaseException], ...]:
+        import docker.errors
+        import requests
+
+        return (docker.errors.DockerException, requests.RequestException)
+
+    def _message(self, exc: BaseException) -> str:
+        explanation = getattr(exc, "explanation", None)
+        if explanation:
+            return str(explanation).strip()
+        return f"no answer from the Docker API at {self.where}: {exc}"
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def docker_create_options(devices: list[str]) -> dict[str, Any]:
+    """docker-py `containers.create` keywords for a probe container with these CDI devices.
+
+    CDI names go in a DeviceRequest with driver "cdi", exactly as `docker run --device`
+    sends them; in `devices=` Docker would take them for host paths."""
+    from docker.types import DeviceRequest
+
+    options: dict[str, Any] = {"labels": dict(LABELS), "network_mode": "none"}
+    if devices:
+        options["device_requests"] = [DeviceRequest(driver="cdi", device_ids=list(devices))]
+    return options
+
+
+# --- finding and opening an engine ---------------------------------------------------------
+
+
+def engine_choice(engine: str | None) -> str | None:
+    """The engine a live run uses: "podman", "docker", or None for whichever the host has.
+
+    `--engine podman@4.3.1` names the engine (the version only steers the static rules);
+    `auto`, `none` and no option leave the choice to the host."""
+    if engine is None:
+        return None
+    name = engine.split("@", 1)[0].strip().lower()
+    return name if name in ("podman", "docker") else None
+
+
+@contextmanager
+def open_engine(
+    choice: str | None, *, timeout: float, progress: Callable[[str], None] = lambda _m: None
+) -> Iterator[Engine]:
+    """Connect to podman or Docker; a podman service started for the run is stopped after,
+    on every path."""
+    if choice == "docker":
+        engine: Engine = _open_docker(timeout)
+    elif choice == "podman":
+        engine = _open_podman(timeout, progress)
+    else:
+        engine = _open_auto(timeout, progress)
+    try:
+        yield engine
+    finally:
+        engine.close()
+
+
+def _open_auto(timeout: float, progress: Callable[[str], None]) -> Engine:
+    reasons = []
+    if shutil.which("podman") or os.environ.get("CONTAINER_HOST"):
+        try:
+            return _open_podman(timeout, progress)
+        except EngineError as exc:
+            reasons.append(str(exc))
+    try:
+        return _open_docker(timeout)
+    except EngineError as exc:
+        reasons.append(str(exc))
+    raise EngineError("no container engine answered: " + "; ".join(reasons))
+
+
+def _open_docker(timeout: float) -> DockerEngine:
+    try:
+        import docker
+        import requests
+    except ImportError as exc:  # pragma: no cover - a dependency of cgpu
+        raise EngineError(f"docker-py is not installed: {exc}") from None
+    where = os.environ.get("DOCKER_HOST") or "the default Docker context"
+    try:
+        client = docker.from_env(timeout=timeout)
+        version = client.version()
+    except (docker.errors.DockerException, requests.RequestException) as exc:
+        raise EngineError(f"the Docker daemon did not answer at {where}: {exc}") from None
+    podman_version = next(
+        (c.get("Version") for c in version.get("Components") or [] if "podman" in str(c.get("Name", "")).lower()),
+        None,
+    )
+    return DockerEngine(client, str(version.get("Version", "unknown")), client.api.base_url, podman_version)
+
+
+def _open_podman(timeout: float, progress: Callable[[str], None]) -> PodmanEngine:
+    try:
+        import podman
+    except ImportError as exc:  # pragma: no cover - a dependency of cgpu
+        raise EngineError(f"podman-py is not installed: {exc}") from None
+    url = os.environ.get("CONTAINER_HOST")
+    service = None
+    if not url:
+        path = next((p for p in podman_socket_candidates(timeout) if _listening(p)), None)
+        if path is not None:
+            url = f"unix://{path}"
+        else:
+            progress("no podman API socket is listening; starting `podman system service` for this run")
+            service = PodmanService.start(timeout=timeout)
+            url = service.url
+    try:
+        client = podman.PodmanClient(base_url=url, timeout=timeout)
+        version = str(client.version().get("Version", "unknown"))
+    except BaseException as exc:  # podman-py: APIError, requests errors, ValueError for bad URLs; Ctrl-C
+        if service is not None:
+            service.stop()
+        if not isinstance(exc, Exception):
+            raise
+        explanation = getattr(exc, "explanation", None) or exc
+        raise EngineError(f"the podman API did not answer at {url}: {explanation}") from None
+    return PodmanEngine(client, version, url, service)
+
+
+def podman_socket_candidates(timeout: float) -> list[str]:
+    """Where a podman API socket may listen, most specific first: what `podman info` says,
+    then the rootful and rootless defaults."""
+    candidates = []
+    exe = shutil.which("podman")
+    if exe:
+        try:
+            done = run([exe, "info", "--format", "json"], timeout=timeout)
+            info = json.loads(decode(done.stdout)) if done.returncode == 0 else {}
+            path = ((info.get("host") or {}).get("remoteSocket") or {}).get("path", "")
+            candidates.append(path.removeprefix("unix://"))
+        except (CommandError, ValueError, AttributeError):
+            pass
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        candidates.append("/run/podman/podman.sock")
+    runtime_dir = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime_dir:
+        candidates.append(os.path.join(runtime_dir, "podman", "podman.sock"))
+    return [c for i, c in enumerate(candidates) if c and c not in candidates[:i]]
+
+
+def _listening(path: str) -> bool:
+    import socket
+
+    if not hasattr(socket, "AF_UNIX"):
+        return False
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(1)
+        try:
+            sock.connect(path)
+            return True
+        except OSError:
+            return False
+
+
+class PodmanService:
+    """`podman system service` on a private socket, for one run. It runs in its own session
+    so Ctrl-C reaches only cgpu, which then removes its containers and stops the service."""
+
+    def __init__(self, proc: subprocess.Popen, directory: str) -> None:
+        self.proc = proc
+        self.directory = directory
+        self.url = f"unix://{os.path.join(directory, 'podman.sock')}"
+
+    @classmethod
+    def start(cls, *, timeout: float) -> PodmanService:
+        import tempfile
+
+        exe = shutil.which("podman")
+        if exe is None:
+            raise EngineError("podman is not installed (no `podman` on PATH) and no podman API socket is listening")
+        directory = tempfile.mkdtemp(prefix="cgpu-podman-")
+        sock = os.path.join(directory, "podman.sock")
+        log = open(os.path.join(directory, "service.log"), "wb")
+        try:
+            proc = subprocess.Popen(
+                [exe, "system", "service", "--time=0", f"unix://{sock}"],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+            )
+        except OSError as exc:
+            shutil.rmtree(directory, ignore_errors=True)
+            raise EngineError(f"could not start `podman system service`: {exc}") from None
+        finally:
+            log.close()
+        service = cls(proc, directory)
+        deadline = time.monotonic() + timeout
+        try:
+            while not _listening(sock):
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    ended = proc.returncode is not None
+                    why = service._log_tail() or (
+                        f"exit status {proc.returncode}" if ended else f"no socket after {timeout:g} s"
+                    )
+                    raise EngineError(f"`podman system service` did not start: {why}")
+                time.sleep(0.05)
+        except BaseException:  # Ctrl-C included
+            service.stop()
+            raise
+        return service
+
+    def _log_tail(self) -> str:
+        try:
+            with open(os.path.join(self.directory, "service.log"), "rb") as log:
+                return decode(log.read()[-500:]).strip()
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+                self.proc.wait(timeout=10)
+            except (ProcessLookupError, PermissionError):
+                pass
+            except subprocess.TimeoutExpired:
+                kill_group(self.proc)
+                self.proc.wait()
+        shutil.rmtree(self.directory, ignore_errors=True)

@@ -12,11 +12,20 @@ def render_report(report: dict[str, Any]) -> str:
     devices = report["devices"]
     if devices:
         width = max(len("DEVICE"), *(len(d["name"]) for d in devices))
-        lines.append(f"{'DEVICE':<{width}}  STATUS    APIS")
+        verified = any("live_status" in d for d in devices)  # --verify ran: live answer beside the static one
+        apis_width = max(len("APIS"), *(len(", ".join(d["apis"]) or "-") for d in devices))
+        header = f"{'DEVICE':<{width}}  STATUS    APIS"
+        lines.append(f"{header}{' ' * (apis_width - 4)}  LIVE (--verify)" if verified else header)
         for device in devices:
             status = str(device.get("status", ""))
             apis = ", ".join(device["apis"]) or "-"
-            lines.append(f"{device['name']:<{width}}  {status:<8}  {apis}")
+            row = f"{device['name']:<{width}}  {status:<8}  {apis}"
+            if verified and "live_status" in device:
+                live = ", ".join(device.get("live_apis", [])) or "-"
+                state = device["live_status"]
+                row = f"{row:<{len(row) + apis_width - len(apis)}}  " + (
+                    state if state == "failed" else f"{live} ({state})")
+            lines.append(row)
     else:
         lines.append("no devices found")
     lines.append("")

@@ -1,11 +1,354 @@
-"""The cdi backend (not implemented yet)."""
+"""The cdi backend (Linux): which GPU APIs a container started with a CDI device gets.
+
+Reads the spec dirs as the engines' CDI library does (`cgpu.cdi`), builds each device's
+container view (spec-level plus device edits), checks it against the host under `--root`
+(missing paths block a device; versioned paths of another driver make a spec stale) and
+applies the per-API rules of `cdi_rules`. The node answer is the union over the devices a
+container can start with.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import os
+import re
+from typing import Any, Sequence
 
+from cgpu.backends.cdi_host import HostFS
+from cgpu.backends.cdi_rules import ABSENT, PARTIAL, PROVIDED, Finding, judge
+from cgpu.backends.cdi_view import ContainerView, is_bind, node_fully_specified, risky_edits
+from cgpu.cdi.model import ContainerEdits, ResolvedDevice, ScanResult, Spec
 from cgpu.report import ReportBuilder
 
+APIS = ("cuda", "rocm", "vulkan", "opencl", "directml")  # metal: the report's own evidence
+_DRIVER_VERSION_IN_PATH = re.compile(r"\.so\.(\d{3}\.\d+(?:\.\d+)?)$|/nvidia/(\d{3}\.\d+(?:\.\d+)?)/")
+_HOST_DRIVER_ARG = re.compile(r"--host-driver-version=(\d+\.\d+(?:\.\d+)?)")
 
-def probe(report: ReportBuilder, **options: Any) -> None:
-    report.failed("cgpu", "the cdi backend is not implemented yet")
+
+class DeviceAnswer:
+    # Plain classes, not dataclasses, in this backend: creating a dataclass costs about a
+    # millisecond at import, a visible share of the CLI's start-up (design §9).
+    __slots__ = ("device", "findings", "missing")
+
+    def __init__(self, device: ResolvedDevice, findings: dict[str, Finding], missing: list[tuple[str, str]]) -> None:
+        self.device = device
+        self.findings = findings
+        self.missing = missing  # (host path, what it is)
+
+    @property
+    def name(self) -> str:
+        return self.device.qualified_name
+
+    @property
+    def blocked(self) -> bool:
+        return bool(self.missing)
+
+    @property
+    def apis(self) -> list[str]:
+        if self.blocked:
+            return []
+        return [api for api in APIS if self.findings[api].state == PROVIDED]
+
+    @property
+    def status(self) -> str:
+        if self.blocked:
+            return "blocked"
+        return "partial" if any(f.state == PARTIAL for f in self.findings.values()) else "ok"
+
+
+def probe(report: ReportBuilder, *, spec_dirs: Sequence[str] | None = None, root: str | None = "/",
+          engine: str | None = None, devices: Sequence[str] | None = None, verify: bool = False,
+          probe_image: str | None = None, timeout: float | None = None) -> None:
+    from cgpu.cdi.scan import DEFAULT_SPEC_DIRS, scan_spec_dirs
+
+    dirs = list(spec_dirs) if spec_dirs else list(DEFAULT_SPEC_DIRS)
+    root = root or "/"
+    if not os.path.isdir(root):
+        report.failed("cgpu", f"--root {root} is not a directory")
+        return
+    rules = _engine_rules(report, engine, timeout)
+    if rules is None:
+        return
+    max_version, label = rules
+    if max_version is None and label is not None:
+        report.problem("error", "--engine", f"{label} reads no CDI specs at all, so no container there gets a "
+                                            f"CDI device")
+        scan = ScanResult(devices={}, specs=[], problems=[])
+    else:
+        scan = scan_spec_dirs(dirs, max_version=max_version, engine_label=label)
+    answers = answer_scan(report, scan, HostFS(root), devices=devices, dirs=dirs)
+    if verify and answers is not None:
+        _verify(report, answers, engine=engine, probe_image=probe_image, timeout=timeout)
+
+
+def answer_scan(report: ReportBuilder, scan: ScanResult, host: HostFS, *, devices: Sequence[str] | None = None,
+                dirs: Sequence[str] = ()) -> list[DeviceAnswer] | None:
+    """Fill the report from a scan: problems, one entry per device, the node answer with evidence."""
+    for severity, source, message in scan.problems:
+        report.problem(severity, source, message)  # type: ignore[arg-type]
+    selected = _select(report, scan, devices, list(dirs))
+    if selected is None:
+        return None
+    answers = _answers(selected, host)
+    _report_problems(report, answers, host)
+    for answer in answers:
+        details: dict[str, Any] = {"status": answer.status, "spec": answer.device.spec.path}
+        details["checks"] = {api: f"{f.state}: {f.text}" for api, f in answer.findings.items()}
+        if answer.blocked:
+            details["missing"] = [path for path, _ in answer.missing]
+        report.device(answer.name, answer.apis, **details)
+    _evidence(report, answers, scan, list(dirs), host)
+    return answers
+
+
+class _Remembered:
+    __slots__ = ("devices", "trace", "answers")
+
+    def __init__(self, devices: list[ResolvedDevice], trace: dict[tuple[str, str], Any],
+                 answers: list[DeviceAnswer]) -> None:
+        self.devices = devices  # held, so the specs' ids stay theirs
+        self.trace = trace
+        self.answers = answers
+
+
+# The last answers per root: reused when the reader hands back the same parsed specs (it caches
+# them by path, size and mtime) and every host question gets the same answer again.
+_REMEMBERED: dict[str, _Remembered] = {}
+
+
+def _answers(selected: list[ResolvedDevice], host: HostFS) -> list[DeviceAnswer]:
+    last = _REMEMBERED.get(host.root)
+    if (last is not None and len(last.devices) == len(selected)
+            and all(a.spec is b.spec and a.qualified_name == b.qualified_name
+                    for a, b in zip(last.devices, selected))
+            and host.replay(last.trace)):
+        return last.answers
+    bases: dict[int, tuple[ContainerView, list[tuple[str, str]]]] = {}
+    same_edits: dict[Any, tuple[dict[str, Finding], list[tuple[str, str]]]] = {}
+    answers = []
+    for device in selected:
+        spec = device.spec
+        if id(spec) not in bases:
+            bases[id(spec)] = (ContainerView.of(spec.edits, host), _missing(spec.edits, host))
+        try:
+            key: Any = (id(spec), device.device.edits)
+            hash(key)
+        except TypeError:  # edits holding dicts (intelRdt, netDevices): no sharing
+            key = object()
+        if key not in same_edits:
+            base, base_missing = bases[id(spec)]
+            own = device.device.edits
+            view = base.with_device(own)
+            missing = _missing(device.edits(), host) if own.mounts else base_missing + _missing(own, host)
+            same_edits[key] = (judge(view, spec.kind), missing)
+        findings, missing = same_edits[key]
+        answers.append(DeviceAnswer(device, findings, missing))
+    _REMEMBERED.clear()  # one root at a time: a long-running agent asks about one node
+    _REMEMBERED[host.root] = _Remembered(list(selected), host.trace, answers)
+    return answers
+
+
+def _missing(edits: ContainerEdits, host: HostFS) -> list[tuple[str, str]]:
+    """The host paths an engine needs for these edits that do not exist: the container cannot start."""
+    missing: list[tuple[str, str]] = []
+    for mount in edits.mounts:
+        if is_bind(mount) and not host.exists(mount.host_path):
+            missing.append((mount.host_path, f"the mount source for {mount.container_path}"))
+    for node in edits.device_nodes:
+        path = node.host_path or node.path
+        if not node_fully_specified(node) and not host.exists(path):
+            missing.append((path, "the device node"))
+    for hook in edits.hooks:
+        if not host.exists(hook.path):
+            missing.append((hook.path, f"the {hook.hook_name} hook binary"))
+    return missing
+
+
+# --- engine rules and device selection ----------------------------------------------------------
+
+def _engine_rules(report: ReportBuilder, engine: str | None,
+                  timeout: float | None) -> tuple[str | None, str | None] | None:
+    """(highest cdiVersion the engine accepts, "podman 4.3.1"); (None, None) for the newest rules;
+    None when the option is unusable (reported). A label without a version: that engine reads no CDI."""
+    from cgpu.cdi.versions import max_cdi_version, parse_engine_option
+
+    if engine in (None, "", "none"):
+        return None, None
+    if engine == "auto":
+        from cgpu.engines import detect_engines
+
+        found, failures = detect_engines(timeout=timeout or 10)
+        if not found:
+            why = f" ({'; '.join(failures)})" if failures else ""
+            report.problem("warning", "--engine auto",
+                           f"no podman or docker answered on this host{why}, so specs are judged by the newest "
+                           f"CDI rules")
+            return None, None
+        name, version = found[0].name, found[0].version
+    else:
+        try:
+            name, version = parse_engine_option(engine)
+        except ValueError as exc:
+            report.failed("--engine", str(exc))
+            return None
+    try:
+        return max_cdi_version(name, version), f"{name} {version}"
+    except ValueError as exc:  # an engine found by `auto` that cgpu has no figure for
+        report.problem("warning", "--engine auto", f"{exc}; specs are judged by the newest CDI rules")
+        return None, None
+
+
+def _select(report: ReportBuilder, scan: ScanResult, names: Sequence[str] | None,
+            dirs: list[str]) -> list[ResolvedDevice] | None:
+    if not names:
+        return list(scan.devices.values())
+    from cgpu.cdi.names import parse_qualified_name
+
+    wanted = list(dict.fromkeys(names))
+    for name in wanted:
+        try:
+            parse_qualified_name(name)
+        except ValueError as exc:
+            report.failed("--device", f"{name!r} is not a CDI device name ({exc}); use vendor/class=name, "
+                                      f"e.g. nvidia.com/gpu=0")
+            return None
+    unknown = [name for name in wanted if name not in scan.devices]
+    if unknown:
+        report.problem("error", ", ".join(unknown),
+                       f"unresolvable CDI devices {', '.join(unknown)}: no valid spec in {', '.join(dirs)} "
+                       f"defines them, so an engine refuses a container that requests them")
+    return [scan.devices[name] for name in wanted if name in scan.devices]
+
+
+# --- problems: blocked devices, stale specs, risky edits -----------------------------------------
+
+def _names(names: list[str], limit: int = 3) -> str:
+    if len(names) <= limit:
+        return ", ".join(names)
+    return f"{', '.join(names[:limit])} and {len(names) - limit} more"
+
+
+def _spec_driver_version(spec: Spec, missing: list[tuple[str, str]]) -> str | None:
+    """The NVIDIA driver version a spec was generated for, as its hooks or missing paths say."""
+    for hook in spec.edits.hooks:
+        for arg in hook.args:
+            match = _HOST_DRIVER_ARG.fullmatch(arg)
+            if match:
+                return match.group(1)
+    for path, _ in missing:
+        match = _DRIVER_VERSION_IN_PATH.search(path)
+        if match:
+            return match.group(1) or match.group(2)
+    return None
+
+
+def _stale(answers: list[DeviceAnswer], host: HostFS) -> tuple[str, str, str, list[str]] | None:
+    """(spec's driver, host's driver, file it was read from, versioned missing paths) when a spec is stale."""
+    host_version, source = host.nvidia_driver_version()
+    missing = [item for answer in answers for item in answer.missing]
+    spec_version = _spec_driver_version(answers[0].device.spec, missing)
+    if host_version is None or source is None or spec_version is None or spec_version == host_version:
+        return None
+    versioned = list(dict.fromkeys(p for p, _ in missing if spec_version in p))
+    return (spec_version, host_version, source, versioned) if versioned else None
+
+
+_RISKY: dict[int, tuple[ContainerEdits, list[str]]] = {}
+
+
+def _risky(edits: ContainerEdits) -> list[str]:
+    """`risky_edits`, remembered per parsed edits object (the reader reuses them while files are unchanged)."""
+    known = _RISKY.get(id(edits))
+    if known is None or known[0] is not edits:
+        if len(_RISKY) > 4096:
+            _RISKY.clear()
+        known = _RISKY[id(edits)] = (edits, risky_edits(edits))
+    return known[1]
+
+
+def _report_problems(report: ReportBuilder, answers: list[DeviceAnswer], host: HostFS) -> None:
+    by_spec: dict[str, list[DeviceAnswer]] = {}
+    for answer in answers:
+        by_spec.setdefault(answer.device.spec.path, []).append(answer)
+    for spec_path, group in by_spec.items():
+        spec = group[0].device.spec
+        seen: set[str] = set()
+        for message in [*_risky(spec.edits), *(m for a in group for m in _risky(a.device.device.edits))]:
+            if message not in seen:
+                seen.add(message)
+                report.problem("warning", spec_path, message)
+        blocked = [a for a in group if a.blocked]
+        if not blocked:
+            continue
+        stale = _stale(blocked, host)
+        if stale is not None:
+            spec_version, host_version, source, versioned = stale
+            report.problem("error", spec_path, (
+                f"stale spec: it was generated for NVIDIA driver {spec_version} but the host runs {host_version} "
+                f"({host.display(source)}), so {len(versioned)} of its paths such as {versioned[0]} no longer "
+                f"exist and no container with {_names([a.name for a in blocked])} can start; regenerate it with "
+                f"`nvidia-ctk cdi generate --output={spec_path}` (or `systemctl restart nvidia-cdi-refresh.service` "
+                f"where the toolkit keeps /var/run/cdi/nvidia.yaml current)"))
+            continue
+        by_cause: dict[tuple[str, str], list[DeviceAnswer]] = {}
+        for answer in blocked:
+            by_cause.setdefault(answer.missing[0], []).append(answer)
+        for (path, what), causing in by_cause.items():
+            more = len({p for a in causing for p, _ in a.missing}) - 1
+            extra = f" (and {more} more missing paths)" if more > 0 else ""
+            report.problem("error", spec_path, (
+                f"{_names([a.name for a in causing])} cannot start: {what} {host.display(path)} does not exist on the host{extra}, "
+                f"so the engine refuses the container; the spec does not fit this host: regenerate it here"))
+
+
+# --- the node answer ------------------------------------------------------------------------------
+
+def _lead(answers: list[DeviceAnswer]) -> str:
+    """The first device's name, with how many more share the finding: grammatical before 'gets'."""
+    first = answers[0].name
+    rest = len(answers) - 1
+    return first if rest == 0 else f"{first} (and {rest} other device{'s' if rest > 1 else ''})"
+
+
+def _evidence(report: ReportBuilder, answers: list[DeviceAnswer], scan: ScanResult, dirs: list[str],
+              host: HostFS) -> None:
+    runnable = [a for a in answers if not a.blocked]
+    blocked = [a for a in answers if a.blocked]
+    for api in APIS:
+        providers = [a for a in runnable if a.findings[api].state == PROVIDED]
+        if providers:
+            report.provide(api, f"{_lead(providers)} {providers[0].findings[api].text}")
+            continue
+        partial = [a for a in runnable if a.findings[api].state == PARTIAL]
+        if partial:
+            report.withhold(api, f"partial: {_lead(partial)} {partial[0].findings[api].text}")
+            continue
+        stopped = [a for a in blocked if a.findings[api].state != ABSENT]
+        if stopped:
+            path, what = stopped[0].missing[0]
+            stale = _stale(stopped, host)
+            cause = (f"its spec is stale (written for NVIDIA driver {stale[0]}, the host runs {stale[1]}): "
+                     f"regenerate it with `nvidia-ctk cdi generate`" if stale else
+                     f"{what} {path} does not exist on the host")
+            report.withhold(api, f"not provided: {_lead(stopped)} would give {api} but no container with it "
+                                 f"can start, as {cause}")
+            continue
+        if answers:
+            base = runnable or answers
+            report.withhold(api, f"not provided: {_lead(base)} {base[0].findings[api].text}")
+        elif scan.devices:
+            report.withhold(api, "not provided: none of the requested CDI devices resolves")
+        else:
+            report.withhold(api, f"not provided: no valid CDI spec defines a device in {', '.join(dirs)}")
+
+
+def _verify(report: ReportBuilder, answers: list[DeviceAnswer], *, engine: str | None,
+            probe_image: str | None, timeout: float | None) -> None:
+    try:
+        from cgpu.verify import verify_devices
+    except ImportError:
+        report.problem("error", "cgpu", "--verify is not available in this build (cgpu.verify is missing); "
+                                        "the answer is the static one")
+        return
+    runnable = [a for a in answers if not a.blocked]
+    verify_devices(report, [a.name for a in runnable], {a.name: a.apis for a in runnable},
+                   engine=engine, probe_image=probe_image, timeout=timeout)

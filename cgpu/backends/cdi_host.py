@@ -1,0 +1,181 @@
+"""The host filesystem a CDI spec is checked against (`--root`), read safely.
+
+Every path a spec names is a host path; under a root other than `/` it is looked up inside
+that root, with symlinks resolved *inside* it (an absolute link target or a `..` never
+leaves the root). Results are memoised for one probe: host checks are redone every call.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import posixpath
+import re
+import stat
+from typing import Any
+
+MAX_SYMLINKS = 40
+MAX_SMALL_FILE = 64 * 1024  # ICD manifests, .icd files, sysfs values: anything larger is not one
+
+_NVRM_VERSION = re.compile(r"Kernel Module(?: for \S+)?\s+(\d+\.\d+(?:\.\d+)?)")
+_BARE_VERSION = re.compile(r"^\s*(\d+\.\d+(?:\.\d+)?)\s*$")
+
+
+def _clean(path: str) -> str:
+    """An absolute, normalised path; `..` stops at `/` (normpath keeps a leading `//`, so strip it first)."""
+    return posixpath.normpath("/" + path.lstrip("/"))
+
+
+class HostFS:
+    """Read-only view of the host filesystem under `root`.
+
+    Every answer is memoised for this probe and kept as a trace of (query, argument) ->
+    result: `replay(trace)` asks the same questions afresh and says whether every answer is
+    unchanged, so a caller can reuse what it concluded from them.
+    """
+
+    def __init__(self, root: str = "/") -> None:
+        self.given_root = root
+        self.root = os.path.abspath(root)
+        self._plain = self.root == os.path.abspath(os.sep)
+        self._resolved: dict[str, str | None] = {}  # path -> real file, for the walk inside the root
+        self._modes: dict[str, int] = {}  # real file -> st_mode, as the walk saw it
+        self._memo: dict[tuple[str, str], Any] = {}
+
+    @property
+    def trace(self) -> dict[tuple[str, str], Any]:
+        return self._memo
+
+    def replay(self, trace: dict[tuple[str, str], Any]) -> bool:
+        """Ask every question of `trace` again; True when all answers are unchanged."""
+        for key, answer in trace.items():
+            fresh = getattr(self, "_" + key[0])(key[1])
+            self._memo[key] = fresh
+            if fresh != answer:
+                return False
+        return True
+
+    def _ask(self, query: str, arg: str) -> Any:
+        key = (query, arg)
+        if key not in self._memo:
+            self._memo[key] = getattr(self, "_" + query)(arg)
+        return self._memo[key]
+
+    def exists(self, path: str) -> bool:
+        return self._ask("kind", path) is not None
+
+    def is_dir(self, path: str) -> bool:
+        return self._ask("kind", path) == "dir"
+
+    def listdir(self, path: str) -> list[str]:
+        return self._ask("listdir", path)
+
+    def read_small(self, path: str) -> tuple[str | None, str | None]:
+        """(text, None) or (None, why not): a small text file, decoded leniently."""
+        return self._ask("read_small", path)
+
+    def read_json(self, path: str) -> tuple[Any, str | None]:
+        text, why = self.read_small(path)
+        if text is None:
+            return None, why
+        try:
+            return json.loads(text), None
+        except ValueError as exc:
+            return None, f"is not valid JSON ({exc})"
+
+    # --- the raw questions ----------------------------------------------------------------------
+    def _kind(self, path: str) -> str | None:
+        """"dir", "file" (anything else that exists) or None: one stat, after the walk inside the root."""
+        real = self.resolve(path)
+        if real is None:
+            return None
+        mode = self._modes.get(real)
+        if mode is None:
+            try:
+                mode = os.stat(real).st_mode
+            except OSError:
+                return None
+        return "dir" if stat.S_ISDIR(mode) else "file"
+
+    def resolve(self, path: str) -> str | None:
+        """The real file for an absolute host path (symlinks resolved inside the root), or None."""
+        if self._plain:
+            return path
+        return self._resolve_inside(_clean(path), 0)
+
+    def _resolve_inside(self, path: str, hops: int) -> str | None:
+        # `path` is normalised and absolute; its parent is resolved first (memoised), so the
+        # spec's many files in one library folder cost one lstat each.
+        if path == "/":
+            return self.root
+        if path in self._resolved:
+            return self._resolved[path]
+        parent, name = posixpath.split(path)
+        real_parent = self._resolve_inside(parent, hops)
+        real: str | None = None
+        if real_parent is not None:
+            candidate = os.path.join(real_parent, name)
+            try:
+                info = os.lstat(candidate)
+            except OSError:
+                info = None
+            if info is not None and stat.S_ISLNK(info.st_mode):
+                try:
+                    target = os.readlink(candidate)
+                except OSError:
+                    target = None
+                if target is not None and hops < MAX_SYMLINKS:
+                    # A relative target starts at the link's real folder; `..` stops at the root.
+                    inside = "/" + os.path.relpath(real_parent, self.root).replace(os.sep, "/")
+                    joined = target if target.startswith("/") else posixpath.join(inside, target)
+                    real = self._resolve_inside(_clean(joined), hops + 1)
+            elif info is not None:
+                real = candidate
+                self._modes[real] = info.st_mode
+        self._resolved[path] = real
+        return real
+
+    def _listdir(self, path: str) -> list[str]:
+        real = self.resolve(path)
+        try:
+            return sorted(os.listdir(real)) if real is not None else []
+        except OSError:
+            return []
+
+    def _read_small(self, path: str) -> tuple[str | None, str | None]:
+        real = self.resolve(path)
+        if real is None:
+            return None, "does not exist"
+        try:
+            with open(real, "rb") as handle:
+                data = handle.read(MAX_SMALL_FILE + 1)
+        except OSError as exc:
+            return None, f"cannot be read ({exc.strerror or exc})"
+        if len(data) > MAX_SMALL_FILE:
+            return None, f"is larger than {MAX_SMALL_FILE} bytes"
+        return data.decode("utf-8", errors="replace"), None
+
+    def nvidia_driver_version(self) -> tuple[str | None, str | None]:
+        """The running NVIDIA kernel driver version and the file it was read from."""
+        for path, pattern in (
+            ("/proc/driver/nvidia/version", _NVRM_VERSION),
+            ("/sys/module/nvidia/version", _BARE_VERSION),
+        ):
+            text, _ = self.read_small(path)
+            if text is not None:
+                match = pattern.search(text)
+                if match:
+                    return match.group(1), path
+        return None, None
+
+    def render_node_vendor(self, node_name: str) -> str | None:
+        """PCI vendor id (`0x10de`) of a DRM render node such as `renderD128`, from sysfs."""
+        text, _ = self.read_small(f"/sys/class/drm/{node_name}/device/vendor")
+        if text is None:
+            return None
+        value = text.strip().lower()
+        return value if re.fullmatch(r"0x[0-9a-f]{4}", value) else None
+
+    def display(self, path: str) -> str:
+        """How to name a host path in a message: as the spec names it, inside the root when not `/`."""
+        return path if self._plain else posixpath.join(self.given_root, path.lstrip("/"))

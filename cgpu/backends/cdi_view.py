@@ -1,0 +1,305 @@
+"""What a container sees when an engine injects one CDI device: nodes, files, env, hook effects.
+
+Built from the merged edits (`ResolvedDevice.edits()`) and the host (`HostFS`): mounts map a
+container path to a host path; NVIDIA's hooks are read, never run — `create-symlinks --link
+TARGET::LINK` adds links, `update-ldcache --folder DIR` makes the libraries in DIR loadable by
+their SONAME (ldconfig creates those links).
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+
+from cgpu.backends.cdi_host import HostFS
+from cgpu.cdi.model import ContainerEdits, DeviceNode, Hook, Mount
+
+NVIDIA_HOOK_BINARIES = frozenset({"nvidia-cdi-hook", "nvidia-ctk"})
+# Mount types whose source is not a host path (the CDI README's tmpfs example has hostPath "tmpfs").
+PSEUDO_MOUNT_TYPES = frozenset({"tmpfs", "proc", "sysfs", "devpts", "mqueue", "cgroup", "cgroup2", "devtmpfs",
+                                "overlay", "shm", "ramfs"})
+MAX_LINK_HOPS = 8
+MAX_DIR_ENTRIES = 4096
+
+
+class HookEffects:
+    __slots__ = ("links", "ld_folders", "nvidia_hooks", "other_hooks")
+
+    def __init__(self, links: dict[str, str] | None = None, ld_folders: list[str] | None = None,
+                 nvidia_hooks: list[Hook] | None = None, other_hooks: list[Hook] | None = None) -> None:
+        self.links = links if links is not None else {}  # link path -> target, both container paths
+        self.ld_folders = ld_folders if ld_folders is not None else []
+        self.nvidia_hooks = nvidia_hooks if nvidia_hooks is not None else []
+        self.other_hooks = other_hooks if other_hooks is not None else []
+
+
+def hook_effects(hooks: tuple[Hook, ...]) -> HookEffects:
+    effects = HookEffects()
+    for hook in hooks:
+        command = _nvidia_hook_command(hook)
+        if command is None:
+            effects.other_hooks.append(hook)
+            continue
+        effects.nvidia_hooks.append(hook)
+        if not command:
+            continue
+        name, flags = command[0], _flag_values(command[1:])
+        if name == "create-symlinks":
+            for spec in flags.get("--link", []):
+                target, sep, link = spec.partition("::")
+                if sep and target and link.startswith("/"):
+                    link = posixpath.normpath(link)
+                    base = posixpath.dirname(link)
+                    effects.links[link] = posixpath.normpath(posixpath.join(base, target))
+        elif name == "update-ldcache":
+            for folder in flags.get("--folder", []):
+                if folder.startswith("/"):
+                    effects.ld_folders.append(posixpath.normpath(folder))
+    return effects
+
+
+def _nvidia_hook_command(hook: Hook) -> list[str] | None:
+    """The hook's subcommand and arguments when it is NVIDIA's hook binary, else None."""
+    args = list(hook.args)
+    program = posixpath.basename(args[0]) if args else posixpath.basename(hook.path)
+    if program not in NVIDIA_HOOK_BINARIES and posixpath.basename(hook.path) not in NVIDIA_HOOK_BINARIES:
+        return None
+    rest = args[1:] if args else []
+    if program == "nvidia-ctk" and rest[:1] == ["hook"]:  # the pre-1.16 form: nvidia-ctk hook NAME ...
+        rest = rest[1:]
+    return rest
+
+
+def _flag_values(args: list[str]) -> dict[str, list[str]]:
+    values: dict[str, list[str]] = {}
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg.startswith("--") and "=" in arg:
+            key, _, value = arg.partition("=")
+            values.setdefault(key, []).append(value)
+        elif arg.startswith("--") and i + 1 < len(args):
+            values.setdefault(arg, []).append(args[i + 1])
+            i += 1
+        i += 1
+    return values
+
+
+def is_bind(mount: Mount) -> bool:
+    return mount.type not in PSEUDO_MOUNT_TYPES
+
+
+def node_fully_specified(node: DeviceNode) -> bool:
+    """The engine creates such a node itself even when the host has none (the library ignores the stat error)."""
+    if node.type == "p":
+        return True
+    return node.type in ("b", "c", "u") and bool(node.major) and node.minor is not None
+
+
+_LIBRARY_NAME = re.compile(r"(.+?)\.so\.\d+(?:\.\d+)*")
+
+
+class FileIndex:
+    """The files the host provides in a container, indexed the ways the rules look them up."""
+
+    __slots__ = ("paths", "by_folder", "libraries", "names")
+
+    def __init__(self, paths: list[str], by_folder: dict[str, list[str]], libraries: dict[str, list[str]],
+                 names: set[str]) -> None:
+        self.paths = paths  # mounted files, directory mounts' entries, hook links
+        self.by_folder = by_folder
+        self.libraries = libraries  # "libcuda" -> ["/usr/lib/.../libcuda.so.580.82.07"] (no links)
+        self.names = names  # file names that are not links
+
+
+class ContainerView:
+    """One device's container, as far as the spec and the host decide it.
+
+    `ContainerView.of(spec_edits, host)` is the spec-level part; `with_device(edits)` layers a
+    device's edits on it as the CDI library merges them (env by name, nodes by path, mounts by
+    container path, hooks appended), sharing what the device does not change.
+    """
+
+    def __init__(self, host: HostFS, nodes: dict[str, DeviceNode], mounts: dict[str, Mount],
+                 env: dict[str, str], effects: HookEffects) -> None:
+        self.host = host
+        self.nodes = nodes
+        self.mounts = mounts
+        self.env = env
+        self.links = effects.links
+        self.ld_folders = effects.ld_folders
+        self.nvidia_hooks = effects.nvidia_hooks
+        self.other_hooks = effects.other_hooks
+        self._index: FileIndex | None = None
+        self._usable: dict[re.Pattern[str], list[str]] = {}
+        self._links_by_name: dict[str, list[str]] | None = None
+
+    @classmethod
+    def of(cls, edits: ContainerEdits, host: HostFS) -> ContainerView:
+        return cls(host, {}, {}, {}, HookEffects()).with_device(edits)
+
+    def with_device(self, edits: ContainerEdits) -> ContainerView:
+        nodes = {**self.nodes, **{posixpath.normpath(n.path): n for n in edits.device_nodes}}
+        mounts = self.mounts
+        if edits.mounts:
+            mounts = {**mounts, **{posixpath.normpath(m.container_path): m for m in edits.mounts if is_bind(m)}}
+        env = self.env
+        if edits.env:
+            env = {**env, **dict(entry.partition("=")[::2] for entry in edits.env)}
+        added = hook_effects(edits.hooks)
+        effects = HookEffects({**self.links, **added.links} if added.links else self.links,
+                              self.ld_folders + added.ld_folders, self.nvidia_hooks + added.nvidia_hooks,
+                              self.other_hooks + added.other_hooks)
+        view = ContainerView(self.host, nodes, mounts, env, effects)
+        if mounts is self.mounts:  # the usual device: nodes and a few links on the spec-level files
+            base = self.index
+            if not added.links:
+                view._index = base
+            else:
+                by_folder = dict(base.by_folder)
+                for link in added.links:
+                    folder = posixpath.dirname(link)
+                    by_folder[folder] = [*by_folder.get(folder, ()), link]
+                view._index = FileIndex(base.paths + list(added.links), by_folder, base.libraries, base.names)
+        return view
+
+    @property
+    def index(self) -> FileIndex:
+        if self._index is None:
+            paths: list[str] = []
+            for cpath, mount in self.mounts.items():
+                if self.host.is_dir(mount.host_path):
+                    paths.extend(posixpath.join(cpath, name)
+                                 for name in self.host.listdir(mount.host_path)[:MAX_DIR_ENTRIES])
+                else:
+                    paths.append(cpath)
+            real = list(paths)
+            paths.extend(self.links)
+            by_folder: dict[str, list[str]] = {}
+            for path in paths:
+                by_folder.setdefault(posixpath.dirname(path), []).append(path)
+            libraries: dict[str, list[str]] = {}
+            names = set()
+            for path in real:
+                name = posixpath.basename(path)
+                names.add(name)
+                match = _LIBRARY_NAME.fullmatch(name)
+                if match:
+                    libraries.setdefault(match.group(1), []).append(path)
+            self._index = FileIndex(paths, by_folder, libraries, names)
+        return self._index
+
+    # --- device nodes -------------------------------------------------------------------------
+    def usable_node(self, path: str) -> bool:
+        node = self.nodes.get(path)
+        if node is None or node.permissions == "none":
+            return False
+        return node_fully_specified(node) or self.host.exists(node.host_path or node.path)
+
+    def usable_nodes(self, pattern: re.Pattern[str]) -> list[str]:
+        found = self._usable.get(pattern)
+        if found is None:
+            found = self._usable[pattern] = [p for p in self.nodes if pattern.fullmatch(p) and self.usable_node(p)]
+        return found
+
+    # --- files --------------------------------------------------------------------------------
+    def follow(self, path: str) -> str:
+        """A container path with the hook-made links along it followed."""
+        for _ in range(MAX_LINK_HOPS):
+            target = self.links.get(path)
+            if target is None:
+                return path
+            path = target
+        return path
+
+    def host_path(self, path: str) -> str | None:
+        """The host file behind a container path (after links), or None when the host does not provide it."""
+        path = self.follow(posixpath.normpath(path))
+        mount = self.mounts.get(path)
+        if mount is not None:
+            return mount.host_path
+        parent = posixpath.dirname(path)
+        while True:
+            mount = self.mounts.get(parent)
+            if mount is not None and self.host.is_dir(mount.host_path):
+                return posixpath.join(mount.host_path, posixpath.relpath(path, parent))
+            if parent == "/":
+                return None
+            parent = posixpath.dirname(parent)
+
+    def files_in(self, folder: str) -> list[str]:
+        return list(dict.fromkeys(self.index.by_folder.get(posixpath.normpath(folder), ())))
+
+    def libraries(self, stem: str) -> list[str]:
+        """Mounted files named `<stem>.so.<version>` (e.g. libcuda.so.575.64.03, libcuda.so.1.1)."""
+        return self.index.libraries.get(stem, [])
+
+    def soname_route(self, library: str, soname: str) -> str | None:
+        """How the dynamic linker finds `library` by its SONAME in the container, or None."""
+        if posixpath.basename(library) == soname:
+            return f"mounted as {soname}"
+        if self._links_by_name is None:
+            self._links_by_name = {}
+            for link in self.links:
+                self._links_by_name.setdefault(posixpath.basename(link), []).append(link)
+        for link in self._links_by_name.get(soname, ()):
+            if self.follow(self.links[link]) == library:
+                return f"linked as {link} by the create-symlinks hook"
+        folder = posixpath.dirname(library)
+        if folder in self.ld_folders:
+            return f"linkable as {soname} through the update-ldcache hook over {folder}"
+        return None
+
+    def names_library(self, value: str, relative_to: str, library: str, soname: str) -> bool:
+        """Does a loader entry (`library_path` of an ICD, an .icd line) name `library`, directly or by its
+        SONAME? (Whether the SONAME then resolves is `soname_route`'s question.)"""
+        value = value.strip()
+        if "/" not in value:
+            return value in (soname, posixpath.basename(library))
+        path = value if value.startswith("/") else posixpath.join(posixpath.dirname(relative_to), value)
+        path = self.follow(posixpath.normpath(path))
+        return path == library or (posixpath.basename(path) == soname
+                                   and posixpath.dirname(path) == posixpath.dirname(library))
+
+
+_SHELLS = re.compile(r"(ba|da|z|k|c|tc|fi)?sh|busybox|python[\d.]*|perl|env")
+
+
+def risky_edits(edits: ContainerEdits) -> list[str]:
+    """Edits the CDI library accepts that hand the container (or a hook) too much: one message each.
+
+    Writing to a spec dir is as good as root on the host: hooks run host programs as the engine.
+    """
+    found = []
+    for mount in edits.mounts:
+        target = mount.container_path
+        if is_bind(mount) and posixpath.normpath(mount.host_path) == "/":
+            found.append(f"mounts the host's whole filesystem (/) at {target} in the container")
+        if not target.startswith("/") or ".." in target.split("/"):
+            found.append(f"mount target {target!r} is not a clean absolute path")
+        if posixpath.normpath(target) == "/etc/ld.so.preload":
+            found.append(f"mounts {mount.host_path} onto /etc/ld.so.preload: every program in the container "
+                         f"loads what it names")
+    for entry in edits.env:
+        key = entry.partition("=")[0]
+        if key in ("LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT"):
+            found.append(f"sets {entry}, which changes what every program in the container loads")
+        elif not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+            found.append(f"env entry {entry!r} has no valid variable name")
+    for node in edits.device_nodes:
+        if not node.path.startswith("/") or ".." in node.path.split("/"):
+            found.append(f"device node path {node.path!r} is not a clean absolute path")
+        if node.permissions == "none":
+            found.append(f"device node {node.path} has permissions 'none': the container cannot open it")
+    for hook in edits.hooks:
+        if _nvidia_hook_command(hook) is not None:
+            continue
+        program = posixpath.basename(hook.args[0] if hook.args else hook.path)
+        command = " ".join(hook.args)[:200]
+        if _SHELLS.fullmatch(posixpath.basename(hook.path)) or _SHELLS.fullmatch(program):
+            found.append(f"its {hook.hook_name} hook runs a shell or interpreter on the host ({hook.path}: {command}); "
+                         f"cgpu never runs hooks, so it cannot tell what that does")
+        else:
+            found.append(f"its {hook.hook_name} hook runs the host program {hook.path}; cgpu never runs hooks, "
+                         f"so it cannot tell what that changes in the container")
+    return found

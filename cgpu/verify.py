@@ -1,0 +1,234 @@
+"""Live verification (`cgpu probe --backend cdi --verify`): run the probe in a real container
+per CDI device, through the engine's API, and compare its answer with the static one.
+
+The static answer is a prediction from the spec files; this is the check. Each device gets
+one container (no network, labelled `cgpu.verify=1`, removed on every path) that starts
+from the probe image with only that device injected and runs `python3 /cgpu-probe.py`.
+Its live APIs go beside the static ones in the device entry, and every disagreement is a
+problem naming the device, the API and both answers.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from cgpu.apis import API_ORDER
+from cgpu.engines import ContainerTimeout, DockerEngine, Engine, EngineError, engine_choice, open_engine
+from cgpu.report import ReportBuilder
+from cgpu.run import decode
+
+PROBE_PATH = "/cgpu-probe.py"
+DEFAULT_TIMEOUT = 60.0  # per container: the probe gives each API its own, shorter, limit
+API_TIMEOUT = 30.0  # per engine API call
+SOURCE = "--verify"
+
+
+def verify_devices(
+    report: ReportBuilder,
+    devices: list[str],
+    static: dict[str, list[str]],
+    *,
+    engine: str | None = None,
+    probe_image: str | None = None,
+    timeout: float | None = None,
+) -> None:
+    """Run the probe in one container per device and record what it found in `report`."""
+    if not devices:
+        report.problem("info", SOURCE, "no CDI device that can start a container, so none was started")
+        return
+    container_timeout = timeout or DEFAULT_TIMEOUT
+    try:
+        probe_source = _probe_source()
+    except (OSError, ImportError) as exc:
+        report.problem("error", SOURCE, f"cannot read the probe script: {exc}")
+        return
+    choice = engine_choice(engine)
+    report.progress(f"verify: connecting to {choice or 'the container engine'}")
+    try:
+        with open_engine(choice, timeout=API_TIMEOUT, progress=report.progress) as eng:
+            _verify_with(report, eng, devices, static, probe_source, probe_image, container_timeout, engine)
+    except EngineError as exc:
+        report.problem("error", SOURCE, f"could not run: {exc}")
+
+
+def _verify_with(
+    report: ReportBuilder,
+    eng: Engine,
+    devices: list[str],
+    static: dict[str, list[str]],
+    probe_source: bytes,
+    probe_image: str | None,
+    timeout: float,
+    engine_option: str | None,
+) -> None:
+    if isinstance(eng, DockerEngine):
+        refusal = eng.cdi_refusal()
+        if refusal:
+            report.problem("error", SOURCE, f"did not run: {refusal}")
+            return
+    _note_engine_mismatch(report, eng, engine_option)
+    image, how = _image(report, eng, probe_image, timeout)
+    outcomes = []
+    for index, name in enumerate(devices, 1):
+        report.progress(f"verify [{index}/{len(devices)}]: running the probe in a {eng.name} container with {name}")
+        outcomes.append(_verify_device(report, eng, image, name, static.get(name, []), probe_source, timeout))
+    report.problem("info", SOURCE, _summary(eng, image, how, outcomes))
+
+
+def _summary(eng: Engine, image: str, how: str, outcomes: list[str]) -> str:
+    """What --verify ran and what it found, in one sentence for people."""
+    words = {"agrees": "agree(s) with the static answer", "disagrees": "disagree(s) with it (see the warnings)",
+             "failed": "could not be checked (see the errors)"}
+    found = "; ".join(f"{outcomes.count(o)} {words[o]}" for o in words if o in outcomes)
+    return (
+        f"ran cgpu's probe in {len(outcomes)} {eng.describe()} container(s), one per CDI device, from the image "
+        f"{image} ({how}): {found}"
+    )
+
+
+def _note_engine_mismatch(report: ReportBuilder, eng: Engine, engine_option: str | None) -> None:
+    """`--engine podman@5.0` judges the specs as podman 5.0 would; the live run uses the
+    engine that is here. Say so when they differ: their CDI version limits may too."""
+    if not engine_option or "@" not in engine_option:
+        return
+    name, _, version = engine_option.partition("@")
+    if (name.strip().lower(), version.strip()) != (eng.name, eng.version):
+        report.problem(
+            "info", SOURCE,
+            f"the static answer judged the specs as {name.strip()} {version.strip()} would (--engine); "
+            f"the live run used {eng.describe()}, the engine on this host",
+        )
+
+
+def _image(report: ReportBuilder, eng: Engine, probe_image: str | None, timeout: float) -> tuple[str, str]:
+    """The image to run and how it came to be (for the summary)."""
+    if probe_image:
+        if not eng.image_exists(probe_image):
+            raise EngineError(
+                f"the probe image {probe_image} is not in {eng.name}'s local storage; cgpu does not pull images: "
+                f"`{eng.name} pull {probe_image}` first"
+            )
+        return probe_image, "given with --probe-image"
+    from cgpu.probe_image import ensure_probe_image
+
+    ref, seconds = ensure_probe_image(eng, timeout=timeout, progress=report.progress)
+    if seconds is None:
+        return ref, "built earlier from this host's packages"
+    return ref, f"built from this host's packages in {seconds:.1f} s"
+
+
+def _verify_device(
+    report: ReportBuilder,
+    eng: Engine,
+    image: str,
+    name: str,
+    static_apis: list[str],
+    probe_source: bytes,
+    timeout: float,
+) -> str:
+    entry = _device_entry(report, name, static_apis)
+    started = time.monotonic()
+    try:
+        result = eng.run_container(
+            image, ["python3", PROBE_PATH], devices=[name], files={PROBE_PATH: probe_source}, timeout=timeout
+        )
+    except ContainerTimeout as exc:
+        return _failed(report, entry, name, f"{exc} (engine: {eng.describe()})", started)
+    except EngineError as exc:
+        message = f"{eng.describe()} could not run a container with {name}: {exc}"
+        if "unresolvable CDI devices" in message:
+            message += f" ({_unresolvable_hint(eng)})"
+        return _failed(report, entry, name, message, started)
+    entry["live_seconds"] = round(result.seconds, 2)
+    live = _read_probe(report, name, result.stdout)
+    if isinstance(live, str):
+        tail = decode(result.stderr).strip()[-400:] or "nothing"
+        message = (f"the probe in the container with {name} gave no usable answer: {live} "
+                   f"(exit status {result.exit_code}; stderr: {tail})")
+        return _failed(report, entry, name, message, started)
+    live_apis, live_evidence, live_devices = live
+    entry["live_apis"] = live_apis
+    entry["live_evidence"] = live_evidence
+    entry["live_devices"] = live_devices
+    disagreements = [api for api in API_ORDER if (api in static_apis) != (api in live_apis)]
+    for api in disagreements:
+        said_static = "gives it" if api in static_apis else "does not give it"
+        said_live = "has it" if api in live_apis else "does not have it"
+        hint = (
+            "; if the probe image lacks the API's user-space part, run again with --probe-image REF of an image "
+            "that has it" if api in static_apis else ""
+        )
+        report.problem(
+            "warning", name,
+            f"{api}: the static answer from the spec {said_static}, but a {eng.name} container with this device "
+            f"{said_live}: {live_evidence.get(api, '')}{hint}",
+        )
+    entry["live_status"] = "disagrees" if disagreements else "agrees"
+    return entry["live_status"]
+
+
+def _unresolvable_hint(eng: Engine) -> str:
+    from cgpu.cdi.versions import max_cdi_version
+
+    try:
+        limit = max_cdi_version(eng.name, eng.version)
+    except ValueError:
+        limit = None
+    newest = f"cdiVersion above {limit}, the newest {eng.describe()} accepts" if limit else (
+        "a cdiVersion newer than this engine accepts")
+    return (
+        f"{eng.name} found no usable spec defining it: the spec may be missing from the engine's spec directories, "
+        f"declare {newest}, or define the device twice in one directory"
+    )
+
+
+def _read_probe(
+    report: ReportBuilder, name: str, stdout: bytes
+) -> tuple[list[str], dict[str, str], list[dict[str, Any]]] | str:
+    """The live APIs, their evidence and the devices seen, from the probe's JSON (untrusted: it
+    came out of a container), judged by the same rules as `cgpu probe --backend local`; or why
+    there is no answer."""
+    from cgpu.backends.local import apply_probe_output
+
+    try:
+        data = json.loads(decode(stdout))
+    except ValueError:
+        return "its output is not JSON"
+    source = f"probe in the container with {name}"
+    scratch = ReportBuilder("local")
+    apply_probe_output(scratch, data, source=source)
+    answer = scratch.build()
+    unusable = [p["message"] for p in answer["problems"] if p["severity"] == "error"]
+    if unusable:
+        return "; ".join(unusable)
+    for problem in answer["problems"]:
+        report.problem(problem["severity"], problem["source"], problem["message"])
+    evidence = {api: text.removeprefix(f"{source}: ") for api, text in answer["evidence"].items()}
+    seen = [
+        {key: device[key] for key in ("name", "api", "counted", "reason") if key in device}
+        for device in answer["devices"]
+    ]
+    return answer["containers"], evidence, seen
+
+
+def _failed(report: ReportBuilder, entry: dict[str, Any], name: str, message: str, started: float) -> str:
+    entry["live_status"] = "failed"
+    entry["live_seconds"] = round(time.monotonic() - started, 2)
+    report.problem("error", name, message)
+    return "failed"
+
+
+def _device_entry(report: ReportBuilder, name: str, static_apis: list[str]) -> dict[str, Any]:
+    for entry in report.devices:
+        if entry.get("name") == name:
+            return entry
+    return report.device(name, static_apis)
+
+
+def _probe_source() -> bytes:
+    import cgpu.probe
+
+    with open(cgpu.probe.__file__, "rb") as handle:
+        return handle.read()

@@ -1,0 +1,202 @@
+"""Engine access: podman through podman-py, Docker through docker-py (against podman's
+Docker-compatible API where that works, and a stand-in dockerd for CDI states podman can't show)."""
+
+from __future__ import annotations
+
+import json
+import socketserver
+import threading
+import time
+from http.server import BaseHTTPRequestHandler
+
+import pytest
+
+from cgpu.engines import (
+    LABELS,
+    ContainerTimeout,
+    DockerEngine,
+    EngineError,
+    PodmanEngine,
+    docker_create_options,
+    engine_choice,
+    open_engine,
+)
+
+from .conftest import service_processes
+
+
+@pytest.mark.parametrize(
+    ("given", "chosen"),
+    [("podman@4.3.1", "podman"), ("docker@28.2.0", "docker"), ("Docker", "docker"),
+     ("auto", None), ("none", None), (None, None)],
+)
+def test_engine_choice(given, chosen):
+    assert engine_choice(given) == chosen
+
+
+def test_docker_request_is_a_cdi_device_request_not_a_host_device():
+    """What `docker run --device vendor/class=name` sends; in `devices=` Docker would stat a path."""
+    from docker.models.containers import _create_container_args
+
+    options = docker_create_options(["example.com/gpu=0", "example.com/gpu=1"])
+    args = _create_container_args(
+        {"image": "img", "command": ["python3", "/cgpu-probe.py"], "version": "1.45", **options}
+    )
+    host_config = args["host_config"]
+    assert host_config["DeviceRequests"] == [
+        {"Driver": "cdi", "DeviceIDs": ["example.com/gpu=0", "example.com/gpu=1"],
+         "Count": 0, "Capabilities": [], "Options": {}}
+    ]
+    assert "Devices" not in host_config
+    assert host_config["NetworkMode"] == "none"
+    assert args["labels"] == LABELS
+
+
+@pytest.mark.podman
+def test_podman_container_gets_the_cdi_device_and_is_removed(stand_in_image, cdi_spec, tmp_path,
+                                                              no_leftover_containers):
+    host_file = tmp_path / "host.txt"
+    host_file.write_text("hello-from-cdi\n")
+    kind = cdi_spec(
+        "containerEdits:\n  env: [CGPU_TEST_GLOBAL=1]\n"
+        "devices:\n  - name: dev0\n    containerEdits:\n      env: [CGPU_TEST_DEVICE=dev0]\n"
+        f"      mounts:\n        - {{hostPath: {host_file}, containerPath: /mounted/file, options: [ro, bind]}}\n"
+    )
+    with open_engine("podman", timeout=30) as engine:
+        assert isinstance(engine, PodmanEngine) and engine.version
+        result = engine.run_container(
+            stand_in_image, ["sh", "-c", "cat /mounted/file /in/note; env; echo oops >&2; exit 3"],
+            devices=[f"{kind}=dev0"], files={"/in/note": b"copied-in\n"}, timeout=30,
+        )
+    assert result.exit_code == 3
+    out = result.stdout.decode()
+    assert "hello-from-cdi" in out and "copied-in" in out
+    assert "CGPU_TEST_GLOBAL=1" in out and "CGPU_TEST_DEVICE=dev0" in out
+    assert result.stderr == b"oops\n"
+
+
+@pytest.mark.podman
+def test_podman_service_started_for_the_run_is_stopped(stand_in_image):
+    with open_engine("podman", timeout=30) as engine:
+        started_here = engine._service is not None
+        running = service_processes()
+    if not started_here:
+        pytest.skip("a podman API socket was already listening; cgpu started no service")
+    assert running, "the service should run while the engine is open"
+    assert service_processes() == []
+
+
+@pytest.mark.podman
+def test_hung_container_is_killed_at_the_timeout(stand_in_image, no_leftover_containers):
+    with open_engine("podman", timeout=30) as engine:
+        started = time.monotonic()
+        with pytest.raises(ContainerTimeout, match="did not finish within 2 s"):
+            engine.run_container(stand_in_image, ["sleep", "600"], devices=[], files={}, timeout=2)
+        assert time.monotonic() - started < 10
+
+
+@pytest.mark.podman
+def test_docker_py_against_podmans_compat_api(stand_in_image, podman_service, monkeypatch, no_leftover_containers):
+    """docker-py's whole container life works on podman's Docker API, but podman before 5.4
+    drops CDI device requests there: cgpu must say so instead of running a deviceless container."""
+    monkeypatch.setenv("DOCKER_HOST", podman_service.url)
+    with open_engine("docker", timeout=30) as engine:
+        assert isinstance(engine, DockerEngine)
+        assert engine.podman_version
+        result = engine.run_container(stand_in_image, ["sh", "-c", "cat /in/note; exit 4"],
+                                      devices=[], files={"/in/note": b"via-docker-py\n"}, timeout=30)
+        assert (result.exit_code, result.stdout) == (4, b"via-docker-py\n")
+        refusal = engine.cdi_refusal()
+    major_minor = tuple(int(p) for p in engine.podman_version.split(".")[:2])
+    if major_minor < (5, 4):
+        assert "silently ignores CDI device requests" in refusal and "--engine podman" in refusal
+    else:
+        assert refusal is None
+
+
+@pytest.mark.podman
+def test_docker_timeout_kills_the_container(stand_in_image, podman_service, monkeypatch, no_leftover_containers):
+    monkeypatch.setenv("DOCKER_HOST", podman_service.url)
+    with open_engine("docker", timeout=30) as engine:
+        with pytest.raises(ContainerTimeout):
+            engine.run_container(stand_in_image, ["sleep", "600"], devices=[], files={}, timeout=2)
+
+
+class _Dockerd(BaseHTTPRequestHandler):
+    """Answers /version and /info as a Docker daemon of a given version and CDI state."""
+
+    answers: dict[str, dict] = {}
+
+    def do_GET(self):  # noqa: N802 - http.server's name
+        key = "version" if self.path.endswith("/version") else "info" if self.path.endswith("/info") else None
+        body = json.dumps(self.answers[key]).encode() if key else b"{}"
+        self.send_response(200 if key else 404)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def dockerd(tmp_path, monkeypatch):
+    sock = str(tmp_path / "docker.sock")
+    server = socketserver.ThreadingUnixStreamServer(sock, _Dockerd)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{sock}")
+
+    def answer(version: str, api: str, info: dict) -> None:
+        _Dockerd.answers = {
+            "version": {"Version": version, "ApiVersion": api, "MinAPIVersion": "1.24",
+                        "Components": [{"Name": "Engine", "Version": version}]},
+            "info": info,
+        }
+
+    yield answer
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.parametrize(
+    ("version", "api", "info", "expected"),
+    [
+        ("24.0.7", "1.43", {}, "has no CDI support"),
+        ("27.5.1", "1.47", {"CDISpecDirs": []}, "CDI is disabled"),
+        ("28.2.0", "1.50", {"CDISpecDirs": ["/etc/cdi", "/var/run/cdi"]}, None),
+    ],
+)
+def test_docker_cdi_state_from_info(dockerd, version, api, info, expected):
+    dockerd(version, api, info)
+    with open_engine("docker", timeout=5) as engine:
+        assert engine.version == version
+        refusal = engine.cdi_refusal()
+    if expected is None:
+        assert refusal is None
+    else:
+        assert expected in refusal
+
+
+def test_no_docker_daemon_is_a_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/absent.sock")
+    with pytest.raises(EngineError, match="the Docker daemon did not answer"):
+        with open_engine("docker", timeout=5):
+            pass
+
+
+@pytest.mark.podman
+def test_a_listening_podman_socket_is_used_as_it_is(stand_in_image, podman_service, monkeypatch):
+    monkeypatch.setenv("CONTAINER_HOST", podman_service.url)
+    with open_engine(None, timeout=30) as engine:
+        assert isinstance(engine, PodmanEngine)
+        assert engine._service is None and engine.where == podman_service.url
+    assert podman_service.proc.poll() is None  # not ours to stop
+
+
+def test_no_podman_api_at_container_host_is_a_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("CONTAINER_HOST", f"unix://{tmp_path}/absent.sock")
+    with pytest.raises(EngineError, match="the podman API did not answer at unix://"):
+        with open_engine("podman", timeout=5):
+            pass
