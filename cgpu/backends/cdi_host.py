@@ -110,11 +110,11 @@ class HostFS:
             return self.root
         if path in self._resolved:
             return self._resolved[path]
-        parent, name = posixpath.split(path)
-        real_parent = self._resolve_inside(parent, hops)
+        parent, _, name = path.rpartition("/")
+        real_parent = self._resolve_inside(parent or "/", hops)
         real: str | None = None
         if real_parent is not None:
-            candidate = os.path.join(real_parent, name)
+            candidate = real_parent + "/" + name  # the root is absolute, without a trailing slash
             try:
                 info = os.lstat(candidate)
             except OSError:

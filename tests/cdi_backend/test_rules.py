@@ -230,3 +230,14 @@ def test_engine_auto_asks_the_host_engine():
         assert f"{found[0].name} {found[0].version}" in newer["problems"][0]["message"]
     else:
         assert newer["containers"] == ["cuda", "vulkan", "opencl"]
+
+
+def test_verify_without_the_verify_module_says_so(monkeypatch):
+    import sys
+
+    from tests.cdi_backend.helpers import HOSTS, SAMPLES, probe
+
+    monkeypatch.setitem(sys.modules, "cgpu.verify", None)  # as on a build without it: import fails
+    report = probe([SAMPLES / "amd/spec"], HOSTS / "amd", verify=True)
+    assert report["containers"] == ["rocm", "vulkan", "opencl"]
+    assert any(p["source"] == "cgpu" and "--verify is not available" in p["message"] for p in report["problems"])
