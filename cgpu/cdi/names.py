@@ -47,6 +47,8 @@ def _is_alnum(ch: str) -> bool:
 
 
 def _vendor_or_class_error(name: str) -> str | None:
+    if VENDOR_OR_CLASS.fullmatch(name):
+        return None
     if name == "":
         return "empty name"
     if not _is_letter(name[0]):
@@ -73,6 +75,8 @@ def class_error(device_class: str) -> str | None:
 
 def device_name_error(name: str) -> str | None:
     """Why `name` is not a valid device name (the library's text), or None."""
+    if DEVICE_NAME.fullmatch(name):
+        return None
     if name == "":
         return "invalid (empty) device name"
     if not _is_alnum(name[0]):

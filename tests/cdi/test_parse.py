@@ -128,7 +128,8 @@ def test_resolve_plain_like_go_yaml_v2(text, value):
 
 
 def test_numbers_in_env_and_annotations_become_strings():
-    spec = parse(device_spec("    env: [A=1]\n", version="0.6.0", extra="annotations: {num: 1, b: yes, f: 0.5, e: 12345678.0, x: .nan, n: 1}\n"))
+    annotations = "annotations: {num: 1, b: yes, f: 0.5, e: 12345678.0, x: .nan, n: 1}\n"
+    spec = parse(device_spec("    env: [A=1]\n", version="0.6.0", extra=annotations))
     # the key n is the YAML 1.1 boolean false, stringified as "false"
     assert spec.annotations == {"num": "1", "b": "true", "f": "0.5", "e": "1.2345678e+07", "x": "NaN",
                                 "false": "1"}
@@ -151,7 +152,7 @@ def test_unknown_versions_are_invalid(written):
 @pytest.mark.parametrize("version", ["0.1.0", "0.2.0"])
 def test_pre_release_versions_need_0_3_0(version):
     assert rejection(minimal(version=version)) == (
-        f"the spec version must be at least v0.3.0 (it uses the earliest version the CDI library accepts) "
+        f"the spec version must be at least v0.3.0 (0.3.0 is the earliest version the CDI library accepts) "
         f"but declares {version}")
 
 
@@ -419,3 +420,12 @@ def test_utf16_with_bom_is_read_like_go_yaml():
                                   "<<: {a: 1}\n"])
 def test_malformed_yaml(text):
     assert rejection(text)
+
+
+def test_garbage_collection_is_restored_after_a_parse():
+    import gc
+
+    assert gc.isenabled()
+    parse(minimal())
+    rejection("kind: [")
+    assert gc.isenabled()

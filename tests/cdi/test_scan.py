@@ -144,6 +144,7 @@ def test_symlinked_files_are_followed_and_broken_ones_reported(tmp_path):
     assert errors_for(result, etc / "dangling.yaml") and errors_for(result, etc / "dir.yaml")
 
 
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this platform")
 def test_fifo_is_never_opened(tmp_path):
     etc = tmp_path / "etc"
     etc.mkdir()
@@ -294,3 +295,23 @@ def test_permission_errors_as_root_would_not_see_them(tmp_path, monkeypatch):
     assert result.devices == {}
     assert errors_for(result, path) == ["cgpu cannot read this file: Permission denied"]
     assert [s for s, p, _ in result.problems if p == str(locked)] == ["warning"]
+
+
+def test_case_4_opencl_icd_mount_is_read(tmp_path):
+    etc = tmp_path / "etc"
+    write(etc, "nvidia.yaml", """\
+        cdiVersion: 0.5.0
+        kind: nvidia.com/gpu
+        devices:
+        - name: "0"
+          containerEdits:
+            deviceNodes: [{path: /dev/nvidia0}]
+        containerEdits:
+          mounts:
+          - hostPath: /etc/OpenCL/vendors/nvidia.icd
+            containerPath: /etc/OpenCL/vendors/nvidia.icd
+            options: [ro, nosuid, nodev, rbind, rprivate]
+        """)
+    edits = scan_spec_dirs([str(etc)]).devices["nvidia.com/gpu=0"].edits()
+    assert [mount.container_path for mount in edits.mounts] == ["/etc/OpenCL/vendors/nvidia.icd"]
+    assert [node.path for node in edits.device_nodes] == ["/dev/nvidia0"]
