@@ -32,7 +32,7 @@ class DeviceAnswer:
     def __init__(self, device: ResolvedDevice, findings: dict[str, Finding], missing: list[tuple[str, str]]) -> None:
         self.device = device
         self.findings = findings
-        self.missing = missing  # (host path, what it is)
+        self.missing = missing  # (host path, "the mount source /x (for /y)" as a message names it)
 
     @property
     def name(self) -> str:
@@ -152,14 +152,15 @@ def _missing(edits: ContainerEdits, host: HostFS) -> list[tuple[str, str]]:
     missing: list[tuple[str, str]] = []
     for mount in edits.mounts:
         if is_bind(mount) and not host.exists(mount.host_path):
-            missing.append((mount.host_path, f"the mount source for {mount.container_path}"))
+            target = "" if mount.container_path == mount.host_path else f" (for {mount.container_path})"
+            missing.append((mount.host_path, f"the mount source {host.display(mount.host_path)}{target}"))
     for node in edits.device_nodes:
         path = node.host_path or node.path
         if not node_fully_specified(node) and not host.exists(path):
-            missing.append((path, "the device node"))
+            missing.append((path, f"the device node {host.display(path)}"))
     for hook in edits.hooks:
         if not host.exists(hook.path):
-            missing.append((hook.path, f"the {hook.hook_name} hook binary"))
+            missing.append((hook.path, f"the {hook.hook_name} hook binary {host.display(hook.path)}"))
     return missing
 
 
@@ -292,11 +293,11 @@ def _report_problems(report: ReportBuilder, answers: list[DeviceAnswer], host: H
         by_cause: dict[tuple[str, str], list[DeviceAnswer]] = {}
         for answer in blocked:
             by_cause.setdefault(answer.missing[0], []).append(answer)
-        for (path, what), causing in by_cause.items():
+        for (_, what), causing in by_cause.items():
             more = len({p for a in causing for p, _ in a.missing}) - 1
             extra = f" (and {more} more missing paths)" if more > 0 else ""
             report.problem("error", spec_path, (
-                f"{_names([a.name for a in causing])} cannot start: {what} {host.display(path)} does not exist on the host{extra}, "
+                f"{_names([a.name for a in causing])} cannot start: {what} does not exist on the host{extra}, "
                 f"so the engine refuses the container; the spec does not fit this host: regenerate it here"))
 
 
@@ -322,15 +323,20 @@ def _evidence(report: ReportBuilder, answers: list[DeviceAnswer], scan: ScanResu
         if partial:
             report.withhold(api, f"partial: {_lead(partial)} {partial[0].findings[api].text}")
             continue
-        stopped = [a for a in blocked if a.findings[api].state != ABSENT]
-        if stopped:
-            path, what = stopped[0].missing[0]
-            stale = _stale(stopped, host)
+        stopped = [a for a in blocked if a.findings[api].state == PROVIDED]
+        short = [a for a in blocked if a.findings[api].state == PARTIAL]
+        if stopped or short:
+            first = (stopped or short)[0]
+            stale = _stale(stopped or short, host)
             cause = (f"its spec is stale (written for NVIDIA driver {stale[0]}, the host runs {stale[1]}): "
                      f"regenerate it with `nvidia-ctk cdi generate`" if stale else
-                     f"{what} {path} does not exist on the host")
-            report.withhold(api, f"not provided: {_lead(stopped)} would give {api} but no container with it "
-                                 f"can start, as {cause}")
+                     f"{first.missing[0][1]} does not exist on the host")
+            if stopped:
+                report.withhold(api, f"not provided: {_lead(stopped)} would give {api} but no container with it "
+                                     f"can start, as {cause}")
+            else:
+                report.withhold(api, f"not provided: no container with {_lead(short)} can start, as {cause}, "
+                                     f"and it {first.findings[api].text}")
             continue
         if answers:
             base = runnable or answers

@@ -100,7 +100,7 @@ class HostFS:
     def resolve(self, path: str) -> str | None:
         """The real file for an absolute host path (symlinks resolved inside the root), or None."""
         if self._plain:
-            return path
+            return _clean(path)  # a relative path in a spec is not relative to cgpu's working directory
         return self._resolve_inside(_clean(path), 0)
 
     def _resolve_inside(self, path: str, hops: int) -> str | None:

@@ -90,10 +90,12 @@ def is_bind(mount: Mount) -> bool:
 
 
 def node_fully_specified(node: DeviceNode) -> bool:
-    """The engine creates such a node itself even when the host has none (the library ignores the stat error)."""
+    """The engine creates such a node itself when the host has none: the CDI library ignores the
+    failed stat of a node with a type and a non-zero major (a minor of 0 reads as absent in Go, so
+    it cannot be asked for), or of a FIFO."""
     if node.type == "p":
         return True
-    return node.type in ("b", "c", "u") and bool(node.major) and node.minor is not None
+    return node.type in ("b", "c", "u") and bool(node.major)
 
 
 _LIBRARY_NAME = re.compile(r"(.+?)\.so\.\d+(?:\.\d+)*")
