@@ -193,10 +193,16 @@ class ContainerView:
 
     # --- device nodes -------------------------------------------------------------------------
     def usable_node(self, path: str) -> bool:
+        """The node is in the container and a device is behind it: the host has it. (A node with
+        type and major missing on the host does not stop the container, but reaches nothing.)"""
         node = self.nodes.get(path)
         if node is None or node.permissions == "none":
             return False
-        return node_fully_specified(node) or self.host.exists(node.host_path or node.path)
+        return self.host.exists(node.host_path or node.path)
+
+    def absent_nodes(self, pattern: re.Pattern[str]) -> list[str]:
+        """Nodes the spec lists that the host does not have."""
+        return [p for p in self.nodes if pattern.fullmatch(p) and not self.usable_node(p)]
 
     def usable_nodes(self, pattern: re.Pattern[str]) -> list[str]:
         found = self._usable.get(pattern)
