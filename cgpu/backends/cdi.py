@@ -14,7 +14,7 @@ import re
 from typing import Any, Sequence
 
 from cgpu.backends.cdi_host import HostFS
-from cgpu.backends.cdi_rules import ABSENT, PARTIAL, PROVIDED, Finding, judge
+from cgpu.backends.cdi_rules import PARTIAL, PROVIDED, Finding, judge
 from cgpu.backends.cdi_view import ContainerView, is_bind, node_fully_specified, risky_edits
 from cgpu.cdi.model import ContainerEdits, ResolvedDevice, ScanResult, Spec
 from cgpu.report import ReportBuilder

@@ -163,7 +163,8 @@ def test_case10_intel_gives_vulkan_and_opencl_from_the_image():
     assert "compute-runtime" in report["evidence"]["opencl"]
     assert "no /dev/kfd and no AMD render node" in report["evidence"]["rocm"]
     wrong = probe([SAMPLES / "intel/spec"], HOSTS / "intel", devices=["gpu.intel.com/i915=0"])
-    assert wrong["containers"] == [] and "unresolvable CDI devices gpu.intel.com/i915=0" in json.dumps(wrong["problems"])
+    assert wrong["containers"] == []
+    assert "unresolvable CDI devices gpu.intel.com/i915=0" in json.dumps(wrong["problems"])
 
 
 def test_case12_fresh_dynamic_spec_wins_but_an_old_uuid_drags_the_stale_spec_in(tmp_path: Path):

@@ -57,7 +57,8 @@ def test_cuda_linkable_by_each_route(tmp_path: Path):
     lib = f"{LIB}/libcuda.so.580.82.07"
     routes = {
         "update-ldcache hook over": [_hook("update-ldcache", "--folder", LIB)],
-        "by the create-symlinks hook": [_hook("create-symlinks", "--link", f"libcuda.so.580.82.07::{LIB}/libcuda.so.1")],
+        "by the create-symlinks hook": [_hook("create-symlinks", "--link",
+                                              f"libcuda.so.580.82.07::{LIB}/libcuda.so.1")],
         "linked as": [_hook("hook", "create-symlinks", f"--link=libcuda.so.580.82.07::{LIB}/libcuda.so.1",
                             path="/usr/bin/nvidia-ctk")],
     }
