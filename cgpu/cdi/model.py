@@ -135,3 +135,6 @@ class ScanResult:
     devices: dict[str, ResolvedDevice]  # qualified name -> device, after priority and conflicts
     specs: list[Spec]  # every valid spec, lowest priority first
     problems: list[tuple[str, str, str]]  # (severity, source path, message), in scan order
+    # Valid specs the engine ignores: their cdiVersion is above its maximum. Their devices are
+    # not in `devices`; a resolver can report them as blocked.
+    engine_dropped: list[Spec] = field(default_factory=list)

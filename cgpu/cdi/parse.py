@@ -174,6 +174,7 @@ class _Reader:
 
     def __init__(self) -> None:
         self.seen: set[int] = set()
+        self.open: set[int] = set()  # the collections being read, to catch an alias to an ancestor
         self.alias_depth = 0
         self.alias_nodes = 0
 
@@ -188,9 +189,16 @@ class _Reader:
         kind = node.id  # PyYAML's node kinds: "scalar", "sequence", "mapping"
         if kind == "scalar":
             return self.scalar(node)
-        if kind == "sequence":
-            return [self.value(child) for child in node.value]
-        return self.mapping(node)
+        key = id(node)
+        if key in self.open:  # PyYAML builds the cycle; go-yaml refuses it
+            raise _Invalid(f"line {_line(node)}: a YAML anchor's value contains an alias to itself")
+        self.open.add(key)
+        try:
+            if kind == "sequence":
+                return [self.value(child) for child in node.value]
+            return self.mapping(node)
+        finally:
+            self.open.discard(key)
 
     def aliased(self, node: Any) -> Any:
         """A node reached through an alias (PyYAML shares the anchored node), counted."""

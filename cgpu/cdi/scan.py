@@ -128,8 +128,11 @@ def scan_spec_dirs(spec_dirs: Sequence[str] = DEFAULT_SPEC_DIRS, *, max_version:
     max_version: the highest cdiVersion the engine accepts (None: newest rules); specs above it
     are dropped with a problem naming both versions and `engine_label` ("podman 4.3.1").
     """
+    if isinstance(spec_dirs, str):
+        raise TypeError("spec_dirs is a list of directories, not one string")
     problems: list[tuple[str, str, str]] = []
     specs: list[Spec] = []
+    engine_dropped: list[Spec] = []
     devices: dict[str, ResolvedDevice] = {}
     conflicts: dict[str, int] = {}  # qualified name -> priority of the dir where two files clash
     engine = engine_label or "the engine"
@@ -148,6 +151,7 @@ def scan_spec_dirs(spec_dirs: Sequence[str] = DEFAULT_SPEC_DIRS, *, max_version:
                 problems.append(("error", path, (
                     f"cdiVersion {spec.version} is newer than {engine} accepts (at most {max_version}): "
                     f"{engine} ignores this file, so its devices are unresolvable there")))
+                engine_dropped.append(spec)
                 continue
             specs.append(spec)
             for device in spec.devices:
@@ -170,4 +174,4 @@ def scan_spec_dirs(spec_dirs: Sequence[str] = DEFAULT_SPEC_DIRS, *, max_version:
                 f"device {go_quote(qualified)} is defined here too, but the CDI library still drops it: two files "
                 f"in {spec_dirs[conflict_priority]} conflict over it, and it removes conflicting names after "
                 "reading every dir. Remove one of the conflicting definitions")))
-    return ScanResult(devices=devices, specs=specs, problems=problems)
+    return ScanResult(devices=devices, specs=specs, problems=problems, engine_dropped=engine_dropped)

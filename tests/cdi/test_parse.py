@@ -416,6 +416,11 @@ def test_utf16_with_bom_is_read_like_go_yaml():
     assert parse_spec(minimal().encode("utf-16"), path="/x.yaml", priority=0).kind == "example.com/gpu"
 
 
+@pytest.mark.parametrize("text", ["a: &a [*a]\n", "a: &a {b: {c: *a}}\n"])
+def test_recursive_alias(text):
+    assert rejection(text) == "line 1: a YAML anchor's value contains an alias to itself"
+
+
 @pytest.mark.parametrize("text", ["x: *nope\n", "a: b: c\n", "key: 'open\n", "? [a]\n: b\n", "~: x\n",
                                   "<<: {a: 1}\n"])
 def test_malformed_yaml(text):

@@ -99,6 +99,8 @@ def test_spec_above_the_engine_maximum_is_dropped(tmp_path):
     write(etc, "old.yaml", minimal(kind="example.com/old", version="0.5.0"))
     result = scan_spec_dirs([str(etc)], max_version="0.5.0", engine_label="podman 4.3.1")
     assert sorted(result.devices) == ["example.com/old=gpu0"]
+    assert [spec.path for spec in result.engine_dropped] == [str(new)]
+    assert [spec.path for spec in result.specs] == [str(etc / "old.yaml")]
     assert errors_for(result, new) == [
         "cdiVersion 0.6.0 is newer than podman 4.3.1 accepts (at most 0.5.0): podman 4.3.1 ignores this file, "
         "so its devices are unresolvable there"]
