@@ -85,7 +85,8 @@ def answer_scan(report: ReportBuilder, scan: ScanResult, host: HostFS, *, device
     """Fill the report from a scan: problems, one entry per device, the node answer with evidence."""
     for severity, source, message in scan.problems:
         report.problem(severity, source, message)  # type: ignore[arg-type]
-    selected = _select(report, scan, devices, list(dirs))
+    dropped = _engine_dropped(scan)
+    selected = _select(report, scan, devices, list(dirs), dropped)
     if selected is None:
         return None
     answers = _answers(selected, host)
@@ -96,8 +97,24 @@ def answer_scan(report: ReportBuilder, scan: ScanResult, host: HostFS, *, device
         if answer.blocked:
             details["missing"] = [path for path, _ in answer.missing]
         report.device(answer.name, answer.apis, **details)
-    _evidence(report, answers, scan, list(dirs), host)
+    ignored = [name for name in (devices or dropped) if name in dropped]
+    for name in dict.fromkeys(ignored):
+        spec = dropped[name]
+        report.device(name, [], status="blocked", spec=spec.path,
+                      reason=f"the engine ignores its spec: cdiVersion {spec.version} is above what it accepts")
+    _evidence(report, answers, scan, list(dirs), host, ignored)
     return answers
+
+
+def _engine_dropped(scan: ScanResult) -> dict[str, Spec]:
+    """Devices only specs the engine ignores define (their cdiVersion is too new for it)."""
+    dropped: dict[str, Spec] = {}
+    for spec in scan.engine_dropped:
+        for device in spec.devices:
+            name = f"{spec.kind}={device.name}"
+            if name not in scan.devices:
+                dropped.setdefault(name, spec)
+    return dropped
 
 
 class _Remembered:
@@ -198,8 +215,8 @@ def _engine_rules(report: ReportBuilder, engine: str | None,
         return None, None
 
 
-def _select(report: ReportBuilder, scan: ScanResult, names: Sequence[str] | None,
-            dirs: list[str]) -> list[ResolvedDevice] | None:
+def _select(report: ReportBuilder, scan: ScanResult, names: Sequence[str] | None, dirs: list[str],
+            dropped: dict[str, Spec]) -> list[ResolvedDevice] | None:
     if not names:
         return list(scan.devices.values())
     from cgpu.cdi.names import parse_qualified_name
@@ -212,7 +229,7 @@ def _select(report: ReportBuilder, scan: ScanResult, names: Sequence[str] | None
             report.failed("--device", f"{name!r} is not a CDI device name ({exc}); use vendor/class=name, "
                                       f"e.g. nvidia.com/gpu=0")
             return None
-    unknown = [name for name in wanted if name not in scan.devices]
+    unknown = [name for name in wanted if name not in scan.devices and name not in dropped]
     if unknown:
         report.problem("error", ", ".join(unknown),
                        f"unresolvable CDI devices {', '.join(unknown)}: no valid spec in {', '.join(dirs)} "
@@ -311,7 +328,7 @@ def _lead(answers: list[DeviceAnswer]) -> str:
 
 
 def _evidence(report: ReportBuilder, answers: list[DeviceAnswer], scan: ScanResult, dirs: list[str],
-              host: HostFS) -> None:
+              host: HostFS, ignored: list[str]) -> None:
     runnable = [a for a in answers if not a.blocked]
     blocked = [a for a in answers if a.blocked]
     for api in APIS:
@@ -341,6 +358,9 @@ def _evidence(report: ReportBuilder, answers: list[DeviceAnswer], scan: ScanResu
         if answers:
             base = runnable or answers
             report.withhold(api, f"not provided: {_lead(base)} {base[0].findings[api].text}")
+        elif ignored:
+            report.withhold(api, f"not provided: the engine ignores the spec that defines {_names(ignored)}, as its "
+                                 f"cdiVersion is newer than the engine accepts")
         elif scan.devices:
             report.withhold(api, "not provided: none of the requested CDI devices resolves")
         else:

@@ -237,9 +237,16 @@ def test_case27_missing_render_node_blocks_unless_fully_specified(tmp_path: Path
 
 def test_case28_old_engine_drops_a_newer_spec(tmp_path: Path):
     report = probe([SAMPLES / "nvidia-current/spec"], HOSTS / "nvidia-580", engine="podman@4.9.3")
-    assert report["containers"] == [] and report["devices"] == []
+    assert report["containers"] == []
+    assert [d["status"] for d in report["devices"]] == ["blocked"] * 3
+    assert "cdiVersion 0.7.0" in report["devices"][0]["reason"]
     message = report["problems"][0]["message"]
     assert "0.7.0" in message and "podman 4.9.3" in message
+    assert "the engine ignores the spec that defines nvidia.com/gpu=0" in report["evidence"]["cuda"]
+    one = probe([SAMPLES / "nvidia-current/spec"], HOSTS / "nvidia-580", engine="podman@4.9.3",
+                devices=["nvidia.com/gpu=all"])
+    assert [d["name"] for d in one["devices"]] == ["nvidia.com/gpu=all"]
+    assert not any(p["message"].startswith("unresolvable CDI devices") for p in one["problems"])
     assert probe([SAMPLES / "nvidia-current/spec"], HOSTS / "nvidia-580", engine="docker@28.2.0")["containers"]
 
 
