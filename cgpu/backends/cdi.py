@@ -14,7 +14,7 @@ import re
 from typing import Any, Sequence
 
 from cgpu.backends.cdi_host import HostFS
-from cgpu.backends.cdi_rules import ABSENT, PARTIAL, PROVIDED, Finding, judge
+from cgpu.backends.cdi_rules import PARTIAL, PROVIDED, Finding, judge
 from cgpu.backends.cdi_view import ContainerView, is_bind, node_fully_specified, risky_edits
 from cgpu.cdi.model import ContainerEdits, ResolvedDevice, ScanResult, Spec
 from cgpu.report import ReportBuilder
@@ -32,7 +32,7 @@ class DeviceAnswer:
     def __init__(self, device: ResolvedDevice, findings: dict[str, Finding], missing: list[tuple[str, str]]) -> None:
         self.device = device
         self.findings = findings
-        self.missing = missing  # (host path, what it is)
+        self.missing = missing  # (host path, "the mount source /x (for /y)" as a message names it)
 
     @property
     def name(self) -> str:
@@ -85,7 +85,8 @@ def answer_scan(report: ReportBuilder, scan: ScanResult, host: HostFS, *, device
     """Fill the report from a scan: problems, one entry per device, the node answer with evidence."""
     for severity, source, message in scan.problems:
         report.problem(severity, source, message)  # type: ignore[arg-type]
-    selected = _select(report, scan, devices, list(dirs))
+    dropped = _engine_dropped(scan)
+    selected = _select(report, scan, devices, list(dirs), dropped)
     if selected is None:
         return None
     answers = _answers(selected, host)
@@ -96,8 +97,24 @@ def answer_scan(report: ReportBuilder, scan: ScanResult, host: HostFS, *, device
         if answer.blocked:
             details["missing"] = [path for path, _ in answer.missing]
         report.device(answer.name, answer.apis, **details)
-    _evidence(report, answers, scan, list(dirs), host)
+    ignored = [name for name in (devices or dropped) if name in dropped]
+    for name in dict.fromkeys(ignored):
+        spec = dropped[name]
+        report.device(name, [], status="blocked", spec=spec.path,
+                      reason=f"the engine ignores its spec: cdiVersion {spec.version} is above what it accepts")
+    _evidence(report, answers, scan, list(dirs), host, ignored)
     return answers
+
+
+def _engine_dropped(scan: ScanResult) -> dict[str, Spec]:
+    """Devices only specs the engine ignores define (their cdiVersion is too new for it)."""
+    dropped: dict[str, Spec] = {}
+    for spec in scan.engine_dropped:
+        for device in spec.devices:
+            name = f"{spec.kind}={device.name}"
+            if name not in scan.devices:
+                dropped.setdefault(name, spec)
+    return dropped
 
 
 class _Remembered:
@@ -152,14 +169,15 @@ def _missing(edits: ContainerEdits, host: HostFS) -> list[tuple[str, str]]:
     missing: list[tuple[str, str]] = []
     for mount in edits.mounts:
         if is_bind(mount) and not host.exists(mount.host_path):
-            missing.append((mount.host_path, f"the mount source for {mount.container_path}"))
+            target = "" if mount.container_path == mount.host_path else f" (for {mount.container_path})"
+            missing.append((mount.host_path, f"the mount source {host.display(mount.host_path)}{target}"))
     for node in edits.device_nodes:
         path = node.host_path or node.path
         if not node_fully_specified(node) and not host.exists(path):
-            missing.append((path, "the device node"))
+            missing.append((path, f"the device node {host.display(path)}"))
     for hook in edits.hooks:
         if not host.exists(hook.path):
-            missing.append((hook.path, f"the {hook.hook_name} hook binary"))
+            missing.append((hook.path, f"the {hook.hook_name} hook binary {host.display(hook.path)}"))
     return missing
 
 
@@ -197,8 +215,8 @@ def _engine_rules(report: ReportBuilder, engine: str | None,
         return None, None
 
 
-def _select(report: ReportBuilder, scan: ScanResult, names: Sequence[str] | None,
-            dirs: list[str]) -> list[ResolvedDevice] | None:
+def _select(report: ReportBuilder, scan: ScanResult, names: Sequence[str] | None, dirs: list[str],
+            dropped: dict[str, Spec]) -> list[ResolvedDevice] | None:
     if not names:
         return list(scan.devices.values())
     from cgpu.cdi.names import parse_qualified_name
@@ -211,7 +229,7 @@ def _select(report: ReportBuilder, scan: ScanResult, names: Sequence[str] | None
             report.failed("--device", f"{name!r} is not a CDI device name ({exc}); use vendor/class=name, "
                                       f"e.g. nvidia.com/gpu=0")
             return None
-    unknown = [name for name in wanted if name not in scan.devices]
+    unknown = [name for name in wanted if name not in scan.devices and name not in dropped]
     if unknown:
         report.problem("error", ", ".join(unknown),
                        f"unresolvable CDI devices {', '.join(unknown)}: no valid spec in {', '.join(dirs)} "
@@ -292,11 +310,11 @@ def _report_problems(report: ReportBuilder, answers: list[DeviceAnswer], host: H
         by_cause: dict[tuple[str, str], list[DeviceAnswer]] = {}
         for answer in blocked:
             by_cause.setdefault(answer.missing[0], []).append(answer)
-        for (path, what), causing in by_cause.items():
+        for (_, what), causing in by_cause.items():
             more = len({p for a in causing for p, _ in a.missing}) - 1
             extra = f" (and {more} more missing paths)" if more > 0 else ""
             report.problem("error", spec_path, (
-                f"{_names([a.name for a in causing])} cannot start: {what} {host.display(path)} does not exist on the host{extra}, "
+                f"{_names([a.name for a in causing])} cannot start: {what} does not exist on the host{extra}, "
                 f"so the engine refuses the container; the spec does not fit this host: regenerate it here"))
 
 
@@ -310,7 +328,7 @@ def _lead(answers: list[DeviceAnswer]) -> str:
 
 
 def _evidence(report: ReportBuilder, answers: list[DeviceAnswer], scan: ScanResult, dirs: list[str],
-              host: HostFS) -> None:
+              host: HostFS, ignored: list[str]) -> None:
     runnable = [a for a in answers if not a.blocked]
     blocked = [a for a in answers if a.blocked]
     for api in APIS:
@@ -322,19 +340,27 @@ def _evidence(report: ReportBuilder, answers: list[DeviceAnswer], scan: ScanResu
         if partial:
             report.withhold(api, f"partial: {_lead(partial)} {partial[0].findings[api].text}")
             continue
-        stopped = [a for a in blocked if a.findings[api].state != ABSENT]
-        if stopped:
-            path, what = stopped[0].missing[0]
-            stale = _stale(stopped, host)
+        stopped = [a for a in blocked if a.findings[api].state == PROVIDED]
+        short = [a for a in blocked if a.findings[api].state == PARTIAL]
+        if stopped or short:
+            first = (stopped or short)[0]
+            stale = _stale(stopped or short, host)
             cause = (f"its spec is stale (written for NVIDIA driver {stale[0]}, the host runs {stale[1]}): "
                      f"regenerate it with `nvidia-ctk cdi generate`" if stale else
-                     f"{what} {path} does not exist on the host")
-            report.withhold(api, f"not provided: {_lead(stopped)} would give {api} but no container with it "
-                                 f"can start, as {cause}")
+                     f"{first.missing[0][1]} does not exist on the host")
+            if stopped:
+                report.withhold(api, f"not provided: {_lead(stopped)} would give {api} but no container with it "
+                                     f"can start, as {cause}")
+            else:
+                report.withhold(api, f"not provided: no container with {_lead(short)} can start, as {cause}, "
+                                     f"and it {first.findings[api].text}")
             continue
         if answers:
             base = runnable or answers
             report.withhold(api, f"not provided: {_lead(base)} {base[0].findings[api].text}")
+        elif ignored:
+            report.withhold(api, f"not provided: the engine ignores the spec that defines {_names(ignored)}, as its "
+                                 f"cdiVersion is newer than the engine accepts")
         elif scan.devices:
             report.withhold(api, "not provided: none of the requested CDI devices resolves")
         else:

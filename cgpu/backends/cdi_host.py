@@ -100,7 +100,7 @@ class HostFS:
     def resolve(self, path: str) -> str | None:
         """The real file for an absolute host path (symlinks resolved inside the root), or None."""
         if self._plain:
-            return path
+            return _clean(path)  # a relative path in a spec is not relative to cgpu's working directory
         return self._resolve_inside(_clean(path), 0)
 
     def _resolve_inside(self, path: str, hops: int) -> str | None:
@@ -110,11 +110,11 @@ class HostFS:
             return self.root
         if path in self._resolved:
             return self._resolved[path]
-        parent, name = posixpath.split(path)
-        real_parent = self._resolve_inside(parent, hops)
+        parent, _, name = path.rpartition("/")
+        real_parent = self._resolve_inside(parent or "/", hops)
         real: str | None = None
         if real_parent is not None:
-            candidate = os.path.join(real_parent, name)
+            candidate = real_parent + "/" + name  # the root is absolute, without a trailing slash
             try:
                 info = os.lstat(candidate)
             except OSError:

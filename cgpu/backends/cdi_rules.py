@@ -288,7 +288,7 @@ def _rocm(view: ContainerView, renders: list[RenderNode]) -> Finding:
     if kfd:
         return Finding(PARTIAL, f"gets {KFD} but no render node of an AMD GPU: add the GPU's /dev/dri/renderD* "
                                 f"node (`amd-ctk cdi generate` does)")
-    return Finding(ABSENT, f"has no {KFD} and no AMD render node")
+    return Finding(ABSENT, f"has no {KFD} and no AMD render node{_not_on_host(view)}")
 
 
 def _render_graphics(view: ContainerView, renders: list[RenderNode], api: str) -> Finding:
@@ -313,7 +313,15 @@ def _render_graphics(view: ContainerView, renders: list[RenderNode], api: str) -
             return Finding(ABSENT, f"gets {render.path} of an NVIDIA GPU but no NVIDIA user-space driver for {api}")
         return Finding(ABSENT, f"gets {render.path} of {render.vendor_name} ({render.source}), a GPU cgpu "
                                f"claims nothing for")
-    return Finding(ABSENT, "has no GPU render node (/dev/dri/renderD*)")
+    return Finding(ABSENT, f"has no GPU render node (/dev/dri/renderD*){_not_on_host(view)}")
+
+
+def _not_on_host(view: ContainerView) -> str:
+    listed = view.absent_nodes(RENDER_NODE) + view.absent_nodes(re.compile(re.escape(KFD)))
+    if not listed:
+        return ""
+    return (f" on this host: it lists {_nodes_text(listed)}, which the host does not have, so no GPU is behind "
+            f"{'them' if len(listed) > 1 else 'it'}")
 
 
 # --- WSL -----------------------------------------------------------------------------------------

@@ -90,10 +90,12 @@ def is_bind(mount: Mount) -> bool:
 
 
 def node_fully_specified(node: DeviceNode) -> bool:
-    """The engine creates such a node itself even when the host has none (the library ignores the stat error)."""
+    """The engine creates such a node itself when the host has none: the CDI library ignores the
+    failed stat of a node with a type and a non-zero major (a minor of 0 reads as absent in Go, so
+    it cannot be asked for), or of a FIFO."""
     if node.type == "p":
         return True
-    return node.type in ("b", "c", "u") and bool(node.major) and node.minor is not None
+    return node.type in ("b", "c", "u") and bool(node.major)
 
 
 _LIBRARY_NAME = re.compile(r"(.+?)\.so\.\d+(?:\.\d+)*")
@@ -191,10 +193,16 @@ class ContainerView:
 
     # --- device nodes -------------------------------------------------------------------------
     def usable_node(self, path: str) -> bool:
+        """The node is in the container and a device is behind it: the host has it. (A node with
+        type and major missing on the host does not stop the container, but reaches nothing.)"""
         node = self.nodes.get(path)
         if node is None or node.permissions == "none":
             return False
-        return node_fully_specified(node) or self.host.exists(node.host_path or node.path)
+        return self.host.exists(node.host_path or node.path)
+
+    def absent_nodes(self, pattern: re.Pattern[str]) -> list[str]:
+        """Nodes the spec lists that the host does not have."""
+        return [p for p in self.nodes if pattern.fullmatch(p) and not self.usable_node(p)]
 
     def usable_nodes(self, pattern: re.Pattern[str]) -> list[str]:
         found = self._usable.get(pattern)

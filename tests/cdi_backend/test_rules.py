@@ -57,7 +57,8 @@ def test_cuda_linkable_by_each_route(tmp_path: Path):
     lib = f"{LIB}/libcuda.so.580.82.07"
     routes = {
         "update-ldcache hook over": [_hook("update-ldcache", "--folder", LIB)],
-        "by the create-symlinks hook": [_hook("create-symlinks", "--link", f"libcuda.so.580.82.07::{LIB}/libcuda.so.1")],
+        "by the create-symlinks hook": [_hook("create-symlinks", "--link",
+                                              f"libcuda.so.580.82.07::{LIB}/libcuda.so.1")],
         "linked as": [_hook("hook", "create-symlinks", f"--link=libcuda.so.580.82.07::{LIB}/libcuda.so.1",
                             path="/usr/bin/nvidia-ctk")],
     }
@@ -230,3 +231,38 @@ def test_engine_auto_asks_the_host_engine():
         assert f"{found[0].name} {found[0].version}" in newer["problems"][0]["message"]
     else:
         assert newer["containers"] == ["cuda", "vulkan", "opencl"]
+
+
+def test_verify_without_the_verify_module_says_so(monkeypatch):
+    import sys
+
+    from tests.cdi_backend.helpers import HOSTS, SAMPLES, probe
+
+    monkeypatch.setitem(sys.modules, "cgpu.verify", None)  # as on a build without it: import fails
+    report = probe([SAMPLES / "amd/spec"], HOSTS / "amd", verify=True)
+    assert report["containers"] == ["rocm", "vulkan", "opencl"]
+    assert any(p["source"] == "cgpu" and "--verify is not available" in p["message"] for p in report["problems"])
+
+
+_PATHS = st.sampled_from(["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia0", "/dev/dri/renderD128", "/dev/kfd",
+                          "/dev/dxg", f"{LIB}/libcuda.so.1", f"{LIB}/libGLX_nvidia.so.1.2", "/etc/vulkan/icd.d/x.json",
+                          "/etc/OpenCL/vendors/x.icd", "relative/path", "/", "/..", "/a/../../b", ""])
+
+
+@given(st.fixed_dictionaries({
+    "deviceNodes": st.lists(st.fixed_dictionaries({"path": _PATHS}, optional={
+        "hostPath": _PATHS, "type": st.sampled_from(["c", "b", "p", "u"]), "major": st.integers(0, 300),
+        "permissions": st.sampled_from(["rwm", "none"])}), max_size=4),
+    "mounts": st.lists(st.fixed_dictionaries({"hostPath": _PATHS, "containerPath": _PATHS},
+                                             optional={"type": st.sampled_from(["bind", "tmpfs"])}), max_size=4),
+    "hooks": st.lists(st.fixed_dictionaries({"hookName": st.just("createContainer"), "path": _PATHS,
+                                             "args": st.lists(st.one_of(_PATHS, st.text(max_size=40)), max_size=6)}),
+                      max_size=3),
+    "env": st.lists(st.sampled_from(["VK_DRIVER_FILES=/etc/vulkan/icd.d", "OCL_ICD_VENDORS=/",
+                                     "OCL_ICD_FILENAMES=libcuda.so.1:", "LD_PRELOAD=x", "A B=1"]), max_size=3),
+}), st.sampled_from(["nvidia.com/gpu", "amd.com/gpu", "intel.com/gpu", "example.com/gpu"]))
+def test_any_edits_get_an_answer(edits: dict, kind: str):
+    doc = {"cdiVersion": "0.5.0", "kind": kind, "devices": [{"name": "0", "containerEdits": edits}]}
+    report = ReportBuilder("cdi")
+    answer_scan(report, scan(spec(doc)), HostFS("/"))
+    validate_report(report.build())
