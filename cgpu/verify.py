@@ -228,7 +228,6 @@ def _device_entry(report: ReportBuilder, name: str, static_apis: list[str]) -> d
 
 
 def _probe_source() -> bytes:
-    import cgpu.probe
+    from cgpu.backends.local import PROBE_SCRIPT
 
-    with open(cgpu.probe.__file__, "rb") as handle:
-        return handle.read()
+    return PROBE_SCRIPT.read_bytes()
