@@ -1,0 +1,122 @@
+"""CDI backend faults: hostile spec files next to a good one, unreadable files, a hung or
+refusing engine, and Ctrl-C while cgpu waits on the engine."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import validate_report
+from tests.faults.conftest import INTERRUPTED, SAMPLES, hung, stand_in
+
+AMD_APIS = ["rocm", "vulkan", "opencl"]
+AMD = ["--spec-dir", "{specs}", "--root", str(SAMPLES / "hosts" / "amd")]
+
+
+def _hostile(name: str, spec_dir: Path) -> Path:
+    """Write one hostile file into spec_dir; returns its path."""
+    path = spec_dir / "hostile.yaml"
+    if name == "random-bytes":
+        path.write_bytes(bytes(range(256)) * 16)
+    elif name == "billion-laughs":
+        lines = ['a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+        lines += [f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 9)}]" for i in range(8)]
+        path.write_text("\n".join(lines) + "\n")
+    elif name == "deep-nesting":
+        path.write_text('cdiVersion: "0.5.0"\nkind: x.example.com/gpu\ndevices: ' + "[" * 50_000 + "]" * 50_000)
+    elif name == "huge":
+        with open(path, "wb") as handle:
+            handle.write(b'cdiVersion: "0.5.0"\nkind: x.example.com/gpu\n# ')
+            handle.truncate(64 * 1024 * 1024)
+    elif name == "fifo":
+        os.mkfifo(path)
+    elif name == "dangling-symlink":
+        path.symlink_to(spec_dir / "nowhere.yaml")
+    elif name == "symlink-loop":
+        path.symlink_to(path)
+    elif name == "nul-and-utf16":
+        path.write_bytes(b"\xff\xfe" + 'cdiVersion: "0.5.0"\x00kind: ../../etc/passwd\n'.encode("utf-16-le"))
+    elif name == "hostile-names":
+        path.write_text('cdiVersion: "0.5.0"\nkind: "../../x.com/$(reboot)"\ndevices:\n'
+                        '  - name: "; rm -rf /"\n    containerEdits:\n      deviceNodes: [{path: "/dev/../../etc/shadow"}]\n')
+    elif name == "wrong-types":
+        path.write_text('cdiVersion: 0.5\nkind: [1, 2]\ndevices: {name: 7}\ncontainerEdits: "x"\n')
+    else:  # pragma: no cover - a typo in the parameter list
+        raise AssertionError(name)
+    return path
+
+
+HOSTILE = ["random-bytes", "billion-laughs", "deep-nesting", "huge", "fifo", "dangling-symlink", "symlink-loop",
+           "nul-and-utf16", "hostile-names", "wrong-types"]
+
+
+@pytest.mark.parametrize("name", HOSTILE)
+def test_a_hostile_spec_is_named_and_hides_no_good_one(cli, tmp_path, name):
+    specs = tmp_path / "specs"
+    shutil.copytree(SAMPLES / "amd" / "spec", specs)
+    hostile = _hostile(name, specs)
+    code, out, _ = cli("probe", "--backend", "cdi", "--json", *[a.format(specs=specs) for a in AMD], timeout=60)
+    report = json.loads(out)
+    validate_report(report)
+    assert code == 0
+    assert report["containers"] == AMD_APIS
+    assert any(p["source"] == str(hostile) and p["severity"] == "error" for p in report["problems"]), report["problems"]
+
+
+def test_an_unreadable_spec_is_named(cli, nobody):
+    wrapper, folder = nobody
+    specs = folder / "specs"
+    shutil.copytree(SAMPLES / "amd" / "spec", specs)
+    secret = specs / "secret.yaml"
+    shutil.copy(SAMPLES / "nvidia-current" / "spec" / "nvidia.yaml", secret)
+    secret.chmod(0o600)
+    code, out, _ = cli("probe", "--backend", "cdi", "--json", *[a.format(specs=specs) for a in AMD], wrapper=wrapper)
+    report = json.loads(out)
+    assert code == 0 and report["containers"] == AMD_APIS
+    assert {"severity": "error", "source": str(secret),
+            "message": "cgpu cannot read this file: Permission denied"} in report["problems"]
+
+
+def test_an_unlistable_spec_dir_is_a_warning(cli, nobody):
+    wrapper, folder = nobody
+    specs = folder / "specs"
+    shutil.copytree(SAMPLES / "amd" / "spec", specs)
+    specs.chmod(0o700)
+    code, out, _ = cli("probe", "--backend", "cdi", "--json", "--spec-dir", str(specs), wrapper=wrapper)
+    report = json.loads(out)
+    assert code == 0 and report["containers"] == []
+    assert [p["source"] for p in report["problems"]] == [str(specs)]
+    assert "cannot list this spec dir (Permission denied)" in report["problems"][0]["message"]
+
+
+def test_a_hung_engine_is_stopped_at_the_timeout(cli, bin_dir):
+    hung(bin_dir, "podman")
+    hung(bin_dir, "docker")
+    code, out, _ = cli("probe", "--backend", "cdi", "--json", "--engine", "auto", "--timeout", "1",
+                       *[a.format(specs=SAMPLES / "amd" / "spec") for a in AMD], timeout=30)
+    report = json.loads(out)
+    assert code == 0 and report["containers"] == AMD_APIS  # judged by the newest rules, and said so
+    [warning] = [p for p in report["problems"] if p["source"] == "--engine auto"]
+    assert "no answer within 1 s; it was stopped" in warning["message"]
+
+
+def test_a_refusing_engine_is_quoted(cli, bin_dir):
+    stand_in(bin_dir, "podman", 'echo "Error: cannot connect: permission denied" >&2\nexit 125\n')
+    stand_in(bin_dir, "docker", "exit 1\n")
+    code, out, _ = cli("probe", "--backend", "cdi", "--json", "--engine", "auto",
+                       *[a.format(specs=SAMPLES / "amd" / "spec") for a in AMD])
+    report = json.loads(out)
+    assert code == 0 and report["containers"] == AMD_APIS
+    [warning] = [p for p in report["problems"] if p["source"] == "--engine auto"]
+    assert "exit 125: Error: cannot connect: permission denied" in warning["message"]
+
+
+def test_ctrl_c_while_asking_the_engine(cli, bin_dir):
+    hung(bin_dir, "podman")
+    code, out, err = cli.interrupt_when(lambda: cli.running("sleep 600"), "probe", "--backend", "cdi", "--engine",
+                                        "auto", *[a.format(specs=SAMPLES / "amd" / "spec") for a in AMD])
+    assert code == INTERRUPTED and out == "" and "cgpu: interrupted" in err
