@@ -21,7 +21,7 @@ from cgpu.run import decode
 
 PROBE_PATH = "/cgpu-probe.py"
 DEFAULT_TIMEOUT = 60.0  # per container: the probe gives each API its own, shorter, limit
-API_TIMEOUT = 30.0  # per engine API call
+API_TIMEOUT = 30.0  # per engine API call, unless --timeout asks for less
 SOURCE = "--verify"
 
 
@@ -47,7 +47,7 @@ def verify_devices(
     choice = engine_choice(engine)
     report.progress(f"verify: connecting to {choice or 'the container engine'}")
     try:
-        with open_engine(choice, timeout=API_TIMEOUT, progress=report.progress) as eng:
+        with open_engine(choice, timeout=min(API_TIMEOUT, container_timeout), progress=report.progress) as eng:
             _verify_with(report, eng, devices, static, probe_source, probe_image, container_timeout, engine)
     except EngineError as exc:
         report.problem("error", SOURCE, f"could not run: {exc}")

@@ -1,0 +1,122 @@
+"""`--verify` faults against real podman: the service dies mid-call, Ctrl-C while a probe
+container runs, an engine that is missing or never answers. Nothing may stay behind: no
+container labelled cgpu.verify=1, no podman service, no socket folder."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import pytest
+
+from tests.faults.conftest import INTERRUPTED, hung, marked_processes
+from tests.verify.conftest import cdi_spec, podman, stand_in_image  # noqa: F401 - fixtures
+from tests.verify.test_verify import _lvp_spec
+
+pytestmark = pytest.mark.podman
+
+
+@pytest.fixture
+def device(cdi_spec, tmp_path):  # noqa: F811
+    return f"{cdi_spec(_lvp_spec(tmp_path))}=dev0"
+
+
+def _probe_containers(image: str, *flags: str) -> list[str]:
+    """Containers labelled cgpu.verify=1 from this test's image (other runs on the host have their own)."""
+    return podman("ps", *flags, "-q", "--filter", "label=cgpu.verify=1", "--filter", f"ancestor={image}").stdout.split()
+
+
+def _probe_container_running(image: str) -> bool:
+    return bool(_probe_containers(image))
+
+
+@pytest.fixture
+def no_new_containers(stand_in_image):  # noqa: F811
+    yield
+    left = _probe_containers(stand_in_image, "-a")
+    if left:
+        podman("rm", "-f", *left)
+    assert not left, f"containers left behind: {left}"
+
+
+def _service(cli) -> list[int]:
+    return [int(line.split(":")[0]) for line in marked_processes(cli.mark) if "system service" in line]
+
+
+def test_the_service_dies_mid_call(cli, device, stand_in_image, no_new_containers):  # noqa: F811
+    """The podman service cgpu started is killed while the probe container runs: the device's
+    check fails with the engine named, the run still answers, and the container is removed
+    through the CLI."""
+    proc = cli.popen("probe", "--backend", "cdi", "--json", "--verify", "--device", device,
+                     "--probe-image", stand_in_image, "--timeout", "120")
+    try:
+        import time
+
+        deadline = time.monotonic() + 60
+        while not _probe_container_running(stand_in_image):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-2000:]
+            time.sleep(0.1)
+        [service] = _service(cli)
+        os.kill(service, signal.SIGKILL)
+        out, err = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert b"Traceback" not in err, err
+    assert proc.returncode == 0, err
+    report = json.loads(out)
+    [entry] = report["devices"]
+    assert entry["live_status"] == "failed"
+    [error] = [p for p in report["problems"] if p["source"] == device]
+    assert "podman 4" in error["message"] or "podman 5" in error["message"], error
+    assert "no answer from the podman API" in error["message"], error
+    assert not _probe_container_running(stand_in_image)
+
+
+def test_ctrl_c_during_the_probe_container(cli, device, stand_in_image, no_new_containers):  # noqa: F811
+    code, out, err = cli.interrupt_when(lambda: _probe_container_running(stand_in_image), "probe", "--backend",
+                                        "cdi", "--verify", "--device", device, "--probe-image", stand_in_image)
+    assert code == INTERRUPTED and "cgpu: interrupted" in err
+    assert not _probe_container_running(stand_in_image)
+
+
+def test_ctrl_c_while_the_service_starts(cli, bin_dir, device):
+    """A podman whose `system service` never opens its socket: Ctrl-C stops it, and its socket folder goes."""
+    real = cli.env["PATH"].split(os.pathsep, 1)[1]
+    (bin_dir / "podman").write_text(
+        "#!/bin/sh\n"
+        'case "$*" in *"system service"*) exec sleep 600;; esac\n'
+        f'PATH="{real}" exec podman "$@"\n'
+    )
+    (bin_dir / "podman").chmod(0o755)
+    code, _, err = cli.interrupt_when(lambda: cli.running("sleep 600"), "probe", "--backend", "cdi", "--verify",
+                                      "--device", device)
+    assert code == INTERRUPTED and "cgpu: interrupted" in err
+
+
+def test_no_engine_at_all(cli, bin_dir, device):
+    """No podman, no Docker: the static answer stands and --verify says why it could not run."""
+    code, out, _ = cli("probe", "--backend", "cdi", "--json", "--verify", "--device", device,
+                       env={"PATH": f"{bin_dir}:/usr/bin/nonexistent", "DOCKER_HOST": "unix:///nonexistent.sock"})
+    report = json.loads(out)
+    assert code == 0
+    [error] = [p for p in report["problems"] if p["source"] == "--verify"]
+    assert error["severity"] == "error" and "no container engine answered" in error["message"]
+
+
+def test_an_engine_that_never_answers_is_bounded_by_timeout(cli, bin_dir, device):
+    """`--timeout` bounds each engine call too (finding podman's socket, starting its service),
+    not only the probe container."""
+    hung(bin_dir, "podman")
+    import time
+
+    started = time.monotonic()
+    code, out, _ = cli("probe", "--backend", "cdi", "--json", "--verify", "--device", device, "--timeout", "2",
+                       env={"DOCKER_HOST": "unix:///nonexistent.sock"}, timeout=100)
+    report = json.loads(out)
+    assert code == 0
+    [error] = [p for p in report["problems"] if p["source"] == "--verify"]
+    assert error["severity"] == "error" and "no socket after 2 s" in error["message"], error
+    assert time.monotonic() - started < 15, f"took {time.monotonic() - started:.0f} s with --timeout 2: {error}"
