@@ -17,6 +17,7 @@ class CommandError(Exception):
     def __init__(self, argv: Sequence[str], message: str) -> None:
         super().__init__(f"{format_argv(argv)}: {message}")
         self.argv = list(argv)
+        self.reason = message  # without the command line, for callers whose argv is long
 
 
 class CommandNotFoundError(CommandError):

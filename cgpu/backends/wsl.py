@@ -142,15 +142,15 @@ def probe(report: ReportBuilder, *, distro: str | None = None, timeout: float | 
     report.progress(f"probing WSL {where} (the first call starts WSL and can take a while)")
     try:
         done = run(argv, timeout=timeout, input=local_probe or b"", env={**os.environ, "WSL_UTF8": "1"})
-    except CommandNotFoundError as exc:
-        _could_not_run(report, exe, f"could not run wsl.exe ({exc}); {_INSTALL_WSL}")
+    except CommandNotFoundError as exc:  # the argv holds the whole probe script: name the executable only
+        _could_not_run(report, exe, f"could not run {exe}: {exc.reason}; {_INSTALL_WSL}")
         return
     except CommandTimeoutError:
         _could_not_run(report, exe, f"wsl.exe gave no answer for {where} within {timeout:g} s and was "
                        "stopped; check `wsl.exe -l -v` and try a longer --timeout")
         return
     except CommandError as exc:
-        _could_not_run(report, exe, str(exc))
+        _could_not_run(report, exe, f"could not run {exe}: {exc.reason}")
         return
     source = f"wsl.exe ({where})"
     start = done.stdout.find(FORMAT + b"\n")
