@@ -10,6 +10,8 @@ for every doctor run is too slow).
 
 from __future__ import annotations
 
+import contextlib
+
 import json
 import os
 import platform
@@ -184,7 +186,7 @@ def _probe_booted_vm(report: ReportBuilder, exe: str, version: str, disk: str, p
         "vm": {"image": os.path.abspath(disk), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns},
         "probe_image": {"ref": probe_image},
     }
-    run_dir = _vm_run_dir(key)
+    run_dir = _vm_run_dir(report, key)
 
     def compute() -> dict[str, Any]:
         report.progress(f"booting {disk} with krunkit {version}")
@@ -259,16 +261,26 @@ def _host() -> dict[str, str]:
     return {"name": socket.gethostname(), "platform": current_platform()}
 
 
-def _vm_run_dir(key: dict[str, Any]) -> Path:
-    """Where the probe VM's logs stay after the run (the latest run per VM image)."""
+def _vm_run_dir(report: ReportBuilder, key: dict[str, Any]) -> Path:
+    """Where the probe VM's logs and shared folder live (the latest run per VM image): in the
+    cache, or a temp folder when the cache cannot take them (read-only, full disk: a folder can
+    still be made on a full disk, so a block is written to know)."""
     preferred = default_cache_dir() / "krunkit-vm" / key_digest(key)[:16]
+    check = preferred / ".write-check"
     try:
         preferred.mkdir(parents=True, exist_ok=True)
+        check.write_bytes(b"\0" * 4096)
+        check.unlink()
         return preferred
-    except OSError:
+    except OSError as exc:
         import tempfile
 
-        return Path(tempfile.mkdtemp(prefix="cgpu-krunkit-vm-"))
+        with contextlib.suppress(OSError):
+            check.unlink()
+        fallback = Path(tempfile.mkdtemp(prefix="cgpu-krunkit-vm-"))
+        report.problem("warning", str(preferred), f"cannot write the VM's folder in the cache "
+                                                  f"({exc.strerror or exc}); using {fallback} instead")
+        return fallback
 
 
 # --- the answer, cached -----------------------------------------------------------------

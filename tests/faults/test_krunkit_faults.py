@@ -1,0 +1,110 @@
+"""krunkit backend faults at the CLI, with the krunkit stand-in: a read-only cache dir and a
+full disk (real tmpfs mounts), a krunkit that hangs on `--version`. The answer still comes,
+the cache trouble is a warning, and no half-written cache entry stays."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.faults.conftest import hung, need, need_root
+from tests.krunkit.test_machine import VENUS, probe_output
+
+FAKE_KRUNKIT = Path(__file__).resolve().parents[1] / "krunkit" / "fake_krunkit.py"
+
+
+@pytest.fixture
+def krunkit(bin_dir) -> Path:
+    path = bin_dir / "krunkit"
+    path.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FAKE_KRUNKIT}" "$@"\n')
+    path.chmod(0o755)
+    return path
+
+
+@pytest.fixture
+def disk(tmp_path) -> str:
+    path = tmp_path / "probe-vm.raw"
+    path.write_text(json.dumps({"behaviour": "ready", "probe": {"rc": 0, "out": probe_output(VENUS)}}))
+    return str(path)
+
+
+@pytest.fixture
+def tmpfs(tmp_path):
+    """Mount a small tmpfs; returns a function (options) -> mount point; unmounted after."""
+    need_root("mounting a tmpfs")
+    need("mount")
+    mounted: list[Path] = []
+
+    def mount(options: str) -> Path:
+        point = tmp_path / f"mnt{len(mounted)}"
+        point.mkdir()
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "cgpu-faults", str(point)],
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+        mounted.append(point)
+        return point
+
+    yield mount
+    for point in mounted:
+        subprocess.run(["umount", "-l", str(point)], capture_output=True)
+
+
+def _probe(cli, disk, cache: Path) -> tuple[int, dict]:
+    code, out, _ = cli("probe", "--backend", "krunkit", "--json", "--vm-image", disk,
+                       env={"CGPU_CACHE_DIR": str(cache)}, timeout=60)
+    return code, json.loads(out)
+
+
+def test_read_only_cache_dir_still_answers(cli, krunkit, disk, tmpfs):
+    cache = tmpfs("ro,size=1m")
+    code, report = _probe(cli, disk, cache)
+    assert code == 0 and report["containers"] == ["vulkan"]
+    warnings = [p for p in report["problems"] if p["severity"] == "warning"]
+    assert any(p["source"].startswith(str(cache)) and "Read-only file system" in p["message"] for p in warnings)
+    _logs_went_to_a_temp_folder(report)
+
+
+def _logs_went_to_a_temp_folder(report: dict) -> None:
+    """The VM's folder could not go into the cache: it went to a temp folder, which the report
+    names (its logs are kept for the user, so the test removes it)."""
+    [logs] = [p["source"] for p in report["problems"] if "logs (krunkit.log, console.log) are kept here" in p["message"]]
+    assert Path(logs).name.startswith("cgpu-krunkit-vm-")
+    assert any(f"using {logs} instead" in p["message"] for p in report["problems"] if p["severity"] == "warning")
+    shutil.rmtree(logs)
+
+
+def test_full_disk_for_the_cache_still_answers_and_leaves_no_temp_file(cli, krunkit, disk, tmpfs):
+    cache = tmpfs("size=64k")
+    filler = cache / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT)  # fill the file system, leaving the inodes
+    try:
+        while os.write(fd, b"\0" * 4096):
+            pass
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    code, report = _probe(cli, disk, cache)
+    assert code == 0 and report["containers"] == ["vulkan"]
+    assert any("No space left on device" in p["message"] for p in report["problems"] if p["severity"] == "warning")
+    _logs_went_to_a_temp_folder(report)
+    left = [p for p in cache.rglob("*") if p.suffix == ".tmp" or (p.suffix == ".json" and p.stat().st_size == 0)]
+    assert left == [], "a half-written cache entry stayed"
+    filler.unlink()
+    code, report = _probe(cli, disk, cache)  # space again: the answer is stored and read back
+    assert code == 0 and not any("cache" in p["message"] and p["severity"] == "warning" for p in report["problems"])
+
+
+def test_krunkit_that_hangs_on_version(cli, bin_dir, disk):
+    hung(bin_dir, "krunkit")
+    code, out, _ = cli("probe", "--backend", "krunkit", "--json", "--vm-image", disk, "--timeout", "1", timeout=30)
+    report = json.loads(out)
+    assert code == 1 and report["containers"] == []
+    assert any("no answer within 1 s" in p["message"] for p in report["problems"]), report["problems"]
