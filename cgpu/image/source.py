@@ -21,6 +21,7 @@ import os
 import posixpath
 import re
 import shutil
+import stat
 import tarfile
 import tempfile
 from contextlib import contextmanager
@@ -169,12 +170,14 @@ class _TarBlobs:
 
     def __init__(self, path: str) -> None:
         self.path = path
+        self._file: IO[bytes] | None = None
         self._tar: tarfile.TarFile | None = None
         self._members: dict[str, tarfile.TarInfo] = {}
 
     def __enter__(self) -> "_TarBlobs":
         try:
-            self._tar = tarfile.open(self.path, mode="r:*")
+            self._file = _open_regular(self.path)
+            self._tar = tarfile.open(fileobj=self._file, mode="r:*")
             for member in self._tar:
                 name, _ = normalize_member(member.name)
                 if name and (member.isfile() or member.issym() or member.islnk()):
@@ -187,6 +190,8 @@ class _TarBlobs:
     def __exit__(self, *exc: object) -> None:
         if self._tar is not None:
             self._tar.close()
+        if self._file is not None:
+            self._file.close()
 
     def open(self, name: str) -> IO[bytes]:
         assert self._tar is not None
@@ -221,7 +226,7 @@ class _DirBlobs:
         if not path:
             raise ImageReadError(f"{self.path}: bad blob name {name!r}")
         try:
-            return open(os.path.join(self.path, path), "rb")
+            return _open_regular(os.path.join(self.path, path))
         except OSError as exc:
             raise ImageReadError(f"{self.path}: cannot open {name!r} ({exc.strerror or exc})") from None
 
@@ -230,6 +235,24 @@ class _DirBlobs:
             return os.path.getsize(os.path.join(self.path, name))
         except OSError:
             return 0
+
+
+def _open_regular(path: str) -> IO[bytes]:
+    """Open a file for reading, refusing FIFOs, sockets and devices: reading one could block
+    forever (a FIFO) or never end (/dev/zero). The non-blocking open is what lets a FIFO be
+    looked at without waiting for a writer."""
+    nonblocking = getattr(os, "O_NONBLOCK", 0)
+    fd = os.open(path, os.O_RDONLY | nonblocking)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ImageReadError(f"{path}: not a regular file (a directory, FIFO, socket or device); cgpu does not "
+                                 "read it")
+        if nonblocking:
+            os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def _json(blobs: _TarBlobs | _DirBlobs, name: str, what: str) -> Any:
