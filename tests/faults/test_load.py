@@ -1,0 +1,60 @@
+"""A light run of scripts/load_cdi.py for CI: concurrent CLI runs and library calls give the
+answer each case gives alone, concurrent --verify runs against one podman service agree and
+leave nothing behind, and concurrent cache users compute each answer once."""
+
+from __future__ import annotations
+
+import pytest
+
+from scripts.load_cdi import cache_load, cli_load, library_load, reference_answers, verify_load
+
+
+@pytest.fixture(scope="module")
+def expected() -> list[str]:
+    return reference_answers()
+
+
+def test_concurrent_cli_runs(expected):
+    result = cli_load(procs=8, runs=16, seconds=60, expected=expected)
+    assert result["runs"] == 16 and result["wrong"] == [] and result["left_running"] == []
+
+
+def test_concurrent_library_calls(expected):
+    result = library_load(threads=4, calls=100, seconds=30, expected=expected)
+    for figures in result.values():
+        assert figures["calls"] == 100 and figures["wrong"] == []
+
+
+@pytest.fixture
+def probe_images_made_here():
+    """The runs build the probe image when it is missing (both at once: part of the test);
+    one they built is removed after."""
+    import shutil
+    import subprocess
+
+    def images() -> set[str]:
+        if shutil.which("podman") is None:
+            return set()
+        done = subprocess.run(["podman", "images", "-q", "localhost/cgpu-probe"], capture_output=True, text=True,
+                              timeout=60)
+        return set(done.stdout.split())
+
+    before = images()
+    yield
+    made = images() - before
+    if made:
+        subprocess.run(["podman", "rmi", "-f", *made], capture_output=True, timeout=120)
+
+
+@pytest.mark.podman
+def test_concurrent_verify_runs_share_one_service(probe_images_made_here):
+    result = verify_load(runs=2, seconds=300)
+    if "skipped" in result:
+        pytest.skip(result["skipped"])
+    assert result["wrong"] == [] and result["containers_left"] == [] and result["left_running"] == []
+
+
+def test_concurrent_cache_users_compute_each_answer_once():
+    result = cache_load(procs=6, keys=2)
+    assert result["wrong"] == [] and result["torn"] == [] and result["temp_left"] == []
+    assert result["computations"] == 2 and result["entries"] == 2
