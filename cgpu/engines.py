@@ -190,8 +190,10 @@ class Engine:
         """The API is gone (service stopped, Ctrl-C twice): the CLI can still remove it."""
         exe = shutil.which(self.name)
         if exe:
+            # podman's --force stops a container with its 10 s timeout first; docker's kills it at once
+            now = ["--time", "0"] if self.name == "podman" else []
             try:
-                run([exe, "rm", "--force", container], timeout=30)
+                run([exe, "rm", "--force", *now, container], timeout=30)
             except CommandError:
                 pass
 

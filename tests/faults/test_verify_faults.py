@@ -59,7 +59,9 @@ def test_the_service_dies_mid_call(cli, device, stand_in_image, no_new_container
             time.sleep(0.1)
         [service] = _service(cli)
         os.kill(service, signal.SIGKILL)
+        killed = time.monotonic()
         out, err = proc.communicate(timeout=90)
+        cleanup_s = time.monotonic() - killed
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -73,6 +75,7 @@ def test_the_service_dies_mid_call(cli, device, stand_in_image, no_new_container
     assert "podman 4" in error["message"] or "podman 5" in error["message"], error
     assert "no answer from the podman API" in error["message"], error
     assert not _probe_container_running(stand_in_image)
+    assert cleanup_s < 8, f"{cleanup_s:.1f} s to remove the container: the CLI fallback waited for a stop timeout"
 
 
 def test_ctrl_c_during_the_probe_container(cli, device, stand_in_image, no_new_containers):  # noqa: F811
