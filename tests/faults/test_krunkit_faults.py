@@ -108,3 +108,17 @@ def test_krunkit_that_hangs_on_version(cli, bin_dir, disk):
     report = json.loads(out)
     assert code == 1 and report["containers"] == []
     assert any("no answer within 1 s" in p["message"] for p in report["problems"]), report["problems"]
+
+
+def test_hung_podman_machine_is_stopped_at_the_timeout(cli, bin_dir, krunkit):
+    hung(bin_dir, "podman")
+    code, out, _ = cli("probe", "--backend", "krunkit", "--json", "--timeout", "1", timeout=30)
+    report = json.loads(out)
+    assert code == 1 and report["containers"] == []
+    assert any("no answer within 1 s" in p["message"] for p in report["problems"]), report["problems"]
+
+
+def test_ctrl_c_while_podman_machine_answers(cli, bin_dir, krunkit):
+    hung(bin_dir, "podman")
+    code, out, err = cli.interrupt_when(lambda: cli.running("sleep 600"), "probe", "--backend", "krunkit")
+    assert code == 130 and out == "" and "cgpu: interrupted" in err
