@@ -63,7 +63,7 @@ def probe(report: ReportBuilder, *, spec_dirs: Sequence[str] | None = None, root
     dirs = list(spec_dirs) if spec_dirs else list(DEFAULT_SPEC_DIRS)
     root = root or "/"
     if not os.path.isdir(root):
-        report.failed("cgpu", f"--root {root} is not a directory")
+        report.usage_error("--root", f"--root {root} is not a directory")
         return
     rules = _engine_rules(report, engine, timeout)
     if rules is None:
@@ -206,7 +206,7 @@ def _engine_rules(report: ReportBuilder, engine: str | None,
         try:
             name, version = parse_engine_option(engine)
         except ValueError as exc:
-            report.failed("--engine", str(exc))
+            report.usage_error("--engine", str(exc))
             return None
     try:
         return max_cdi_version(name, version), f"{name} {version}"
@@ -226,7 +226,7 @@ def _select(report: ReportBuilder, scan: ScanResult, names: Sequence[str] | None
         try:
             parse_qualified_name(name)
         except ValueError as exc:
-            report.failed("--device", f"{name!r} is not a CDI device name ({exc}); use vendor/class=name, "
+            report.usage_error("--device", f"{name!r} is not a CDI device name ({exc}); use vendor/class=name, "
                                       f"e.g. nvidia.com/gpu=0")
             return None
     unknown = [name for name in wanted if name not in scan.devices and name not in dropped]
