@@ -45,6 +45,8 @@ def _parser() -> argparse.ArgumentParser:
     probe.add_argument("--backend", choices=BACKENDS, help="default: cdi on Linux, wsl on Windows, krunkit on macOS")
     probe.add_argument("--json", action="store_true", help="print the report as one JSON object")
     probe.add_argument("--timeout", type=_seconds, metavar="SECONDS", help="limit for each command cgpu runs")
+    probe.add_argument("--probe-image", metavar="REF",
+                       help="a local image that runs cgpu's probe (cdi --verify, krunkit); never pulled")
     cdi = probe.add_argument_group("cdi backend (Linux)")
     cdi.add_argument("--spec-dir", dest="spec_dirs", action="append", metavar="DIR",
                      help="CDI spec directory, repeatable, lowest priority first (default: /etc/cdi, then /var/run/cdi)")
@@ -59,7 +61,6 @@ def _parser() -> argparse.ArgumentParser:
     krunkit = probe.add_argument_group("krunkit backend (macOS)")
     krunkit.add_argument("--machine", metavar="NAME", help="the podman machine (libkrun provider) to use")
     krunkit.add_argument("--vm-image", metavar="PATH", help="boot this disk image with krunkit instead")
-    krunkit.add_argument("--probe-image", metavar="REF", help="container image that runs the probe")
     krunkit.add_argument("--refresh", action="store_true", help="ignore the cached answer")
 
     image = sub.add_parser("image", help="image tools")
