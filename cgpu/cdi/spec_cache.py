@@ -38,7 +38,7 @@ from cgpu.cdi import model, names, parse, versions
 from cgpu.cdi.model import ContainerEdits, DeviceNode, Hook, Mount, Spec, SpecDevice
 from cgpu.cdi.parse import SpecError
 
-FORMAT = 1
+FORMAT = 2
 RACY_SECONDS = 2.0
 SUBDIR = "cdi-specs"
 
@@ -158,37 +158,59 @@ def store(path: str, info: os.stat_result, read_info: os.stat_result, result: Sp
         return
 
 
-# --- the model as JSON: rows in the dataclasses' field order (model.py is part of the key) ---
+# --- the model as JSON: rows in the dataclasses' field order (model.py is part of the key).
+# Equal edits and device nodes are stored once and read back as one shared object (an index
+# and its UUID alias have the same edits): fewer objects to build, the same values.
 
-def _edits_row(edits: ContainerEdits) -> list[Any]:
-    return [edits.env,
-            [[n.path, n.host_path, n.type, n.major, n.minor, n.file_mode, n.permissions, n.uid, n.gid]
-             for n in edits.device_nodes],
-            [[m.host_path, m.container_path, m.type, m.options] for m in edits.mounts],
-            [None if h is None else [h.hook_name, h.path, h.args, h.env, h.timeout] for h in edits.hooks],
-            edits.additional_gids, edits.intel_rdt, edits.net_devices]
+class _Tables:
+    def __init__(self) -> None:
+        self.nodes: dict[DeviceNode, int] = {}
+        self.edits: dict[Any, int] = {}
+        self.edit_rows: list[list[Any]] = []
+
+    def node(self, node: DeviceNode) -> int:
+        return self.nodes.setdefault(node, len(self.nodes))
+
+    def edits_index(self, edits: ContainerEdits) -> int:
+        try:
+            known = self.edits.get(edits)
+        except TypeError:  # edits holding dicts (intelRdt, netDevices) are not hashable: stored apiece
+            known, edits_key = None, object()
+        else:
+            edits_key = edits
+        if known is None:
+            known = self.edits[edits_key] = len(self.edit_rows)
+            self.edit_rows.append([
+                edits.env, [self.node(node) for node in edits.device_nodes],
+                [[m.host_path, m.container_path, m.type, m.options] for m in edits.mounts],
+                [None if h is None else [h.hook_name, h.path, h.args, h.env, h.timeout] for h in edits.hooks],
+                edits.additional_gids, edits.intel_rdt, edits.net_devices])
+        return known
 
 
-def _edits(row: list[Any]) -> ContainerEdits:
-    env, nodes, mounts, hooks, gids, intel_rdt, net_devices = row
-    return ContainerEdits(
+def _encode(spec: Spec) -> dict[str, Any]:
+    tables = _Tables()
+    devices = [[d.name, d.annotations, tables.edits_index(d.edits)] for d in spec.devices]
+    edits = tables.edits_index(spec.edits)
+    return {"version": spec.version, "kind": spec.kind, "annotations": spec.annotations,
+            "warnings": spec.warnings, "edits": edits, "devices": devices,
+            "edit_table": tables.edit_rows,
+            "node_table": [[n.path, n.host_path, n.type, n.major, n.minor, n.file_mode, n.permissions, n.uid, n.gid]
+                           for n in tables.nodes]}
+
+
+def _decode(data: dict[str, Any], path: str, priority: int) -> Spec:
+    nodes = [DeviceNode(*row) for row in data["node_table"]]
+    edits = [ContainerEdits(
         env=tuple(env),
-        device_nodes=tuple(DeviceNode(*node) for node in nodes),
+        device_nodes=tuple(nodes[index] for index in node_indexes),
         mounts=tuple(Mount(host, container, kind, tuple(options)) for host, container, kind, options in mounts),
         hooks=tuple(None if h is None else Hook(h[0], h[1], tuple(h[2]), tuple(h[3]), h[4])  # type: ignore[misc]
                     for h in hooks),
         additional_gids=tuple(gids), intel_rdt=intel_rdt, net_devices=tuple(net_devices))
-
-
-def _encode(spec: Spec) -> dict[str, Any]:
-    return {"version": spec.version, "kind": spec.kind, "annotations": spec.annotations,
-            "warnings": spec.warnings, "edits": _edits_row(spec.edits),
-            "devices": [[d.name, d.annotations, _edits_row(d.edits)] for d in spec.devices]}
-
-
-def _decode(data: dict[str, Any], path: str, priority: int) -> Spec:
+        for env, node_indexes, mounts, hooks, gids, intel_rdt, net_devices in data["edit_table"]]
     return Spec(path=path, version=data["version"], kind=data["kind"],
-                devices=tuple(SpecDevice(name, _edits(edits), annotations)
-                              for name, annotations, edits in data["devices"]),
-                edits=_edits(data["edits"]), annotations=data["annotations"], priority=priority,
+                devices=tuple(SpecDevice(name, edits[index], annotations)
+                              for name, annotations, index in data["devices"]),
+                edits=edits[data["edits"]], annotations=data["annotations"], priority=priority,
                 warnings=tuple(data["warnings"]))
