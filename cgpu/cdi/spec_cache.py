@@ -26,6 +26,7 @@ cannot plant a parse result.
 from __future__ import annotations
 
 import binascii
+import contextlib
 import json
 import os
 import stat
@@ -146,16 +147,19 @@ def store(path: str, info: os.stat_result, read_info: os.stat_result, result: Sp
     temporary = f"{target}.{os.getpid()}.{time.monotonic_ns()}.tmp"
     try:
         data = json.dumps(entry, separators=(",", ":")).encode()
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
-            os.replace(temporary, target)  # atomic: a reader sees the old entry or the new one
-        finally:
-            if os.path.lexists(temporary):
-                os.unlink(temporary)
-    except (OSError, ValueError):  # ValueError: a value json cannot write; the cache is optional
+    except ValueError:  # defensive: parsed specs hold only JSON values, and the cache must never break a scan
         return
+    try:
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    except OSError:
+        return
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.replace(temporary, target)  # atomic: a reader sees the old entry or the new one
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
 
 
 # --- the model as JSON: rows in the dataclasses' field order (model.py is part of the key).
