@@ -13,7 +13,7 @@ import os
 import re
 from typing import Any, Sequence
 
-from cgpu.backends.cdi_host import HostFS
+from cgpu.backends.cdi_host import HostFS, HostTrace
 from cgpu.backends.cdi_rules import PARTIAL, PROVIDED, Finding, judge
 from cgpu.backends.cdi_view import ContainerView, is_bind, node_fully_specified, risky_edits
 from cgpu.cdi.model import ContainerEdits, ResolvedDevice, ScanResult, Spec
@@ -120,8 +120,7 @@ def _engine_dropped(scan: ScanResult) -> dict[str, Spec]:
 class _Remembered:
     __slots__ = ("devices", "trace", "answers")
 
-    def __init__(self, devices: list[ResolvedDevice], trace: dict[tuple[str, str], Any],
-                 answers: list[DeviceAnswer]) -> None:
+    def __init__(self, devices: list[ResolvedDevice], trace: HostTrace, answers: list[DeviceAnswer]) -> None:
         self.devices = devices  # held, so the specs' ids stay theirs
         self.trace = trace
         self.answers = answers
