@@ -13,7 +13,7 @@ import sys
 for blocked in ("fcntl", "termios", "pwd", "grp", "resource", "msvcrt", "winreg"):
     sys.modules[blocked] = None  # `import fcntl` now raises ImportError, as on Windows
 import pkgutil, importlib, cgpu
-names = [m.name for m in pkgutil.walk_packages(cgpu.__path__, "cgpu.")]
+names = [m.name for m in pkgutil.walk_packages(cgpu.__path__, "cgpu.") if m.name != "cgpu.__main__"]
 for name in names:
     importlib.import_module(name)
 print(len(names))
