@@ -77,7 +77,7 @@ def probe(report: ReportBuilder, *, spec_dirs: Sequence[str] | None = None, root
         scan = scan_spec_dirs(dirs, max_version=max_version, engine_label=label)
     answers = answer_scan(report, scan, HostFS(root), devices=devices, dirs=dirs)
     if verify and answers is not None:
-        _verify(report, answers, engine=engine, probe_image=probe_image, timeout=timeout)
+        _verify(report, answers, dirs=dirs, engine=engine, probe_image=probe_image, timeout=timeout)
 
 
 def answer_scan(report: ReportBuilder, scan: ScanResult, host: HostFS, *, devices: Sequence[str] | None = None,
@@ -366,14 +366,16 @@ def _evidence(report: ReportBuilder, answers: list[DeviceAnswer], scan: ScanResu
             report.withhold(api, f"not provided: no valid CDI spec defines a device in {', '.join(dirs)}")
 
 
-def _verify(report: ReportBuilder, answers: list[DeviceAnswer], *, engine: str | None,
+def _verify(report: ReportBuilder, answers: list[DeviceAnswer], *, dirs: list[str], engine: str | None,
             probe_image: str | None, timeout: float | None) -> None:
-    try:
-        from cgpu.verify import verify_devices
-    except ImportError:
-        report.problem("error", "cgpu", "--verify is not available in this build (cgpu.verify is missing); "
-                                        "the answer is the static one")
-        return
+    from cgpu.cdi.scan import DEFAULT_SPEC_DIRS
+    from cgpu.verify import verify_devices
+
+    own = [d for d in dirs if os.path.realpath(d) not in {os.path.realpath(e) for e in DEFAULT_SPEC_DIRS}]
+    if own:
+        report.problem("info", "--verify", f"the engine reads its own spec dirs (by default "
+                                           f"{', '.join(DEFAULT_SPEC_DIRS)}), not {', '.join(own)}: a device "
+                                           f"defined only there is unresolvable to it")
     runnable = [a for a in answers if not a.blocked]
     verify_devices(report, [a.name for a in runnable], {a.name: a.apis for a in runnable},
                    engine=engine, probe_image=probe_image, timeout=timeout)
