@@ -14,11 +14,9 @@ disk becomes a warning passed to `warn` and the caller computes a fresh answer.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
@@ -46,6 +44,8 @@ def default_cache_dir() -> Path:
 
 
 def key_digest(key: Mapping[str, Any]) -> str:
+    import hashlib  # here, not at the top: default_cache_dir is on the CLI's start-up path
+
     text = json.dumps(key, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:40]
 
@@ -91,6 +91,8 @@ class AnswerCache:
 
     def put(self, key: Mapping[str, Any], value: Mapping[str, Any]) -> bool:
         """Store atomically; False (and a warning) when the cache could not be written."""
+        import tempfile
+
         path = self.path(key)
         entry = {"format": FORMAT, "key": key, "stored_at": time.time(), "value": value}
         data = json.dumps(entry, indent=1, default=str).encode()

@@ -44,7 +44,9 @@ def _parser() -> argparse.ArgumentParser:
     probe = sub.add_parser("probe", help="report the GPU APIs containers get on this node")
     probe.add_argument("--backend", choices=BACKENDS, help="default: cdi on Linux, wsl on Windows, krunkit on macOS")
     probe.add_argument("--json", action="store_true", help="print the report as one JSON object")
-    probe.add_argument("--timeout", type=float, metavar="SECONDS", help="limit for each command cgpu runs")
+    probe.add_argument("--timeout", type=_seconds, metavar="SECONDS", help="limit for each command cgpu runs")
+    probe.add_argument("--probe-image", metavar="REF",
+                       help="a local image that runs cgpu's probe (cdi --verify, krunkit); never pulled")
     cdi = probe.add_argument_group("cdi backend (Linux)")
     cdi.add_argument("--spec-dir", dest="spec_dirs", action="append", metavar="DIR",
                      help="CDI spec directory, repeatable, lowest priority first (default: /etc/cdi, then /var/run/cdi)")
@@ -59,7 +61,6 @@ def _parser() -> argparse.ArgumentParser:
     krunkit = probe.add_argument_group("krunkit backend (macOS)")
     krunkit.add_argument("--machine", metavar="NAME", help="the podman machine (libkrun provider) to use")
     krunkit.add_argument("--vm-image", metavar="PATH", help="boot this disk image with krunkit instead")
-    krunkit.add_argument("--probe-image", metavar="REF", help="container image that runs the probe")
     krunkit.add_argument("--refresh", action="store_true", help="ignore the cached answer")
 
     image = sub.add_parser("image", help="image tools")
@@ -68,7 +69,7 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("ref", help="podman/docker image, oci-archive:PATH, docker-archive:PATH or dir:PATH")
     check.add_argument("--json", action="store_true")
     check.add_argument("--machine", metavar="NAME", help="also run the probe in this krunkit VM")
-    check.add_argument("--timeout", type=float, metavar="SECONDS")
+    check.add_argument("--timeout", type=_seconds, metavar="SECONDS")
 
     sub.add_parser("schema", help="print the JSON Schema of the probe report")
     return parser
@@ -109,7 +110,12 @@ def _probe(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     progress = None if args.json else _progress
     try:
         builder = run_backend(backend, given, progress=progress)
-        code = ExitCode.COULD_NOT_RUN if builder.could_not_run else ExitCode.OK
+        if builder.bad_usage:
+            code = ExitCode.USAGE
+        elif builder.could_not_run:
+            code = ExitCode.COULD_NOT_RUN
+        else:
+            code = ExitCode.OK
     except KeyboardInterrupt:
         raise
     except Exception as exc:  # a bug in cgpu: still one report, never a traceback
@@ -133,6 +139,16 @@ def _image_check(args: argparse.Namespace) -> int:
                                progress=None if args.json else _progress)
     print(json.dumps(result, indent=2) if args.json else render_image_check(result))
     return code
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r}: give a positive number of seconds")
+    return value
 
 
 def _progress(message: str) -> None:

@@ -34,6 +34,7 @@ class ReportBuilder:
         self.devices: list[dict[str, Any]] = []
         self.problems: list[dict[str, str]] = []
         self.could_not_run = False
+        self.bad_usage = False
 
     def provide(self, api: str, evidence: str) -> None:
         self._check(api)
@@ -57,6 +58,11 @@ class ReportBuilder:
         """The backend could not answer: an error problem, and the CLI exits non-zero."""
         self.could_not_run = True
         self.problem("error", source, message)
+
+    def usage_error(self, source: str, message: str) -> None:
+        """The options given cannot work (a malformed name, conflicting options): exit 2."""
+        self.failed(source, message)
+        self.bad_usage = True
 
     def progress(self, message: str) -> None:
         if self._progress is not None:

@@ -41,3 +41,11 @@ def validate_report(data: dict[str, Any] | str) -> Any:
     if isinstance(data, str):
         data = json.loads(data)
     return Report.model_validate(data)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _private_cache_dir(tmp_path_factory):
+    """Every test (and every CLI it starts) caches under a temporary dir, never the user's."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("CGPU_CACHE_DIR", str(tmp_path_factory.mktemp("cgpu-cache")))
+        yield

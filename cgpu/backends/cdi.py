@@ -13,7 +13,7 @@ import os
 import re
 from typing import Any, Sequence
 
-from cgpu.backends.cdi_host import HostFS
+from cgpu.backends.cdi_host import HostFS, HostTrace
 from cgpu.backends.cdi_rules import PARTIAL, PROVIDED, Finding, judge
 from cgpu.backends.cdi_view import ContainerView, is_bind, node_fully_specified, risky_edits
 from cgpu.cdi.model import ContainerEdits, ResolvedDevice, ScanResult, Spec
@@ -63,7 +63,7 @@ def probe(report: ReportBuilder, *, spec_dirs: Sequence[str] | None = None, root
     dirs = list(spec_dirs) if spec_dirs else list(DEFAULT_SPEC_DIRS)
     root = root or "/"
     if not os.path.isdir(root):
-        report.failed("cgpu", f"--root {root} is not a directory")
+        report.usage_error("--root", f"--root {root} is not a directory")
         return
     rules = _engine_rules(report, engine, timeout)
     if rules is None:
@@ -77,7 +77,7 @@ def probe(report: ReportBuilder, *, spec_dirs: Sequence[str] | None = None, root
         scan = scan_spec_dirs(dirs, max_version=max_version, engine_label=label)
     answers = answer_scan(report, scan, HostFS(root), devices=devices, dirs=dirs)
     if verify and answers is not None:
-        _verify(report, answers, engine=engine, probe_image=probe_image, timeout=timeout)
+        _verify(report, answers, dirs=dirs, engine=engine, probe_image=probe_image, timeout=timeout)
 
 
 def answer_scan(report: ReportBuilder, scan: ScanResult, host: HostFS, *, devices: Sequence[str] | None = None,
@@ -120,8 +120,7 @@ def _engine_dropped(scan: ScanResult) -> dict[str, Spec]:
 class _Remembered:
     __slots__ = ("devices", "trace", "answers")
 
-    def __init__(self, devices: list[ResolvedDevice], trace: dict[tuple[str, str], Any],
-                 answers: list[DeviceAnswer]) -> None:
+    def __init__(self, devices: list[ResolvedDevice], trace: HostTrace, answers: list[DeviceAnswer]) -> None:
         self.devices = devices  # held, so the specs' ids stay theirs
         self.trace = trace
         self.answers = answers
@@ -206,7 +205,7 @@ def _engine_rules(report: ReportBuilder, engine: str | None,
         try:
             name, version = parse_engine_option(engine)
         except ValueError as exc:
-            report.failed("--engine", str(exc))
+            report.usage_error("--engine", str(exc))
             return None
     try:
         return max_cdi_version(name, version), f"{name} {version}"
@@ -226,7 +225,7 @@ def _select(report: ReportBuilder, scan: ScanResult, names: Sequence[str] | None
         try:
             parse_qualified_name(name)
         except ValueError as exc:
-            report.failed("--device", f"{name!r} is not a CDI device name ({exc}); use vendor/class=name, "
+            report.usage_error("--device", f"{name!r} is not a CDI device name ({exc}); use vendor/class=name, "
                                       f"e.g. nvidia.com/gpu=0")
             return None
     unknown = [name for name in wanted if name not in scan.devices and name not in dropped]
@@ -367,14 +366,16 @@ def _evidence(report: ReportBuilder, answers: list[DeviceAnswer], scan: ScanResu
             report.withhold(api, f"not provided: no valid CDI spec defines a device in {', '.join(dirs)}")
 
 
-def _verify(report: ReportBuilder, answers: list[DeviceAnswer], *, engine: str | None,
+def _verify(report: ReportBuilder, answers: list[DeviceAnswer], *, dirs: list[str], engine: str | None,
             probe_image: str | None, timeout: float | None) -> None:
-    try:
-        from cgpu.verify import verify_devices
-    except ImportError:
-        report.problem("error", "cgpu", "--verify is not available in this build (cgpu.verify is missing); "
-                                        "the answer is the static one")
-        return
+    from cgpu.cdi.scan import DEFAULT_SPEC_DIRS
+    from cgpu.verify import verify_devices
+
+    own = [d for d in dirs if os.path.realpath(d) not in {os.path.realpath(e) for e in DEFAULT_SPEC_DIRS}]
+    if own:
+        report.problem("info", "--verify", f"the engine reads its own spec dirs (by default "
+                                           f"{', '.join(DEFAULT_SPEC_DIRS)}), not {', '.join(own)}: a device "
+                                           f"defined only there is unresolvable to it")
     runnable = [a for a in answers if not a.blocked]
     verify_devices(report, [a.name for a in runnable], {a.name: a.apis for a in runnable},
                    engine=engine, probe_image=probe_image, timeout=timeout)

@@ -12,13 +12,66 @@ import os
 import posixpath
 import re
 import stat
-from typing import Any
+from typing import Any, Callable
 
 MAX_SYMLINKS = 40
 MAX_SMALL_FILE = 64 * 1024  # ICD manifests, .icd files, sysfs values: anything larger is not one
 
 _NVRM_VERSION = re.compile(r"Kernel Module(?: for \S+)?\s+(\d+\.\d+(?:\.\d+)?)")
 _BARE_VERSION = re.compile(r"^\s*(\d+\.\d+(?:\.\d+)?)\s*$")
+
+
+def _file_type(path: str) -> int | None:
+    """S_IFMT of the path itself (a symlink is a symlink), or None when there is nothing."""
+    try:
+        return stat.S_IFMT(os.lstat(path).st_mode)
+    except OSError:
+        return None
+
+
+def _followed_type(path: str) -> int | None:
+    try:
+        return stat.S_IFMT(os.stat(path).st_mode)
+    except OSError:
+        return None
+
+
+def _link_target(path: str) -> str | None:
+    try:
+        return os.readlink(path)
+    except OSError:
+        return None
+
+
+def _sorted_listing(path: str) -> list[str]:
+    try:
+        return sorted(os.listdir(path))
+    except OSError:
+        return []
+
+
+def _small_text(path: str) -> tuple[str | None, str | None]:
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_SMALL_FILE + 1)
+    except OSError as exc:
+        return None, f"cannot be read ({exc.strerror or exc})"
+    if len(data) > MAX_SMALL_FILE:
+        return None, f"is larger than {MAX_SMALL_FILE} bytes"
+    return data.decode("utf-8", errors="replace"), None
+
+
+Read = Callable[[str], Any]
+
+
+class HostTrace:
+    """What one probe asked the host: each answer, and each filesystem read behind them with its result."""
+
+    __slots__ = ("answers", "reads")
+
+    def __init__(self) -> None:
+        self.answers: dict[tuple[str, str], Any] = {}
+        self.reads: list[tuple[Read, str, Any]] = []
 
 
 def _clean(path: str) -> str:
@@ -29,9 +82,10 @@ def _clean(path: str) -> str:
 class HostFS:
     """Read-only view of the host filesystem under `root`.
 
-    Every answer is memoised for this probe and kept as a trace of (query, argument) ->
-    result: `replay(trace)` asks the same questions afresh and says whether every answer is
-    unchanged, so a caller can reuse what it concluded from them.
+    Every answer is memoised for this probe and kept in a trace with the filesystem reads it
+    took (lstat, stat, readlink, listdir, read): `replay(trace)` makes the same reads afresh and
+    says whether every result is unchanged (then every answer is: they are computed from nothing
+    else), so a caller can reuse what it concluded from them.
     """
 
     def __init__(self, root: str = "/") -> None:
@@ -40,20 +94,22 @@ class HostFS:
         self._plain = self.root == os.path.abspath(os.sep)
         self._resolved: dict[str, str | None] = {}  # path -> real file, for the walk inside the root
         self._modes: dict[str, int] = {}  # real file -> st_mode, as the walk saw it
-        self._memo: dict[tuple[str, str], Any] = {}
+        self.trace = HostTrace()
+        self._memo = self.trace.answers
 
-    @property
-    def trace(self) -> dict[tuple[str, str], Any]:
-        return self._memo
-
-    def replay(self, trace: dict[tuple[str, str], Any]) -> bool:
-        """Ask every question of `trace` again; True when all answers are unchanged."""
-        for key, answer in trace.items():
-            fresh = getattr(self, "_" + key[0])(key[1])
-            self._memo[key] = fresh
-            if fresh != answer:
+    def replay(self, trace: HostTrace) -> bool:
+        """Make every read of `trace` again; True (and its answers are this probe's) when all
+        results are unchanged."""
+        for read, arg, result in trace.reads:
+            if read(arg) != result:
                 return False
+        self._memo.update(trace.answers)
         return True
+
+    def _read(self, read: Read, arg: str) -> Any:
+        result = read(arg)
+        self.trace.reads.append((read, arg, result))
+        return result
 
     def _ask(self, query: str, arg: str) -> Any:
         key = (query, arg)
@@ -91,9 +147,8 @@ class HostFS:
             return None
         mode = self._modes.get(real)
         if mode is None:
-            try:
-                mode = os.stat(real).st_mode
-            except OSError:
+            mode = self._read(_followed_type, real)
+            if mode is None:
                 return None
         return "dir" if stat.S_ISDIR(mode) else "file"
 
@@ -115,45 +170,29 @@ class HostFS:
         real: str | None = None
         if real_parent is not None:
             candidate = real_parent + "/" + name  # the root is absolute, without a trailing slash
-            try:
-                info = os.lstat(candidate)
-            except OSError:
-                info = None
-            if info is not None and stat.S_ISLNK(info.st_mode):
-                try:
-                    target = os.readlink(candidate)
-                except OSError:
-                    target = None
+            mode = self._read(_file_type, candidate)
+            if mode is not None and stat.S_ISLNK(mode):
+                target = self._read(_link_target, candidate)
                 if target is not None and hops < MAX_SYMLINKS:
                     # A relative target starts at the link's real folder; `..` stops at the root.
                     inside = "/" + os.path.relpath(real_parent, self.root).replace(os.sep, "/")
                     joined = target if target.startswith("/") else posixpath.join(inside, target)
                     real = self._resolve_inside(_clean(joined), hops + 1)
-            elif info is not None:
+            elif mode is not None:
                 real = candidate
-                self._modes[real] = info.st_mode
+                self._modes[real] = mode
         self._resolved[path] = real
         return real
 
     def _listdir(self, path: str) -> list[str]:
         real = self.resolve(path)
-        try:
-            return sorted(os.listdir(real)) if real is not None else []
-        except OSError:
-            return []
+        return self._read(_sorted_listing, real) if real is not None else []
 
     def _read_small(self, path: str) -> tuple[str | None, str | None]:
         real = self.resolve(path)
         if real is None:
             return None, "does not exist"
-        try:
-            with open(real, "rb") as handle:
-                data = handle.read(MAX_SMALL_FILE + 1)
-        except OSError as exc:
-            return None, f"cannot be read ({exc.strerror or exc})"
-        if len(data) > MAX_SMALL_FILE:
-            return None, f"is larger than {MAX_SMALL_FILE} bytes"
-        return data.decode("utf-8", errors="replace"), None
+        return self._read(_small_text, real)
 
     def nvidia_driver_version(self) -> tuple[str | None, str | None]:
         """The running NVIDIA kernel driver version and the file it was read from."""

@@ -126,6 +126,14 @@ def _nvidia_nodes(view: ContainerView, *, uvm: bool) -> tuple[list[str], list[st
 
 def _library(view: ContainerView, stem: str, soname: str) -> tuple[str | None, str | None]:
     """(library, how it is linkable) — a linkable one first; (None, None) when none is mounted."""
+    key = ("library", stem, soname)
+    found = view.file_memo.get(key)
+    if found is None:
+        found = view.file_memo[key] = _find_library(view, stem, soname)
+    return found  # type: ignore[return-value]
+
+
+def _find_library(view: ContainerView, stem: str, soname: str) -> tuple[str | None, str | None]:
     libraries = view.libraries(stem)
     for library in libraries:
         route = view.soname_route(library, soname)
@@ -182,7 +190,7 @@ def _nvidia_vulkan(view: ContainerView) -> Finding:
         return Finding(ABSENT, "is a MIG instance without graphics (nvidia-ctk adds DRM nodes only for MIG profiles "
                                "with graphics), so NVIDIA's Vulkan driver has no device to use")
     have, lack = _nvidia_nodes(view, uvm=False)
-    icd = _registration(view, _vulkan_manifests(view), library, "libGLX_nvidia.so.0", "vulkan")
+    icd = _registration(view, library, "libGLX_nvidia.so.0", "vulkan")
     return _nvidia_api(
         view, library, route, "libGLX_nvidia.so.0", have=have, lack=lack,
         registration=f"the Vulkan ICD {icd}" if icd else None,
@@ -199,7 +207,7 @@ def _nvidia_opencl(view: ContainerView) -> Finding:
     if library is None:
         return Finding(ABSENT, "mounts no libnvidia-opencl.so.<driver version>, NVIDIA's OpenCL driver")
     have, lack = _nvidia_nodes(view, uvm=True)
-    icd = _registration(view, _opencl_icd_files(view), library, "libnvidia-opencl.so.1", "opencl")
+    icd = _registration(view, library, "libnvidia-opencl.so.1", "opencl")
     return _nvidia_api(
         view, library, route, "libnvidia-opencl.so.1", have=have, lack=lack, registration=icd,
         unregistered=None if icd else (
@@ -248,10 +256,19 @@ def _registered_library(view: ContainerView, path: str, api: str) -> str | None:
     return lines[0] if lines else None
 
 
-def _registration(view: ContainerView, files: list[str], library: str, soname: str, api: str) -> str | None:
+def _loader_entries(view: ContainerView, api: str) -> list[tuple[str, str | None]]:
+    """(file, the library it names) for each Vulkan ICD manifest or OpenCL .icd file the loader reads."""
+    key = ("loader entries", api)
+    found = view.file_memo.get(key)
+    if found is None:
+        files = _vulkan_manifests(view) if api == "vulkan" else _opencl_icd_files(view)
+        found = view.file_memo[key] = [(path, _registered_library(view, path, api)) for path in files]
+    return found  # type: ignore[return-value]
+
+
+def _registration(view: ContainerView, library: str, soname: str, api: str) -> str | None:
     """Which registration makes the loader load `library`, described; None when none does."""
-    for path in files:
-        value = _registered_library(view, path, api)
+    for path, value in _loader_entries(view, api):
         if value and view.names_library(value, path, library, soname):
             return f"{path} naming {value}"
     if api == "opencl":
@@ -262,9 +279,7 @@ def _registration(view: ContainerView, files: list[str], library: str, soname: s
 
 
 def _software_note(view: ContainerView, api: str) -> str | None:
-    files = _vulkan_manifests(view) if api == "vulkan" else _opencl_icd_files(view)
-    for path in files:
-        value = _registered_library(view, path, api)
+    for path, value in _loader_entries(view, api):
         if not value:
             continue
         for pattern, name in SOFTWARE_DRIVERS:

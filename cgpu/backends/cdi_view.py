@@ -134,7 +134,9 @@ class ContainerView:
         self.other_hooks = effects.other_hooks
         self._index: FileIndex | None = None
         self._usable: dict[re.Pattern[str], list[str]] = {}
-        self._links_by_name: dict[str, list[str]] | None = None
+        # Answers that depend on the container's files, links, env and hooks but not on its device
+        # nodes: shared with a device view that only adds nodes (most devices of a spec).
+        self.file_memo: dict[object, object] = {}
 
     @classmethod
     def of(cls, edits: ContainerEdits, host: HostFS) -> ContainerView:
@@ -153,6 +155,8 @@ class ContainerView:
                               self.ld_folders + added.ld_folders, self.nvidia_hooks + added.nvidia_hooks,
                               self.other_hooks + added.other_hooks)
         view = ContainerView(self.host, nodes, mounts, env, effects)
+        if not (edits.mounts or edits.env or edits.hooks):
+            view.file_memo = self.file_memo
         if mounts is self.mounts:  # the usual device: nodes and a few links on the spec-level files
             base = self.index
             if not added.links:
@@ -246,11 +250,12 @@ class ContainerView:
         """How the dynamic linker finds `library` by its SONAME in the container, or None."""
         if posixpath.basename(library) == soname:
             return f"mounted as {soname}"
-        if self._links_by_name is None:
-            self._links_by_name = {}
+        links_by_name = self.file_memo.get("links by name")
+        if links_by_name is None:
+            links_by_name = self.file_memo["links by name"] = {}
             for link in self.links:
-                self._links_by_name.setdefault(posixpath.basename(link), []).append(link)
-        for link in self._links_by_name.get(soname, ()):
+                links_by_name.setdefault(posixpath.basename(link), []).append(link)
+        for link in links_by_name.get(soname, ()):  # type: ignore[attr-defined]
             if self.follow(self.links[link]) == library:
                 return f"linked as {link} by the create-symlinks hook"
         folder = posixpath.dirname(library)

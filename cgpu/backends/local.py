@@ -39,7 +39,7 @@ def probe(report: ReportBuilder, *, timeout: float | None = None) -> None:
 
     limit = timeout if timeout is not None else probe_module.DEFAULT_TIMEOUT
     if limit <= 0:
-        report.failed("local", f"--timeout must be positive, not {limit:g}")
+        report.usage_error("--timeout", f"--timeout must be positive, not {limit:g}")
         return
     report.progress(f"probing GPU APIs in child processes (up to {limit:g} s)")
     try:

@@ -661,6 +661,15 @@ def parse_spec(data: bytes, *, path: str, priority: int = 0) -> Spec:
     return spec
 
 
+def revalidate(spec: Spec) -> None:
+    """Validate a spec built elsewhere (read back from the disk cache) as parse_spec does;
+    raises SpecError."""
+    try:
+        _validate(spec, spec.version)
+    except _Invalid as exc:
+        raise SpecError(spec.path, str(exc), by_library=exc.by_library) from None
+
+
 def _warnings(raw: dict[str, Any], state: _Decode) -> tuple[str, ...]:
     out = []
     if state.case_variants:

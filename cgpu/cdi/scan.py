@@ -22,7 +22,7 @@ import stat
 from collections import OrderedDict
 from typing import Sequence
 
-from cgpu.cdi import versions
+from cgpu.cdi import spec_cache, versions
 from cgpu.cdi.names import go_quote
 from cgpu.cdi.model import ResolvedDevice, ScanResult, Spec
 from cgpu.cdi.parse import MAX_SPEC_BYTES, SpecError, parse_spec
@@ -31,7 +31,8 @@ DEFAULT_SPEC_DIRS = ("/etc/cdi", "/var/run/cdi")
 SPEC_EXTENSIONS = (".json", ".yaml")  # exactly these, case-sensitive: not .yml, not .YAML
 
 # Parsed files by path, valid while (size, mtime, inode, ctime) are unchanged: a second scan
-# of unchanged specs re-reads only directory listings and stat results.
+# of unchanged specs re-reads only directory listings and stat results. Behind it, the disk
+# cache (spec_cache) serves a new process.
 PARSE_CACHE_SIZE = 256
 _parse_cache: OrderedDict[str, tuple[tuple[int, int, int, int], Spec | SpecError]] = OrderedDict()
 
@@ -51,21 +52,31 @@ def _read_spec(path: str, info: os.stat_result, priority: int) -> Spec:
         raise SpecError(path, f"the file is {info.st_size:,} bytes; cgpu reads spec files up to "
                               f"{MAX_SPEC_BYTES // (1024 * 1024)} MiB", by_library=False)
     else:
-        try:
-            with open(path, "rb") as handle:
-                data = handle.read(MAX_SPEC_BYTES + 1)
-        except OSError as exc:
-            raise SpecError(path, exc.strerror or str(exc), by_library=False) from None
-        try:
-            result = parse_spec(data, path=path, priority=priority)
-        except SpecError as exc:
-            result = exc
+        result = spec_cache.load(path, info, priority)
+        if result is None:
+            result = _parse_file(path, info, priority)
         _parse_cache[path] = (key, result)
         if len(_parse_cache) > PARSE_CACHE_SIZE:
             _parse_cache.popitem(last=False)
     if isinstance(result, SpecError):
         raise result
     return result if result.priority == priority else dataclasses.replace(result, priority=priority)
+
+
+def _parse_file(path: str, info: os.stat_result, priority: int) -> Spec | SpecError:
+    """Read and parse one file, and keep the result on disk for the next process."""
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_SPEC_BYTES + 1)
+            read_info = os.fstat(handle.fileno())
+    except OSError as exc:
+        raise SpecError(path, exc.strerror or str(exc), by_library=False) from None
+    try:
+        result: Spec | SpecError = parse_spec(data, path=path, priority=priority)
+    except SpecError as exc:
+        result = exc
+    spec_cache.store(path, info, read_info, result)
+    return result
 
 
 def _spec_files(directory: str, problems: list[tuple[str, str, str]]) -> list[tuple[str, os.stat_result]]:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
 import textwrap
 from pathlib import Path
 
 import pytest
 
+from cgpu.cdi import spec_cache
 from cgpu.cdi.model import Spec
 from cgpu.cdi.parse import SpecError, parse_spec
 from cgpu.cdi.scan import clear_parse_cache
@@ -39,7 +41,10 @@ def minimal(kind: str = "example.com/gpu", names: tuple[str, ...] = ("gpu0",), v
 
 
 @pytest.fixture(autouse=True)
-def _fresh_parse_cache():
+def _fresh_parse_cache(monkeypatch):
+    # Nothing goes to the disk cache here (however slowly a test runs, its files count as just
+    # changed), so "cleared" means parsed again; test_spec_cache.py turns the disk cache on.
+    monkeypatch.setattr(spec_cache, "RACY_SECONDS", math.inf)
     clear_parse_cache()
     yield
     clear_parse_cache()

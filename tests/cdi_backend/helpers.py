@@ -6,6 +6,8 @@ import shutil
 from pathlib import Path
 from typing import Any, Iterable
 
+import pytest
+
 from cgpu.apis import API_ORDER
 from cgpu.backends import run_backend
 from tests.conftest import REPO, SHARED, validate_report
@@ -74,3 +76,11 @@ def host_paths(spec: dict[str, Any]) -> list[str]:
 
 def device(report: dict[str, Any], name: str) -> dict[str, Any]:
     return next(d for d in report["devices"] if d["name"] == name)
+
+
+def real(name: str) -> Path:
+    """A published spec from the reference folder beside the repository; skips where it is absent."""
+    path = REAL / name
+    if not path.is_file():
+        pytest.skip(f"{path} is not present (published specs live in the shared reference folder)")
+    return path

@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.cdi_backend.helpers import HOSTS, REAL, SAMPLES, device, host_paths, make_host, probe, spec_dir
+from tests.cdi_backend.helpers import HOSTS, SAMPLES, device, host_paths, make_host, probe, real, spec_dir
 
 NVIDIA_1_17 = SAMPLES / "nvidia-1.17/spec"
 UUID = "nvidia.com/gpu=GPU-520e01f2-cf30-6396-abef-e8e9a5233b0e"
 
 
 def _real(name: str) -> dict:
-    text = (REAL / name).read_text()
+    text = real(name).read_text()
     return yaml.safe_load(text.replace("{{ .driverRoot }}", ""))
 
 
@@ -97,7 +97,7 @@ def test_case5_wsl_spec_gives_cuda_only():
 def test_case6_trimmed_spec_has_nodes_but_no_driver(tmp_path: Path):
     spec = _real("ramalama-testdata_nvml_trimmed.yaml")
     root = make_host(tmp_path / "root", host_paths(spec), render={"renderD128": "0x10de"})
-    report = probe([spec_dir(tmp_path, REAL / "ramalama-testdata_nvml_trimmed.yaml")], root)
+    report = probe([spec_dir(tmp_path, real("ramalama-testdata_nvml_trimmed.yaml"))], root)
     assert report["containers"] == []
     assert report["evidence"]["cuda"].startswith("partial: ")
     assert "no libcuda.so.<driver version> is mounted (device nodes only" in report["evidence"]["cuda"]
@@ -125,7 +125,7 @@ def test_case8_jetson_icd_comes_from_a_hook_link(tmp_path: Path):
     icd = '{"file_format_version": "1.0.0", "ICD": {"library_path": "libGLX_nvidia.so.0", "api_version": "1.4.312"}}'
     root = make_host(tmp_path / "root", host_paths(spec),
                      files={"/usr/lib/aarch64-linux-gnu/nvidia/nvidia_icd.json": icd})
-    report = probe([spec_dir(tmp_path, REAL / "lf-edge-eve_jetson-thor_jp7_csv-mode.yaml")], root)
+    report = probe([spec_dir(tmp_path, real("lf-edge-eve_jetson-thor_jp7_csv-mode.yaml"))], root)
     assert report["containers"] == ["cuda", "vulkan"]
     assert "libcuda.so.1.1" in report["evidence"]["cuda"]
     vulkan = report["evidence"]["vulkan"]
@@ -134,13 +134,13 @@ def test_case8_jetson_icd_comes_from_a_hook_link(tmp_path: Path):
     assert "mounts no libnvidia-opencl" in report["evidence"]["opencl"]
     xavier = _real("lf-edge-eve_jetson-xavier-nx_jp5_csv-mode.yaml")
     assert xavier["kind"] == "nvidia.com/xavier-gpu"
-    other = probe([spec_dir(tmp_path, REAL / "lf-edge-eve_jetson-xavier-nx_jp5_csv-mode.yaml", name="jp5")],
+    other = probe([spec_dir(tmp_path, real("lf-edge-eve_jetson-xavier-nx_jp5_csv-mode.yaml"), name="jp5")],
                   make_host(tmp_path / "jp5-root"), devices=["nvidia.com/gpu=all"])
     assert other["containers"] == [] and "unresolvable CDI devices nvidia.com/gpu=all" in json.dumps(other["problems"])
 
 
 def test_case9_amd_gives_rocm_vulkan_opencl_from_the_image(tmp_path: Path):
-    report = probe([spec_dir(tmp_path, REAL / "DERIVED_amd-ctk_shape-from-source_NOT-PUBLISHED.json")],
+    report = probe([spec_dir(tmp_path, real("DERIVED_amd-ctk_shape-from-source_NOT-PUBLISHED.json"))],
                    HOSTS / "amd", devices=["amd.com/gpu=0"])
     assert report["containers"] == ["rocm", "vulkan", "opencl"]
     assert "the image brings the ROCm runtime" in report["evidence"]["rocm"]

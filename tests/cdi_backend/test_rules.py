@@ -233,17 +233,6 @@ def test_engine_auto_asks_the_host_engine():
         assert newer["containers"] == ["cuda", "vulkan", "opencl"]
 
 
-def test_verify_without_the_verify_module_says_so(monkeypatch):
-    import sys
-
-    from tests.cdi_backend.helpers import HOSTS, SAMPLES, probe
-
-    monkeypatch.setitem(sys.modules, "cgpu.verify", None)  # as on a build without it: import fails
-    report = probe([SAMPLES / "amd/spec"], HOSTS / "amd", verify=True)
-    assert report["containers"] == ["rocm", "vulkan", "opencl"]
-    assert any(p["source"] == "cgpu" and "--verify is not available" in p["message"] for p in report["problems"])
-
-
 _PATHS = st.sampled_from(["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia0", "/dev/dri/renderD128", "/dev/kfd",
                           "/dev/dxg", f"{LIB}/libcuda.so.1", f"{LIB}/libGLX_nvidia.so.1.2", "/etc/vulkan/icd.d/x.json",
                           "/etc/OpenCL/vendors/x.icd", "relative/path", "/", "/..", "/a/../../b", ""])

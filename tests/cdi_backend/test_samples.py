@@ -57,14 +57,14 @@ def test_every_sample_folder_is_tested_and_listed_in_the_readme():
 def test_bad_device_name_and_bad_engine_are_refused(run_cli):
     code, out, _ = run_cli("probe", "--backend", "cdi", "--spec-dir", "cdi-samples/amd/spec", "--root",
                            "cdi-samples/hosts/amd", "--device", "gpu=0", "--json")
-    assert code == 1
+    assert code == 2
     assert "not a CDI device name" in out
     code, out, _ = run_cli("probe", "--backend", "cdi", "--spec-dir", "cdi-samples/amd/spec", "--engine",
                            "crio@1.0", "--json")
-    assert code == 1 and "crio" in out
+    assert code == 2 and "crio" in out
 
 
 def test_missing_root_is_refused(run_cli, tmp_path):
     code, out, _ = run_cli("probe", "--backend", "cdi", "--spec-dir", "cdi-samples/amd/spec", "--root",
                            str(tmp_path / "nope"), "--json")
-    assert code == 1 and "is not a directory" in json.loads(out)["problems"][0]["message"]
+    assert code == 2 and "is not a directory" in json.loads(out)["problems"][0]["message"]
