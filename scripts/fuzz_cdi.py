@@ -46,9 +46,10 @@ KEYS = ["cdiVersion", "kind", "devices", "containerEdits", "annotations", "name"
         "env", "path", "hostPath", "containerPath", "options", "type", "major", "minor", "fileMode", "permissions",
         "uid", "gid", "hookName", "args", "timeout", "additionalGIDs", "intelRdt", "netDevices"]
 
+printable = st.characters(min_codepoint=0x20, max_codepoint=0x7E) | st.sampled_from("\n\t")
 mutation = st.tuples(st.integers(0, 1 << 20), st.integers(0, 16),
-                     st.one_of(st.sampled_from(TOKENS), st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7E) | st.sampled_from("\n\t"), max_size=8)
-                               .map(str.encode), st.text(max_size=4).map(str.encode)))
+                     st.one_of(st.sampled_from(TOKENS), st.text(printable, max_size=8).map(str.encode),
+                               st.text(max_size=4).map(str.encode)))
 
 
 @st.composite

@@ -84,7 +84,8 @@ def cli_load(procs: int, runs: int, seconds: float, expected: list[str]) -> dict
     """`runs` CLI processes, `procs` at a time, cycling through the cases."""
     tally = Tally()
     mark = uuid.uuid4().hex
-    env = {**os.environ, MARK_VAR: mark, "PYTHONPATH": str(REPO)}
+    cache = tempfile.mkdtemp(prefix="cgpu-load-cli-")  # empty: the first runs race to fill the spec cache
+    env = {**os.environ, MARK_VAR: mark, "PYTHONPATH": str(REPO), "CGPU_CACHE_DIR": cache}
     deadline = time.monotonic() + seconds
 
     def one(index: int) -> None:
@@ -103,8 +104,11 @@ def cli_load(procs: int, runs: int, seconds: float, expected: list[str]) -> dict
         tally.add(error)
 
     started = time.monotonic()
-    with ThreadPoolExecutor(procs) as pool:
-        list(pool.map(one, range(runs)))
+    try:
+        with ThreadPoolExecutor(procs) as pool:
+            list(pool.map(one, range(runs)))
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
     elapsed = time.monotonic() - started
     return {"runs": tally.done, "concurrency": procs, "seconds": round(elapsed, 2),
             "per_second": round(tally.done / elapsed, 1), "wrong": tally.wrong, "left_running": _marked(mark)}
@@ -167,10 +171,9 @@ def verify_load(runs: int, seconds: float) -> dict[str, Any]:
     service = None
     try:
         shutil.copy(lvp, work / "lvp.json")
-        devices = "".join(
-            f"  - name: dev{n}\n    containerEdits:\n      mounts:\n"
-            f"        - {{hostPath: {work / 'lvp.json'}, containerPath: /etc/cgpu-load/lvp.json, options: [ro, bind]}}\n"
-            for n in range(runs))
+        mount = f"{{hostPath: {work / 'lvp.json'}, containerPath: /etc/cgpu-load/lvp.json, options: [ro, bind]}}"
+        devices = "".join(f"  - name: dev{n}\n    containerEdits:\n      mounts:\n        - {mount}\n"
+                          for n in range(runs))
         try:
             spec.parent.mkdir(parents=True, exist_ok=True)
             spec.write_text(f'cdiVersion: "0.5.0"\nkind: {kind}\n'
@@ -226,11 +229,12 @@ def _labelled(podman: str) -> set[str]:
 
 
 CACHE_WORKER = """
-import json, os, sys, time
+import json, sys, time
+from pathlib import Path
 from cgpu.cache import AnswerCache
 directory, key_index, log = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 warnings = []
-cache = AnswerCache("load", ttl=3600, warn=lambda s, m: warnings.append(m), directory=__import__("pathlib").Path(directory))
+cache = AnswerCache("load", ttl=3600, warn=lambda s, m: warnings.append(m), directory=Path(directory))
 key = {"vm": f"image-{key_index}", "host": "load"}
 with cache.locked(key, timeout=60) as held:
     got = cache.get(key)

@@ -11,7 +11,6 @@ for every doctor run is too slow).
 from __future__ import annotations
 
 import contextlib
-
 import json
 import os
 import platform

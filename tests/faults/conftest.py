@@ -159,3 +159,31 @@ def need(tool: str) -> str:
     if path is None:
         pytest.skip(f"{tool} is not installed")
     return path
+
+
+def mount_tmpfs(point: Path, options: str) -> Path:
+    """Mount a small tmpfs at `point` (skips where that is not possible); unmount() it after."""
+    need_root("mounting a tmpfs")
+    need("mount")
+    point.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "cgpu-faults", str(point)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+    return point
+
+
+def unmount(point: Path) -> None:
+    subprocess.run(["umount", "-l", str(point)], capture_output=True)
+
+
+def fill(folder: Path) -> None:
+    """Fill the file system under `folder` (a file named filler), leaving its inodes."""
+    fd = os.open(folder / "filler", os.O_WRONLY | os.O_CREAT)
+    try:
+        while os.write(fd, b"\0" * 4096):
+            pass
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import validate_report
-from tests.faults.conftest import INTERRUPTED, SAMPLES, hung, stand_in
+from tests.faults.conftest import INTERRUPTED, SAMPLES, fill, hung, mount_tmpfs, stand_in, unmount
 
 AMD_APIS = ["rocm", "vulkan", "opencl"]
 AMD = ["--spec-dir", "{specs}", "--root", str(SAMPLES / "hosts" / "amd")]
@@ -42,7 +42,8 @@ def _hostile(name: str, spec_dir: Path) -> Path:
         path.write_bytes(b"\xff\xfe" + 'cdiVersion: "0.5.0"\x00kind: ../../etc/passwd\n'.encode("utf-16-le"))
     elif name == "hostile-names":
         path.write_text('cdiVersion: "0.5.0"\nkind: "../../x.com/$(reboot)"\ndevices:\n'
-                        '  - name: "; rm -rf /"\n    containerEdits:\n      deviceNodes: [{path: "/dev/../../etc/shadow"}]\n')
+                        '  - name: "; rm -rf /"\n    containerEdits:\n'
+                        '      deviceNodes: [{path: "/dev/../../etc/shadow"}]\n')
     elif name == "wrong-types":
         path.write_text('cdiVersion: 0.5\nkind: [1, 2]\ndevices: {name: 7}\ncontainerEdits: "x"\n')
     else:  # pragma: no cover - a typo in the parameter list
@@ -120,3 +121,24 @@ def test_ctrl_c_while_asking_the_engine(cli, bin_dir):
     code, out, err = cli.interrupt_when(lambda: cli.running("sleep 600"), "probe", "--backend", "cdi", "--engine",
                                         "auto", *[a.format(specs=SAMPLES / "amd" / "spec") for a in AMD])
     assert code == INTERRUPTED and out == "" and "cgpu: interrupted" in err
+
+
+@pytest.mark.parametrize("options", ["ro,size=1m", "size=64k,full"])
+def test_the_spec_cache_on_a_read_only_or_full_disk_changes_nothing(cli, tmp_path, options):
+    """The parsed-spec cache is an optimisation: a read-only or full file system under it gives
+    the same answer, no problem, and no temp file."""
+
+    specs = [a.format(specs=SAMPLES / "amd" / "spec") for a in AMD]
+    _, plain, _ = cli("probe", "--backend", "cdi", "--json", *specs, env={"CGPU_CACHE_DIR": str(tmp_path / "c")})
+    cache = mount_tmpfs(tmp_path / "mnt", options.removesuffix(",full"))
+    try:
+        if options.endswith(",full"):
+            fill(cache)
+        for _ in range(2):  # the second run would read what the first stored
+            code, out, _ = cli("probe", "--backend", "cdi", "--json", *specs, env={"CGPU_CACHE_DIR": str(cache)})
+            report = json.loads(out)
+            assert code == 0 and report["problems"] == json.loads(plain)["problems"] == []
+            assert report["containers"] == AMD_APIS and report["devices"] == json.loads(plain)["devices"]
+        assert not [p for p in cache.rglob("*") if p.name != "filler" and p.is_file()]
+    finally:
+        unmount(cache)

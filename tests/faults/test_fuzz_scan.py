@@ -8,7 +8,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from cgpu.cdi.parse import SpecError, parse_spec
-
 from scripts.fuzz_cdi import check_scan, outcome_of, spec_bytes, spec_dirs
 
 

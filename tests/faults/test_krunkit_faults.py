@@ -5,15 +5,13 @@ the cache trouble is a warning, and no half-written cache entry stays."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.faults.conftest import hung, need, need_root
+from tests.faults.conftest import fill, hung, mount_tmpfs, unmount
 from tests.krunkit.test_machine import VENUS, probe_output
 
 FAKE_KRUNKIT = Path(__file__).resolve().parents[1] / "krunkit" / "fake_krunkit.py"
@@ -36,24 +34,16 @@ def disk(tmp_path) -> str:
 
 @pytest.fixture
 def tmpfs(tmp_path):
-    """Mount a small tmpfs; returns a function (options) -> mount point; unmounted after."""
-    need_root("mounting a tmpfs")
-    need("mount")
+    """mount(options) -> a fresh small tmpfs, unmounted after the test."""
     mounted: list[Path] = []
 
     def mount(options: str) -> Path:
-        point = tmp_path / f"mnt{len(mounted)}"
-        point.mkdir()
-        done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "cgpu-faults", str(point)],
-                              capture_output=True, text=True)
-        if done.returncode != 0:
-            pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
-        mounted.append(point)
-        return point
+        mounted.append(mount_tmpfs(tmp_path / f"mnt{len(mounted)}", options))
+        return mounted[-1]
 
     yield mount
     for point in mounted:
-        subprocess.run(["umount", "-l", str(point)], capture_output=True)
+        unmount(point)
 
 
 def _probe(cli, disk, cache: Path) -> tuple[int, dict]:
@@ -74,7 +64,8 @@ def test_read_only_cache_dir_still_answers(cli, krunkit, disk, tmpfs):
 def _logs_went_to_a_temp_folder(report: dict) -> None:
     """The VM's folder could not go into the cache: it went to a temp folder, which the report
     names (its logs are kept for the user, so the test removes it)."""
-    [logs] = [p["source"] for p in report["problems"] if "logs (krunkit.log, console.log) are kept here" in p["message"]]
+    [logs] = [p["source"] for p in report["problems"]
+              if "logs (krunkit.log, console.log) are kept here" in p["message"]]
     assert Path(logs).name.startswith("cgpu-krunkit-vm-")
     assert any(f"using {logs} instead" in p["message"] for p in report["problems"] if p["severity"] == "warning")
     shutil.rmtree(logs)
@@ -82,15 +73,8 @@ def _logs_went_to_a_temp_folder(report: dict) -> None:
 
 def test_full_disk_for_the_cache_still_answers_and_leaves_no_temp_file(cli, krunkit, disk, tmpfs):
     cache = tmpfs("size=64k")
+    fill(cache)
     filler = cache / "filler"
-    fd = os.open(filler, os.O_WRONLY | os.O_CREAT)  # fill the file system, leaving the inodes
-    try:
-        while os.write(fd, b"\0" * 4096):
-            pass
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
     code, report = _probe(cli, disk, cache)
     assert code == 0 and report["containers"] == ["vulkan"]
     assert any("No space left on device" in p["message"] for p in report["problems"] if p["severity"] == "warning")

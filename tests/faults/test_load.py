@@ -20,9 +20,9 @@ def test_concurrent_cli_runs(expected):
 
 
 def test_concurrent_library_calls(expected):
-    result = library_load(threads=4, calls=100, seconds=30, expected=expected)
+    result = library_load(threads=8, calls=600, seconds=30, expected=expected)
     for figures in result.values():
-        assert figures["calls"] == 100 and figures["wrong"] == []
+        assert figures["calls"] == 600 and figures["wrong"] == []
 
 
 @pytest.fixture
