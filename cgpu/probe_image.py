@@ -123,6 +123,9 @@ def write_rootfs(tar_path: str, packages: list[str], *, timeout: float) -> int:
     """Pack the packages' files and every library they link into `tar_path`; returns its size."""
     done = run(["dpkg-query", "-L", *packages], timeout=timeout)
     listed = [line for line in decode(done.stdout).splitlines() if line.startswith("/")]
+    if done.returncode != 0 or not listed:  # an image without them would be kept under their versions' name
+        raise ImageBuildError(f"cannot build the probe image: `dpkg-query -L` failed (exit {done.returncode}): "
+                              f"{decode(done.stderr).strip()[-300:] or 'it listed no files'}")
     wanted = [p for p in listed if not (p + "/").startswith(SKIPPED_PREFIXES) and p != "/."]
     wanted += _compiled_bytecode(wanted)
     wanted += linked_libraries([p for p in wanted if _is_elf(p)], timeout=timeout)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 
 import pytest
@@ -123,3 +124,52 @@ def test_an_engine_that_never_answers_is_bounded_by_timeout(cli, bin_dir, device
     [error] = [p for p in report["problems"] if p["source"] == "--verify"]
     assert error["severity"] == "error" and "no socket after 2 s" in error["message"], error
     assert time.monotonic() - started < 15, f"took {time.monotonic() - started:.0f} s with --timeout 2: {error}"
+
+
+def test_ctrl_c_while_the_probe_image_is_built(cli, bin_dir, device):
+    """A `dpkg-query` that names packages of versions no image was built from (so cgpu builds
+    one) and then hangs listing their files: Ctrl-C stops the build, the service and removes
+    the build's temp folder."""
+    real = shutil.which("dpkg-query")
+    if real is None:
+        pytest.skip("dpkg-query is not installed: the probe image is built from Debian packages")
+    (bin_dir / "dpkg-query").write_text(
+        "#!/bin/sh\n"
+        'if [ "$1" = -W ]; then shift 3; for p in "$@"; do printf "%s\\t0-cgpu-fault\\tinstalled\\n" "$p"; done;'
+        " exit 0; fi\n"
+        'if [ "$1" = -L ]; then exec sleep 600; fi\n'
+        f'exec {real} "$@"\n'  # podman asks it too (--search), for its own version report
+    )
+    (bin_dir / "dpkg-query").chmod(0o755)
+    code, _, err = cli.interrupt_when(lambda: cli.running("sleep 600"), "probe", "--backend", "cdi", "--verify",
+                                      "--device", device)
+    assert code == INTERRUPTED and "cgpu: interrupted" in err
+    assert "building the probe image localhost/cgpu-probe:" in err
+
+
+def test_a_package_listing_that_fails_builds_no_image(cli, bin_dir, device):
+    """`dpkg-query -L` fails: no probe image is made (it would be kept and reused under the
+    packages' versions), and --verify says why."""
+    real = shutil.which("dpkg-query")
+    if real is None:
+        pytest.skip("dpkg-query is not installed: the probe image is built from Debian packages")
+    (bin_dir / "dpkg-query").write_text(
+        "#!/bin/sh\n"
+        'if [ "$1" = -W ]; then shift 3; for p in "$@"; do printf "%s\\t0-cgpu-fault\\tinstalled\\n" "$p"; done;'
+        " exit 0; fi\n"
+        'if [ "$1" = -L ]; then echo "dpkg-query: package \'libc6\' is not installed" >&2; exit 1; fi\n'
+        f'exec {real} "$@"\n'
+    )
+    (bin_dir / "dpkg-query").chmod(0o755)
+    before = set(podman("images", "-q", "localhost/cgpu-probe").stdout.split())
+    try:
+        code, out, _ = cli("probe", "--backend", "cdi", "--json", "--verify", "--device", device)
+    finally:
+        made = set(podman("images", "-q", "localhost/cgpu-probe").stdout.split()) - before
+        if made:
+            podman("rmi", "-f", *made)
+    assert not made
+    report = json.loads(out)
+    assert code == 0
+    [error] = [p for p in report["problems"] if p["source"] == "--verify"]
+    assert "`dpkg-query -L` failed (exit 1): dpkg-query: package 'libc6' is not installed" in error["message"]
