@@ -7,7 +7,9 @@ Exit status (one place, documented in the README):
   3  internal error in cgpu (a bug: the report says so)
   4  `image check`: the image would not get vulkan under krunkit
   5  `image check`: cannot tell from the image alone
-  130 interrupted
+  130 interrupted (Ctrl-C)
+  143 terminated (SIGTERM: `timeout`, systemd, a container runtime, an agent's own limit)
+Either way everything cgpu started has been stopped first.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 from enum import IntEnum
 from typing import Sequence
@@ -32,6 +35,18 @@ class ExitCode(IntEnum):
     IMAGE_NO = 4
     IMAGE_UNKNOWN = 5
     INTERRUPTED = 130
+    TERMINATED = 143
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where cgpu is, so it unwinds like Ctrl-C: every `finally` and
+    `except BaseException` that stops a child, a container or a service runs. Without it
+    Python dies at once and leaves them running (each child runs in its own session)."""
+
+
+def _on_sigterm(_signum: int, _frame: object) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second one must not cut the cleanup short
+    raise Terminated()
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -79,6 +94,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     try:
+        previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    except ValueError:  # called in another thread: only the main one takes signals
+        previous = False
+    try:
         if args.command == "schema":
             from cgpu.model import report_schema
 
@@ -87,6 +106,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "image":
             return _image_check(args)
         return _probe(parser, args)
+    except Terminated:
+        print("cgpu: terminated", file=sys.stderr)
+        return ExitCode.TERMINATED
     except KeyboardInterrupt:
         print("cgpu: interrupted", file=sys.stderr)
         return ExitCode.INTERRUPTED
@@ -94,6 +116,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return ExitCode.OK
+    finally:
+        if previous is not False:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def _probe(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:

@@ -21,6 +21,10 @@ REPO = Path(__file__).resolve().parents[2]
 SAMPLES = REPO / "cdi-samples"
 MARK_VAR = "CGPU_FAULT_MARK"
 INTERRUPTED = 130
+TERMINATED = 143
+# Ctrl-C, and SIGTERM (what `timeout`, systemd and container runtimes send): (signal, exit status, stderr)
+STOPS = [pytest.param(signal.SIGINT, INTERRUPTED, "cgpu: interrupted", id="ctrl-c"),
+         pytest.param(signal.SIGTERM, TERMINATED, "cgpu: terminated", id="sigterm")]
 
 
 def marked_processes(mark: str) -> list[str]:
@@ -68,8 +72,8 @@ class Cli:
         return proc.returncode, out.decode(errors="replace"), stderr
 
     def interrupt_when(self, ready: Callable[[], bool], *args: str, env: dict[str, str] | None = None,
-                       within: float = 60) -> tuple[int, str, str]:
-        """Start cgpu, send SIGINT (Ctrl-C) once `ready()` holds, and return what it did."""
+                       within: float = 60, signum: int = signal.SIGINT) -> tuple[int, str, str]:
+        """Start cgpu, send SIGINT (Ctrl-C) or `signum` once `ready()` holds, and return what it did."""
         proc = self.popen(*args, env=env)
         try:
             deadline = time.monotonic() + within
@@ -80,7 +84,7 @@ class Cli:
                                 f"{err.decode(errors='replace')[-2000:]}")
                 time.sleep(0.05)
             time.sleep(0.2)  # let cgpu settle into waiting on it
-            proc.send_signal(signal.SIGINT)
+            proc.send_signal(signum)
             out, err = proc.communicate(timeout=60)
         finally:
             if proc.poll() is None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.faults.conftest import fill, hung, mount_tmpfs, unmount
+from tests.faults.conftest import STOPS, fill, hung, mount_tmpfs, unmount
 from tests.krunkit.test_machine import VENUS, probe_output
 
 FAKE_KRUNKIT = Path(__file__).resolve().parents[1] / "krunkit" / "fake_krunkit.py"
@@ -102,7 +102,9 @@ def test_hung_podman_machine_is_stopped_at_the_timeout(cli, bin_dir, krunkit):
     assert any("no answer within 1 s" in p["message"] for p in report["problems"]), report["problems"]
 
 
-def test_ctrl_c_while_podman_machine_answers(cli, bin_dir, krunkit):
+@pytest.mark.parametrize("signum, status, said", STOPS)
+def test_ctrl_c_while_podman_machine_answers(cli, bin_dir, krunkit, signum, status, said):
     hung(bin_dir, "podman")
-    code, out, err = cli.interrupt_when(lambda: cli.running("sleep 600"), "probe", "--backend", "krunkit")
-    assert code == 130 and out == "" and "cgpu: interrupted" in err
+    code, out, err = cli.interrupt_when(lambda: cli.running("sleep 600"), "probe", "--backend", "krunkit",
+                                        signum=signum)
+    assert code == status and out == "" and said in err

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 
-from tests.faults.conftest import INTERRUPTED, marked_processes
+import pytest
+
+from tests.faults.conftest import STOPS, marked_processes
 from tests.probe.conftest import build, clean_env, fake_cuda  # noqa: F401 - fixtures
 
 
@@ -21,7 +23,8 @@ def test_a_hanging_driver_is_stopped_at_the_timeout(cli, fake_cuda):  # noqa: F8
     assert any(p["severity"] == "warning" and "cuda" in p["message"] for p in report["problems"]), report["problems"]
 
 
-def test_ctrl_c_while_the_probe_children_run(cli, fake_cuda):  # noqa: F811
+@pytest.mark.parametrize("signum, status, said", STOPS)
+def test_ctrl_c_while_the_probe_children_run(cli, fake_cuda, signum, status, said):  # noqa: F811
     code, out, err = cli.interrupt_when(lambda: len(marked_processes(cli.mark)) >= 2, "probe", "--backend", "local",
-                                        "--timeout", "60", env=_env(cli, fake_cuda))
-    assert code == INTERRUPTED and out == "" and "cgpu: interrupted" in err
+                                        "--timeout", "60", env=_env(cli, fake_cuda), signum=signum)
+    assert code == status and out == "" and said in err

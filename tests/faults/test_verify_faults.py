@@ -11,7 +11,7 @@ import signal
 
 import pytest
 
-from tests.faults.conftest import INTERRUPTED, hung, marked_processes
+from tests.faults.conftest import STOPS, hung, marked_processes
 from tests.verify.conftest import cdi_spec, podman, stand_in_image  # noqa: F401 - fixtures
 from tests.verify.test_verify import _lvp_spec
 
@@ -79,14 +79,18 @@ def test_the_service_dies_mid_call(cli, device, stand_in_image, no_new_container
     assert cleanup_s < 8, f"{cleanup_s:.1f} s to remove the container: the CLI fallback waited for a stop timeout"
 
 
-def test_ctrl_c_during_the_probe_container(cli, device, stand_in_image, no_new_containers):  # noqa: F811
+@pytest.mark.parametrize("signum, status, said", STOPS)
+def test_ctrl_c_during_the_probe_container(cli, device, stand_in_image, no_new_containers,  # noqa: F811
+                                           signum, status, said):
     code, out, err = cli.interrupt_when(lambda: _probe_container_running(stand_in_image), "probe", "--backend",
-                                        "cdi", "--verify", "--device", device, "--probe-image", stand_in_image)
-    assert code == INTERRUPTED and "cgpu: interrupted" in err
+                                        "cdi", "--verify", "--device", device, "--probe-image", stand_in_image,
+                                        signum=signum)
+    assert code == status and said in err
     assert not _probe_container_running(stand_in_image)
 
 
-def test_ctrl_c_while_the_service_starts(cli, bin_dir, device):
+@pytest.mark.parametrize("signum, status, said", STOPS)
+def test_ctrl_c_while_the_service_starts(cli, bin_dir, device, signum, status, said):
     """A podman whose `system service` never opens its socket: Ctrl-C stops it, and its socket folder goes."""
     real = cli.env["PATH"].split(os.pathsep, 1)[1]
     (bin_dir / "podman").write_text(
@@ -96,8 +100,8 @@ def test_ctrl_c_while_the_service_starts(cli, bin_dir, device):
     )
     (bin_dir / "podman").chmod(0o755)
     code, _, err = cli.interrupt_when(lambda: cli.running("sleep 600"), "probe", "--backend", "cdi", "--verify",
-                                      "--device", device)
-    assert code == INTERRUPTED and "cgpu: interrupted" in err
+                                      "--device", device, signum=signum)
+    assert code == status and said in err
 
 
 def test_no_engine_at_all(cli, bin_dir, device):
@@ -126,7 +130,8 @@ def test_an_engine_that_never_answers_is_bounded_by_timeout(cli, bin_dir, device
     assert time.monotonic() - started < 15, f"took {time.monotonic() - started:.0f} s with --timeout 2: {error}"
 
 
-def test_ctrl_c_while_the_probe_image_is_built(cli, bin_dir, device):
+@pytest.mark.parametrize("signum, status, said", STOPS)
+def test_ctrl_c_while_the_probe_image_is_built(cli, bin_dir, device, signum, status, said):
     """A `dpkg-query` that names packages of versions no image was built from (so cgpu builds
     one) and then hangs listing their files: Ctrl-C stops the build, the service and removes
     the build's temp folder."""
@@ -142,8 +147,8 @@ def test_ctrl_c_while_the_probe_image_is_built(cli, bin_dir, device):
     )
     (bin_dir / "dpkg-query").chmod(0o755)
     code, _, err = cli.interrupt_when(lambda: cli.running("sleep 600"), "probe", "--backend", "cdi", "--verify",
-                                      "--device", device)
-    assert code == INTERRUPTED and "cgpu: interrupted" in err
+                                      "--device", device, signum=signum)
+    assert code == status and said in err
     assert "building the probe image localhost/cgpu-probe:" in err
 
 

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from tests.faults.conftest import INTERRUPTED, hung, stand_in
+from tests.faults.conftest import STOPS, hung, stand_in
 
 FAULTS = {
     # name: (script body, words the problem must contain)
@@ -50,7 +50,8 @@ def test_a_hung_wsl_exe_is_stopped_at_the_timeout(cli, bin_dir):
     assert "gave no answer for the default distro within 1 s and was stopped" in error["message"]
 
 
-def test_ctrl_c_while_wsl_exe_runs(cli, bin_dir):
+@pytest.mark.parametrize("signum, status, said", STOPS)
+def test_ctrl_c_while_wsl_exe_runs(cli, bin_dir, signum, status, said):
     hung(bin_dir, "wsl.exe")
-    code, out, err = cli.interrupt_when(lambda: cli.running("sleep 600"), "probe", "--backend", "wsl")
-    assert code == INTERRUPTED and out == "" and err.endswith("cgpu: interrupted\n")
+    code, out, err = cli.interrupt_when(lambda: cli.running("sleep 600"), "probe", "--backend", "wsl", signum=signum)
+    assert code == status and out == "" and err.endswith(said + "\n")
