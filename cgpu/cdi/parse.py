@@ -300,6 +300,10 @@ def _first_document(data: bytes) -> Any:
         what = " ".join(part for part in (exc.context, exc.problem) if part)
         raise _Invalid(f"not valid YAML (the CDI library reads .json files as YAML too): {what}{where}") from None
     except yaml.reader.ReaderError as exc:
+        if "not allowed" in str(exc.reason):  # decoded fine; YAML forbids the character itself
+            code = ord(exc.character) if isinstance(exc.character, str) else exc.character
+            raise _Invalid(f"a control character (U+{code:04X}) at offset {exc.position}, which YAML "
+                           f"does not allow") from None
         raise _Invalid(f"not UTF-8 (or UTF-16) text: invalid bytes at offset {exc.position}") from None
     except yaml.YAMLError as exc:
         raise _Invalid(f"not valid YAML: {' '.join(str(exc).split())}") from None

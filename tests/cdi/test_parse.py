@@ -406,10 +406,14 @@ def test_deep_nesting_without_libyaml(monkeypatch):
         parse_module._loader_class.cache_clear()
 
 
-@pytest.mark.parametrize("data", [b"kind: caf\xe9\n", b"\xff\xfe\xfd", b"cdiVersion: \x00\n"])
+@pytest.mark.parametrize("data", [b"kind: caf\xe9\n", b"\xff\xfe\xfd"])
 def test_undecodable_bytes(data):
     message = rejection(data)
     assert message.startswith(("not UTF-8", "not valid YAML"))
+
+
+def test_control_character_is_named_as_such():
+    assert rejection(b"cdiVersion: \x00\n").startswith("a control character (U+0000) at offset 12")
 
 
 def test_utf16_with_bom_is_read_like_go_yaml():

@@ -23,10 +23,6 @@ def test_parsing_mutated_real_specs(data):
     assert outcome_of(data)
 
 
-@pytest.mark.xfail(strict=True, reason="cgpu/cdi/parse.py calls valid UTF-8 with a control character (NUL, ESC, "
-                                       "x85) 'not UTF-8 (or UTF-16) text: invalid bytes'; YAML forbids the "
-                                       "character, the encoding is fine (go-yaml: 'control characters are not "
-                                       "allowed')")
 def test_a_control_character_is_not_called_bad_utf8():
     with pytest.raises(SpecError) as raised:
         parse_spec(b'cdiVersion: "0.5.0"\nkind: example.com/gpu\x00\n', path="/etc/cdi/x.yaml")
