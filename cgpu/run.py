@@ -7,8 +7,10 @@ import os
 import signal
 import subprocess
 import sys
+import threading
+import time
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import IO, Callable, Mapping, Sequence
 
 
 class CommandError(Exception):
@@ -40,6 +42,11 @@ class Completed:
     stderr: bytes
 
 
+# What a command may print before the rest is read and dropped: far above any answer cgpu reads,
+# low enough that a broken tool printing without end costs bounded memory.
+MAX_OUTPUT = 16 * 1024 * 1024
+
+
 def run(
     argv: Sequence[str],
     *,
@@ -48,7 +55,12 @@ def run(
     env: Mapping[str, str] | None = None,
     cwd: str | None = None,
 ) -> Completed:
-    """Run argv to completion or kill its whole process group at `timeout` seconds."""
+    """Run argv to completion or kill its whole process group at `timeout` seconds.
+
+    Each output stream keeps its first MAX_OUTPUT bytes (the rest is read and dropped, so the
+    command never blocks on a full pipe). A process that keeps the pipes open after the command
+    exited (a daemon it left behind) counts against the same timeout.
+    """
     argv = [os.fspath(a) for a in argv]
     try:
         proc = subprocess.Popen(
@@ -66,17 +78,76 @@ def run(
         raise CommandNotFoundError(argv, "not executable (permission denied)") from exc
     except OSError as exc:
         raise CommandError(argv, f"could not start: {exc.strerror or exc}") from exc
+    deadline = time.monotonic() + timeout
+    stdout, stderr = _Capped(proc.stdout), _Capped(proc.stderr)
+    workers = [stdout.start(), stderr.start()]
+    if input is not None:
+        workers.append(_start(_feed, proc.stdin, input))
     try:
-        stdout, stderr = proc.communicate(input, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        kill_group(proc)
-        stdout, stderr = proc.communicate()
-        raise CommandTimeoutError(argv, timeout, stdout or b"", stderr or b"") from None
+        finished = _wait(proc, workers, deadline)
     except BaseException:  # Ctrl-C included: nothing may outlive us
         kill_group(proc)
         proc.wait()
         raise
-    return Completed(argv, proc.returncode, stdout, stderr)
+    if not finished:
+        kill_group(proc)
+        proc.wait()
+        grace = time.monotonic() + 1  # a process outside the group may still hold a pipe
+        for worker in workers:
+            worker.join(max(0.0, grace - time.monotonic()))
+        raise CommandTimeoutError(argv, timeout, stdout.data(), stderr.data()) from None
+    return Completed(argv, proc.returncode, stdout.data(), stderr.data())
+
+
+def _wait(proc: subprocess.Popen, workers: list[threading.Thread], deadline: float) -> bool:
+    """Whether the command exited and its pipes closed before the deadline."""
+    try:
+        proc.wait(max(0.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        return False
+    for worker in workers:
+        worker.join(max(0.0, deadline - time.monotonic()))
+        if worker.is_alive():
+            return False
+    return True
+
+
+class _Capped:
+    """Reads one pipe to its end in a thread, keeping the first MAX_OUTPUT bytes."""
+
+    def __init__(self, pipe: IO[bytes] | None) -> None:
+        self._pipe = pipe
+        self._chunks: list[bytes] = []
+        self._kept = 0
+
+    def start(self) -> threading.Thread:
+        return _start(self._read)
+
+    def _read(self) -> None:
+        assert self._pipe is not None
+        with self._pipe:
+            while chunk := self._pipe.read1(65536):
+                if self._kept < MAX_OUTPUT:
+                    chunk = chunk[: MAX_OUTPUT - self._kept]
+                    self._chunks.append(chunk)
+                    self._kept += len(chunk)
+
+    def data(self) -> bytes:
+        return b"".join(self._chunks)
+
+
+def _feed(pipe: IO[bytes], data: bytes) -> None:
+    try:
+        with pipe:
+            pipe.write(data)
+    except (BrokenPipeError, OSError):  # the command stopped reading: its exit status says why
+        pass
+
+
+def _start(target: Callable[..., None], *args: object) -> threading.Thread:
+    thread = threading.Thread(target=target, args=args, daemon=True)
+    thread.start()
+    return thread
 
 
 def _new_group() -> dict:

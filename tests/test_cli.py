@@ -1,6 +1,10 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import sys
+import time
 
 import pytest
 from pydantic import ValidationError
@@ -63,3 +67,27 @@ def test_option_of_another_backend_is_a_usage_error(run_cli):
     code, out, err = run_cli("probe", "--backend", "wsl", "--spec-dir", "/etc/cdi")
     assert code == 2
     assert "--spec-dir" in err and "Traceback" not in err
+
+
+def test_run_keeps_bounded_output_and_feeds_input():
+    from cgpu.run import MAX_OUTPUT, run
+
+    flood = run([sys.executable, "-c", "import sys; sys.stdout.buffer.write(b'x' * (40 << 20))"], timeout=60)
+    assert flood.returncode == 0 and len(flood.stdout) == MAX_OUTPUT
+    echoed = run([sys.executable, "-c", "import sys; sys.stdout.buffer.write(sys.stdin.buffer.read())"],
+                 timeout=30, input=b"\xff" * 300_000)
+    assert echoed.stdout == b"\xff" * 300_000
+
+
+def test_run_stops_a_command_whose_daemon_keeps_the_pipe_open():
+    """The command exits but leaves a process in its own session holding stdout: the timeout still
+    holds (communicate() would have waited for that process)."""
+    from cgpu.run import CommandTimeoutError, run
+
+    code = ("import subprocess, sys; d = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(20)'], "
+            "start_new_session=True); print(d.pid, flush=True)")
+    started = time.monotonic()
+    with pytest.raises(CommandTimeoutError) as raised:
+        run([sys.executable, "-c", code], timeout=2)
+    os.kill(int(raised.value.stdout), signal.SIGKILL)  # the daemon is outside cgpu's reach by design
+    assert time.monotonic() - started < 6
