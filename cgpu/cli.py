@@ -101,7 +101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "schema":
             from cgpu.model import report_schema
 
-            print(json.dumps(report_schema(), indent=2))
+            _emit(json.dumps(report_schema(), indent=2))
             return ExitCode.OK
         if args.command == "image":
             return _image_check(args)
@@ -112,10 +112,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("cgpu: interrupted", file=sys.stderr)
         return ExitCode.INTERRUPTED
-    except BrokenPipeError:  # the reader went away (`cgpu probe | head`): not an error of ours
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        return ExitCode.OK
     finally:
         if previous is not False:
             signal.signal(signal.SIGTERM, previous)
@@ -147,13 +143,18 @@ def _probe(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         builder = ReportBuilder(backend)
         builder.failed("cgpu", f"internal error, please report it: {type(exc).__name__}: {exc}")
         code = ExitCode.INTERNAL
+    if code == ExitCode.USAGE:  # nothing was checked: no report that could pass for an answer
+        for problem in builder.problems:
+            if problem["severity"] == "error":
+                print(f"cgpu probe: error: {problem['message']}", file=sys.stderr)
+        return code
     report = builder.build()
     if args.json:
-        print(json.dumps(report, indent=2))
+        _emit(json.dumps(report, indent=2))
     else:
         from cgpu.render import render_report
 
-        print(render_report(report))
+        _emit(render_report(report))
     return code
 
 
@@ -162,8 +163,17 @@ def _image_check(args: argparse.Namespace) -> int:
 
     result, code = check_image(args.ref, machine=args.machine, timeout=args.timeout,
                                progress=None if args.json else _progress)
-    print(json.dumps(result, indent=2) if args.json else render_image_check(result))
+    _emit(json.dumps(result, indent=2) if args.json else render_image_check(result))
     return code
+
+
+def _emit(text: str) -> None:
+    """Print the answer; a reader that went away (`cgpu probe | head`) changes no exit status."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's last flush stays quiet too
 
 
 def _seconds(text: str) -> float:

@@ -2,7 +2,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
+import subprocess
 import sys
 import time
 
@@ -11,7 +13,7 @@ from pydantic import ValidationError
 
 from cgpu.apis import API_ORDER, ordered
 from cgpu.report import ReportBuilder
-from tests.conftest import validate_report
+from tests.conftest import REPO, validate_report
 
 
 def test_builder_fills_all_six_and_orders_containers():
@@ -91,3 +93,13 @@ def test_run_stops_a_command_whose_daemon_keeps_the_pipe_open():
         run([sys.executable, "-c", code], timeout=2)
     os.kill(int(raised.value.stdout), signal.SIGKILL)  # the daemon is outside cgpu's reach by design
     assert time.monotonic() - started < 6
+
+
+@pytest.mark.parametrize("args, status", [(("probe", "--backend", "wsl"), 1), (("schema",), 0)])
+def test_a_closed_pipe_keeps_the_exit_status(args, status, tmp_path):
+    """`cgpu ... | head` in a pipeline with pipefail: the reader leaving must not turn a failure into 0."""
+    command = f"set -o pipefail; {sys.executable} -m cgpu {' '.join(args)} | true"
+    proc = subprocess.run([shutil.which("bash") or "/bin/bash", "-c", command], capture_output=True, text=True, timeout=60, cwd=REPO,
+                          env={**os.environ, "PATH": str(tmp_path)})  # no wsl.exe on PATH
+    assert proc.returncode == status, proc.stderr
+    assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr

@@ -55,16 +55,17 @@ def test_every_sample_folder_is_tested_and_listed_in_the_readme():
 
 
 def test_bad_device_name_and_bad_engine_are_refused(run_cli):
-    code, out, _ = run_cli("probe", "--backend", "cdi", "--spec-dir", "cdi-samples/amd/spec", "--root",
-                           "cdi-samples/hosts/amd", "--device", "gpu=0", "--json")
-    assert code == 2
-    assert "not a CDI device name" in out
-    code, out, _ = run_cli("probe", "--backend", "cdi", "--spec-dir", "cdi-samples/amd/spec", "--engine",
-                           "crio@1.0", "--json")
-    assert code == 2 and "crio" in out
+    """Bad usage prints the reason and no report: an empty `containers` would pass for an answer."""
+    code, out, err = run_cli("probe", "--backend", "cdi", "--spec-dir", "cdi-samples/amd/spec", "--root",
+                             "cdi-samples/hosts/amd", "--device", "gpu=0", "--json")
+    assert code == 2 and out == ""
+    assert "not a CDI device name" in err
+    code, out, err = run_cli("probe", "--backend", "cdi", "--spec-dir", "cdi-samples/amd/spec", "--engine",
+                             "crio@1.0", "--json")
+    assert code == 2 and out == "" and "crio" in err
 
 
 def test_missing_root_is_refused(run_cli, tmp_path):
-    code, out, _ = run_cli("probe", "--backend", "cdi", "--spec-dir", "cdi-samples/amd/spec", "--root",
-                           str(tmp_path / "nope"), "--json")
-    assert code == 2 and "is not a directory" in json.loads(out)["problems"][0]["message"]
+    code, out, err = run_cli("probe", "--backend", "cdi", "--spec-dir", "cdi-samples/amd/spec", "--root",
+                             str(tmp_path / "nope"), "--json")
+    assert code == 2 and out == "" and "is not a directory" in err
