@@ -61,6 +61,8 @@ def probe(report: ReportBuilder, *, spec_dirs: Sequence[str] | None = None, root
     from cgpu.cdi.scan import DEFAULT_SPEC_DIRS, scan_spec_dirs
 
     dirs = list(spec_dirs) if spec_dirs else list(DEFAULT_SPEC_DIRS)
+    for missing in [d for d in spec_dirs or () if not os.path.lexists(d)]:  # the defaults may well be absent
+        report.problem("warning", missing, f"the spec dir {missing} does not exist: nothing was read from it")
     root = root or "/"
     if not os.path.isdir(root):
         report.usage_error("--root", f"--root {root} is not a directory")

@@ -69,3 +69,11 @@ def test_missing_root_is_refused(run_cli, tmp_path):
     code, out, err = run_cli("probe", "--backend", "cdi", "--spec-dir", "cdi-samples/amd/spec", "--root",
                              str(tmp_path / "nope"), "--json")
     assert code == 2 and out == "" and "is not a directory" in err
+
+
+def test_a_spec_dir_given_that_does_not_exist_is_a_warning(run_cli, tmp_path):
+    code, out, _ = run_cli("probe", "--backend", "cdi", "--spec-dir", str(tmp_path / "nope"), "--spec-dir",
+                           "cdi-samples/amd/spec", "--root", "cdi-samples/hosts/amd", "--json")
+    report = json.loads(out)
+    assert code == 0 and report["containers"] == ["rocm", "vulkan", "opencl"]
+    assert [(p["severity"], p["source"]) for p in report["problems"]] == [("warning", str(tmp_path / "nope"))]
