@@ -27,6 +27,9 @@ from cgpu.backends import BACKENDS, OPTIONS, default_backend, run_backend
 from cgpu.report import ReportBuilder
 
 
+MAX_TIMEOUT = 7 * 24 * 3600.0  # a week: beyond that, deadlines overflow the platform's clocks
+
+
 class ExitCode(IntEnum):
     OK = 0
     COULD_NOT_RUN = 1
@@ -161,9 +164,16 @@ def _probe(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 def _image_check(args: argparse.Namespace) -> int:
     from cgpu.image_check import check_image, render_image_check
 
-    result, code = check_image(args.ref, machine=args.machine, timeout=args.timeout,
-                               progress=None if args.json else _progress)
-    _emit(json.dumps(result, indent=2) if args.json else render_image_check(result))
+    try:
+        result, code = check_image(args.ref, machine=args.machine, timeout=args.timeout,
+                                   progress=None if args.json else _progress)
+        text = json.dumps(result, indent=2) if args.json else render_image_check(result)
+    except KeyboardInterrupt:
+        raise
+    except Exception as exc:  # a bug in cgpu: say so, never a traceback
+        print(f"cgpu image check: internal error, please report it: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return ExitCode.INTERNAL
+    _emit(text)
     return code
 
 
@@ -181,8 +191,8 @@ def _seconds(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r}: give a positive number of seconds")
+    if not 0 < value <= MAX_TIMEOUT:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a positive number of seconds, at most {MAX_TIMEOUT:g}")
     return value
 
 

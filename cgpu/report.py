@@ -46,7 +46,7 @@ class ReportBuilder:
         self._provided.discard(api)
         self._evidence[api] = evidence
 
-    def device(self, name: str, apis: list[str] | set[str], **details: Any) -> dict[str, Any]:
+    def device(self, name: str, apis: list[str] | set[str], /, **details: Any) -> dict[str, Any]:
         entry = {"name": name, "apis": [a for a in API_ORDER if a in set(apis)], **details}
         self.devices.append(entry)
         return entry

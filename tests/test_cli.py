@@ -103,3 +103,9 @@ def test_a_closed_pipe_keeps_the_exit_status(args, status, tmp_path):
                           env={**os.environ, "PATH": str(tmp_path)})  # no wsl.exe on PATH
     assert proc.returncode == status, proc.stderr
     assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr
+
+
+def test_device_details_may_use_any_key():
+    """Details come from probe output (untrusted): a key like `self` or `name` must not collide."""
+    entry = ReportBuilder("local").device("Venus", ["vulkan"], self=1, apis_seen=2)
+    assert entry["name"] == "Venus" and entry["self"] == 1

@@ -14,6 +14,8 @@ import re
 import stat
 from typing import Any, Callable
 
+from cgpu.files import open_regular
+
 MAX_SYMLINKS = 40
 MAX_SMALL_FILE = 64 * 1024  # ICD manifests, .icd files, sysfs values: anything larger is not one
 
@@ -52,7 +54,7 @@ def _sorted_listing(path: str) -> list[str]:
 
 def _small_text(path: str) -> tuple[str | None, str | None]:
     try:
-        with open(path, "rb") as handle:
+        with open_regular(path) as handle:  # a FIFO or device here would hang or act: never read one
             data = handle.read(MAX_SMALL_FILE + 1)
     except OSError as exc:
         return None, f"cannot be read ({exc.strerror or exc})"

@@ -22,6 +22,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Final
 
+from cgpu.apis import API_ORDER
 from cgpu.cache import AnswerCache, default_cache_dir, key_digest
 from cgpu.krunkit_vm import (
     BREW_INSTALL,
@@ -290,6 +291,9 @@ def _answer(report: ReportBuilder, key: dict[str, Any], compute, *, refresh: boo
                         warn=lambda source, message: report.problem("warning", source, message))
     with cache.locked(key, timeout=lock_timeout):
         cached = None if refresh else cache.get(key)
+        if cached is not None and not _well_formed(cached[0]):
+            report.problem("warning", str(cache.path(key)), "the cached answer has an unexpected shape; checking afresh")
+            cached = None
         if cached is not None:
             answer, stored_at = cached
             when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(stored_at))
@@ -301,11 +305,25 @@ def _answer(report: ReportBuilder, key: dict[str, Any], compute, *, refresh: boo
     _apply(report, answer)
 
 
+def _well_formed(answer: Any) -> bool:
+    """Whether a cached answer has the shape `_apply` reads (the cache file can hold anything)."""
+    try:
+        vulkan, devices, problems = answer["vulkan"], answer["devices"], answer["problems"]
+        return (type(vulkan["provided"]) is bool and isinstance(vulkan["evidence"], str)
+                and all(isinstance(d["name"], str) and isinstance(d["apis"], list)
+                        and all(a in API_ORDER for a in d["apis"]) for d in devices)
+                and all(all(isinstance(p[k], str) for k in ("source", "message"))
+                        and p["severity"] in ("error", "warning", "info") for p in problems))
+    except (KeyError, TypeError):
+        return False
+
+
 def _apply(report: ReportBuilder, answer: dict[str, Any]) -> None:
     vulkan = answer["vulkan"]
     (report.provide if vulkan["provided"] else report.withhold)("vulkan", vulkan["evidence"])
     for device in answer["devices"]:
-        report.device(**device)
+        details = {k: v for k, v in device.items() if k not in ("name", "apis")}
+        report.device(device["name"], device["apis"], **details)
     for problem in answer["problems"]:
         report.problem(problem["severity"], problem["source"], problem["message"])
 

@@ -210,7 +210,7 @@ def _local_probe_source(report: ReportBuilder) -> bytes | None:
     except OSError:
         return None
     if len(source) > MAX_LOCAL_PROBE:
-        report.problem("warning", str(path), f"{len(source)} bytes is too big to pass to the session's python3 "
+        report.problem("warning", str(PROBE_SCRIPT), f"{len(source)} bytes is too big to pass to the session's python3 "
                        f"(limit {MAX_LOCAL_PROBE}); adapters are not enumerated")
         return None
     return source

@@ -270,11 +270,13 @@ class _Reader:
 
 @functools.lru_cache(maxsize=None)
 def _loader_class() -> type:
-    """CSafeLoader (SafeLoader without libyaml) whose untagged plain scalars keep their text
+    """CSafeLoader (SafeLoader without a safe libyaml) whose untagged plain scalars keep their text
     under the _PLAIN tag, for resolve_plain; quoted and block scalars are strings."""
     import yaml
 
-    base = getattr(yaml, "CSafeLoader", None) or yaml.SafeLoader
+    base = yaml.SafeLoader
+    if getattr(yaml, "CSafeLoader", None) is not None and yaml._yaml.get_version() >= (0, 2, 6):
+        base = yaml.CSafeLoader  # libyaml before 0.2.6 has no nesting limit: a deep spec crashes it
 
     class Loader(base):  # type: ignore[misc, valid-type]
         def resolve(self, kind: Any, value: Any, implicit: Any) -> str:

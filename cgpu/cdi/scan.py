@@ -25,6 +25,7 @@ from typing import Sequence
 from cgpu.cdi import spec_cache, versions
 from cgpu.cdi.names import go_quote
 from cgpu.cdi.model import ResolvedDevice, ScanResult, Spec
+from cgpu.files import open_regular
 from cgpu.cdi.parse import MAX_SPEC_BYTES, SpecError, parse_spec
 
 DEFAULT_SPEC_DIRS = ("/etc/cdi", "/var/run/cdi")
@@ -66,7 +67,7 @@ def _read_spec(path: str, info: os.stat_result, priority: int) -> Spec:
 def _parse_file(path: str, info: os.stat_result, priority: int) -> Spec | SpecError:
     """Read and parse one file, and keep the result on disk for the next process."""
     try:
-        with open(path, "rb") as handle:
+        with open_regular(path) as handle:  # swapped for a FIFO since the scan looked: refuse, don't hang
             data = handle.read(MAX_SPEC_BYTES + 1)
             read_info = os.fstat(handle.fileno())
     except OSError as exc:

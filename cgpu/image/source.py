@@ -21,13 +21,13 @@ import os
 import posixpath
 import re
 import shutil
-import stat
 import tarfile
 import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import IO, Any, Callable, Iterator
 
+from cgpu.files import NotRegularFileError, open_regular
 from cgpu.image.fs import DirTree, ImageReadError, LayerTree, Limits, Tree, normalize_member
 from cgpu.run import CommandError, decode, run
 
@@ -238,21 +238,11 @@ class _DirBlobs:
 
 
 def _open_regular(path: str) -> IO[bytes]:
-    """Open a file for reading, refusing FIFOs, sockets and devices: reading one could block
-    forever (a FIFO) or never end (/dev/zero). The non-blocking open is what lets a FIFO be
-    looked at without waiting for a writer."""
-    nonblocking = getattr(os, "O_NONBLOCK", 0)
-    fd = os.open(path, os.O_RDONLY | nonblocking)
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise ImageReadError(f"{path}: not a regular file (a directory, FIFO, socket or device); cgpu does not "
-                                 "read it")
-        if nonblocking:
-            os.set_blocking(fd, True)
-        return os.fdopen(fd, "rb")
-    except BaseException:
-        os.close(fd)
-        raise
+        return open_regular(path)
+    except NotRegularFileError:
+        raise ImageReadError(f"{path}: not a regular file (a directory, FIFO, socket or device); cgpu does not "
+                             "read it") from None
 
 
 def _json(blobs: _TarBlobs | _DirBlobs, name: str, what: str) -> Any:

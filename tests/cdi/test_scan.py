@@ -291,7 +291,7 @@ def test_permission_errors_as_root_would_not_see_them(tmp_path, monkeypatch):
     def denied(*_args, **_kwargs):
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(scan_module, "open", denied, raising=False)
+    monkeypatch.setattr(scan_module, "open_regular", denied)
     monkeypatch.setattr(scan_module.os, "listdir", lambda d: denied() if d == str(locked) else real_listdir(d))
     result = scan_spec_dirs([str(etc), str(locked)])
     assert result.devices == {}
@@ -317,3 +317,14 @@ def test_case_4_opencl_icd_mount_is_read(tmp_path):
     edits = scan_spec_dirs([str(etc)]).devices["nvidia.com/gpu=0"].edits()
     assert [mount.container_path for mount in edits.mounts] == ["/etc/OpenCL/vendors/nvidia.icd"]
     assert [node.path for node in edits.device_nodes] == ["/dev/nvidia0"]
+
+
+def test_a_spec_file_that_is_a_fifo_is_refused_not_waited_on(tmp_path):
+    """A FIFO named *.yaml would block a plain open() forever (no writer ever comes)."""
+    etc = tmp_path / "etc"
+    etc.mkdir()
+    os.mkfifo(etc / "pipe.yaml")
+    good = write(etc, "good.yaml", minimal())
+    result = scan_spec_dirs([str(etc)])
+    assert result.devices["example.com/gpu=gpu0"].spec.path == str(good)
+    assert any(p == str(etc / "pipe.yaml") for _, p, _ in result.problems)

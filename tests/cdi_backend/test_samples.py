@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
 from tests.cdi_backend.helpers import SAMPLES
-from tests.conftest import validate_report
+from tests.conftest import REPO, validate_report
 
 # sample spec dir, host tree, the answer, a phrase the output must explain it with
 CASES = [
@@ -77,3 +78,24 @@ def test_a_spec_dir_given_that_does_not_exist_is_a_warning(run_cli, tmp_path):
     report = json.loads(out)
     assert code == 0 and report["containers"] == ["rocm", "vulkan", "opencl"]
     assert [(p["severity"], p["source"]) for p in report["problems"]] == [("warning", str(tmp_path / "nope"))]
+
+
+def test_a_fifo_where_the_spec_mounts_a_manifest_is_not_waited_on(run_cli, tmp_path):
+    """A hostile or broken host: the Vulkan ICD a spec mounts is a FIFO. Reading it would block
+    forever; cgpu refuses to read it and answers."""
+    import shutil
+
+    root = tmp_path / "root"
+    shutil.copytree(REPO / "cdi-samples/hosts/intel", root, symlinks=True)
+    (root / "etc").mkdir()
+    os.mkfifo(root / "etc/icd.json")
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    (specs / "intel.yaml").write_text(
+        "cdiVersion: 0.5.0\nkind: intel.com/gpu\ndevices:\n- name: gpu0\n  containerEdits:\n"
+        "    deviceNodes: [{path: /dev/dri/renderD128, hostPath: /dev/dri/renderD128, type: c}]\n"
+        "    mounts: [{hostPath: /etc/icd.json, containerPath: /etc/vulkan/icd.d/x.json, options: [ro, bind]}]\n")
+    code, out, err = run_cli("probe", "--backend", "cdi", "--spec-dir", str(specs), "--root", str(root), "--json",
+                             timeout=30)
+    assert code == 0, err
+    assert json.loads(out)["containers"] == ["vulkan", "opencl"]

@@ -186,3 +186,16 @@ def test_default_cache_dir(monkeypatch, platform, env, expected):
         monkeypatch.setenv(name, value)
     monkeypatch.setattr(sys, "platform", platform)
     assert str(default_cache_dir()) == os.path.expanduser(expected)
+
+
+def test_a_cached_answer_of_the_wrong_shape_is_not_used():
+    from cgpu.backends.krunkit import _well_formed
+
+    good = {"vulkan": {"provided": True, "evidence": "Venus on Apple M4"},
+            "devices": [{"name": "Virtio-GPU Venus (Apple M4)", "apis": ["vulkan"], "status": "counted"}],
+            "problems": [{"severity": "info", "source": "x", "message": "y"}]}
+    assert _well_formed(good)
+    for bad in ({}, {**good, "vulkan": {}}, {**good, "devices": [{"name": 1, "apis": []}]},
+                {**good, "devices": [{"name": "x", "apis": ["glide"]}]}, {**good, "problems": [{"severity": "x"}]},
+                [], None, {**good, "vulkan": {"provided": "yes", "evidence": "x"}}):
+        assert not _well_formed(bad), bad

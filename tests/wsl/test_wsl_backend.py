@@ -348,3 +348,14 @@ def test_distro_without_sh(fake_wsl):
     failed, report = probe(distro="Scratch")
     assert failed
     assert "the probe did not answer (exit 1)" in messages(report) and "execvpe(sh) failed" in messages(report)
+
+
+def test_a_probe_too_big_for_one_argument_is_not_sent(monkeypatch):
+    from cgpu.backends import wsl
+    from cgpu.report import ReportBuilder
+
+    monkeypatch.setattr(wsl, "MAX_LOCAL_PROBE", 10)
+    report = ReportBuilder("wsl")
+    assert wsl._local_probe_source(report) is None
+    [warning] = report.problems
+    assert warning["source"].endswith("container_probe.py") and "too big" in warning["message"]
