@@ -79,7 +79,7 @@ class AnswerCache:
             same_key = entry["format"] == FORMAT and entry["key"] == json.loads(json.dumps(key, default=str))
             if not isinstance(value, dict):
                 raise TypeError("value is not an object")
-        except (ValueError, TypeError, KeyError) as exc:
+        except (ValueError, TypeError, KeyError, RecursionError) as exc:
             self._warn(str(path), f"the cached answer is corrupt ({type(exc).__name__}: {exc}); checking afresh")
             return None
         if not same_key:

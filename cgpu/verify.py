@@ -194,7 +194,7 @@ def _read_probe(
 
     try:
         data = json.loads(decode(stdout))
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nesting deeper than json can walk
         return "its output is not JSON"
     source = f"probe in the container with {name}"
     scratch = ReportBuilder("local")

@@ -35,3 +35,15 @@ def test_cli_path_imports_no_heavy_package():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
     assert proc.returncode == 0
     assert proc.stderr.strip().endswith("[]"), proc.stderr
+
+
+def test_json_nested_deeper_than_python_walks_is_garbage_not_a_crash():
+    """Probe output from a container, a VM or a WSL session is untrusted: `[[[[...` is just garbage."""
+    from cgpu.backends import krunkit, wsl
+    from cgpu.report import ReportBuilder
+    from cgpu.verify import _read_probe
+
+    deep = b"{\"a\":" + b"[" * 100_000
+    assert wsl.read_local_result(deep) is None
+    assert krunkit._probe_json(deep) is None
+    assert isinstance(_read_probe(ReportBuilder("cdi"), "vendor.com/gpu=0", deep), str)

@@ -282,10 +282,10 @@ def parse_output(data: bytes) -> Session:
 
 
 def read_local_result(raw: bytes) -> LocalResult | None:
-    """One `probe.py --child API` answer ({available, summary, devices, ...}); None when unusable."""
+    """One `container_probe.py --child API` answer ({available, summary, devices, ...}); None when unusable."""
     try:
         data = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     if not isinstance(data, dict) or not isinstance(data.get("available"), bool):
         return None
