@@ -26,7 +26,7 @@ from cgpu.run import CommandError, decode, kill_group, run
 LABELS = {"cgpu.verify": "1"}
 
 # Largest probe output read back from a container; anything longer is not a probe answer.
-MAX_OUTPUT = 4 * 1024 * 1024
+MAX_LOG_BYTES = 4 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -203,13 +203,13 @@ def _joined(output: bytes | Iterator[bytes] | None) -> bytes:
     if output is None:
         return b""
     if isinstance(output, (bytes, bytearray)):
-        return bytes(output[:MAX_OUTPUT])
+        return bytes(output[:MAX_LOG_BYTES])
     data = bytearray()
     for chunk in output:
         data += chunk if isinstance(chunk, (bytes, bytearray)) else str(chunk).encode()
-        if len(data) >= MAX_OUTPUT:
+        if len(data) >= MAX_LOG_BYTES:
             break
-    return bytes(data[:MAX_OUTPUT])
+    return bytes(data[:MAX_LOG_BYTES])
 
 
 class PodmanEngine(Engine):

@@ -11,7 +11,7 @@ import time
 import pytest
 from pydantic import ValidationError
 
-from cgpu.apis import API_ORDER, ordered
+from cgpu.apis import API_ORDER
 from cgpu.report import ReportBuilder
 from tests.conftest import REPO, validate_report
 
@@ -38,8 +38,6 @@ def test_withhold_after_provide_removes_api():
 def test_unknown_api_is_rejected():
     with pytest.raises(ValueError):
         ReportBuilder("cdi").provide("glide", "x")
-    with pytest.raises(ValueError):
-        ordered(["cuda", "glide"])
 
 
 def test_model_rejects_out_of_order_and_missing_evidence():

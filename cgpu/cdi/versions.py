@@ -11,7 +11,6 @@ from typing import Final
 KNOWN_VERSIONS: Final = ("0.1.0", "0.2.0", "0.3.0", "0.4.0", "0.5.0", "0.6.0", "0.7.0", "0.8.0",
                          "1.0.0", "1.1.0")
 EARLIEST: Final = "0.3.0"
-NEWEST: Final = KNOWN_VERSIONS[-1]
 
 
 def normalize_version(declared: str) -> str | None:

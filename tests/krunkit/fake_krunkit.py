@@ -74,7 +74,7 @@ def parse(argv: list[str]) -> dict:
         sys.exit(1)
     memory = int(opts["memory"].rstrip("Mm"))
     if memory > 61440:
-        print(f"Error: requested RAM larger than upper limit of 61440 MiB", file=sys.stderr)
+        print("Error: requested RAM larger than upper limit of 61440 MiB", file=sys.stderr)
         sys.exit(1)
     devices = {}
     for spec in opts["device"]:
