@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Final
 
+from cgpu.files import open_regular
 from cgpu.run import CommandError, decode, kill_group, run
 
 KRUNKIT_ENV: Final = "CGPU_KRUNKIT_EXE"
@@ -50,6 +51,7 @@ VM_DEFAULTS: Final[dict[str, Any]] = {
 MAX_MEMORY_MIB: Final = 61440  # krunkit refuses more ("to leave room for VRAM")
 STOP_GRACE_S: Final = 5.0
 LOG_TAIL_LINES: Final = 15
+MAX_GUEST_OUTPUT: Final = 4 * 1024 * 1024  # of the probe's output or a log read back from the VM
 
 
 class VMError(Exception):
@@ -342,9 +344,10 @@ def _read_result(shared: Path) -> GuestResult | None:
     except ValueError:
         raise VMError(str(shared / "probe.rc"), f"not an exit status: {rc_text[:50]!r}") from None
 
-    def read(name: str) -> bytes:
+    def read(name: str) -> bytes:  # written by the guest: bounded, and never a FIFO
         try:
-            return (shared / name).read_bytes()
+            with open_regular(str(shared / name)) as handle:
+                return handle.read(MAX_GUEST_OUTPUT)
         except FileNotFoundError:
             return b""
 
@@ -380,10 +383,14 @@ def vm_log_tail(run_dir: Path, lines: int = LOG_TAIL_LINES) -> str:
     """The last lines of krunkit's own output, its log file and the guest console."""
     parts = []
     for name in ("krunkit.out", "krunkit.log", "console.log"):
-        with contextlib.suppress(OSError):
-            text = _tail(decode((run_dir / name).read_bytes()), lines)
-            if text:
-                parts.append(f"{name}: {text}")
+        try:
+            with open_regular(str(run_dir / name)) as handle:
+                handle.seek(max(0, os.fstat(handle.fileno()).st_size - MAX_GUEST_OUTPUT))  # the tail is shown
+                text = _tail(decode(handle.read()), lines)
+        except OSError:
+            continue
+        if text:
+            parts.append(f"{name}: {text}")
     return " | ".join(parts)
 
 

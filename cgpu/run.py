@@ -87,16 +87,24 @@ def run(
         finished = _wait(proc, workers, deadline)
     except BaseException:  # Ctrl-C included: nothing may outlive us
         kill_group(proc)
-        proc.wait()
+        _reap(proc)
         raise
     if not finished:
         kill_group(proc)
-        proc.wait()
+        _reap(proc)
         grace = time.monotonic() + 1  # a process outside the group may still hold a pipe
         for worker in workers:
             worker.join(max(0.0, grace - time.monotonic()))
         raise CommandTimeoutError(argv, timeout, stdout.data(), stderr.data()) from None
     return Completed(argv, proc.returncode, stdout.data(), stderr.data())
+
+
+def _reap(proc: subprocess.Popen) -> None:
+    """Collect a killed process; one stuck in the kernel (state D) is not waited on for ever."""
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        pass
 
 
 def _wait(proc: subprocess.Popen, workers: list[threading.Thread], deadline: float) -> bool:
