@@ -105,7 +105,7 @@ def probe(
         if isinstance(exc, VMError) and exc.log_tail:
             message += f"; VM log tail: {exc.log_tail}"
         report.failed(exc.source, message)
-        report.withhold("vulkan", f"unknown: the Venus probe could not run ({exc.message})")
+        report.withhold("vulkan", f"unknown: cgpu could not get the Venus probe's answer ({exc.message})")
 
 
 # --- where the probe runs ---------------------------------------------------------------

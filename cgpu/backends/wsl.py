@@ -17,6 +17,7 @@ import json
 import os
 import re
 import shutil
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -185,7 +186,10 @@ def _find_wsl_exe(report: ReportBuilder) -> str | None:
             return None
         return configured
     found = shutil.which("wsl.exe")
-    if found is None:
+    if found is None and sys.platform != "win32":
+        _could_not_run(report, "wsl.exe", "wsl.exe is not on PATH: the wsl backend asks a WSL session on Windows "
+                                          "(run cgpu there, or point CGPU_WSL_EXE at a wsl.exe)")
+    elif found is None:
         _could_not_run(report, "wsl.exe", f"wsl.exe is not on PATH; {_INSTALL_WSL}")
     return found
 

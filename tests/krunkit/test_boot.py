@@ -88,7 +88,7 @@ def test_vm_failures_are_reported_with_the_log_tail(bin_dir, disk, guest, timeou
     text = messages(report)
     assert expected in text
     assert "VM log tail:" in text and in_logs in text
-    assert report["containers"] == [] and "could not run" in report["evidence"]["vulkan"]
+    assert report["containers"] == [] and "could not get the Venus probe" in report["evidence"]["vulkan"]
 
 
 def test_failures_are_not_cached(bin_dir, disk):

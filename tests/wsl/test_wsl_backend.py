@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -270,7 +271,11 @@ def test_no_wsl_exe(monkeypatch, tmp_path):
     monkeypatch.delenv("CGPU_WSL_EXE", raising=False)
     failed, report = probe()
     assert failed
-    assert "wsl.exe is not on PATH" in messages(report) and "wsl.exe --install" in messages(report)
+    assert "wsl.exe is not on PATH" in messages(report)
+    if sys.platform == "win32":
+        assert "wsl.exe --install" in messages(report)
+    else:  # WSL is installed on Windows: advice to install it here would mislead
+        assert "a WSL session on Windows" in messages(report) and "--install" not in messages(report)
 
 
 def test_cgpu_wsl_exe_names_the_executable(fake_wsl, monkeypatch, tmp_path):
