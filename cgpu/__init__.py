@@ -34,12 +34,18 @@ def probe(backend: str | None = None, **options: Any) -> "Report":
     Options are the backend's CLI options by their Python names: `spec_dirs`, `root`,
     `engine`, `devices`, `verify` (cdi); `distro` (wsl); `machine`, `vm_image`,
     `probe_image`, `refresh` (krunkit); `timeout` (all). Raises ProbeError when the backend
-    could not run, TypeError/ValueError for options it does not take.
+    could not run, TypeError for options it does not take, ValueError for values that cannot
+    work (a malformed device name, an unknown engine, a timeout that is not positive).
     """
     from cgpu.backends import default_backend, run_backend
     from cgpu.model import Report
 
+    timeout = options.get("timeout")
+    if timeout is not None and not timeout > 0:
+        raise ValueError(f"timeout must be a positive number of seconds, not {timeout!r}")
     builder = run_backend(backend or default_backend(), options)
+    if builder.bad_usage:
+        raise ValueError("; ".join(p["message"] for p in builder.problems if p["severity"] == "error"))
     report = Report.model_validate(builder.build())
     if builder.could_not_run:
         raise ProbeError(report)

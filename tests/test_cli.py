@@ -107,3 +107,15 @@ def test_device_details_may_use_any_key():
     """Details come from probe output (untrusted): a key like `self` or `name` must not collide."""
     entry = ReportBuilder("local").device("Venus", ["vulkan"], self=1, apis_seen=2)
     assert entry["name"] == "Venus" and entry["self"] == 1
+
+
+def test_library_call_raises_valueerror_for_values_that_cannot_work():
+    import cgpu
+
+    with pytest.raises(ValueError, match="timeout"):
+        cgpu.probe(backend="cdi", spec_dirs=["cdi-samples/amd/spec"], timeout=-1)
+    with pytest.raises(ValueError, match="not a CDI device name"):
+        cgpu.probe(backend="cdi", spec_dirs=["cdi-samples/amd/spec"], devices=["gpu=0"])
+    report = cgpu.probe(backend="cdi", spec_dirs=[str(REPO / "cdi-samples/amd/spec")],
+                        root=str(REPO / "cdi-samples/hosts/amd"))
+    assert report.containers == ["rocm", "vulkan", "opencl"]
