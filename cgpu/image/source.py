@@ -184,7 +184,10 @@ class _TarBlobs:
                     self._members[name] = member
         except (tarfile.TarError, OSError, EOFError, ValueError) as exc:
             self.__exit__()
-            raise ImageReadError(f"{self.path}: not a readable tar archive ({exc})") from None
+            why = str(exc).strip() or type(exc).__name__
+            if "\n" in why:  # tarfile lists every compression it tried, one per line
+                why = "neither a tar archive nor a gzip, bzip2 or xz compressed one"
+            raise ImageReadError(f"{self.path}: not a readable tar archive ({why})") from None
         return self
 
     def __exit__(self, *exc: object) -> None:
