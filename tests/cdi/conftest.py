@@ -34,6 +34,36 @@ def write(directory: Path, name: str, text: str) -> Path:
     return path
 
 
+# Every field of every version, with device names and keys that exercise the odd corners.
+ALL_FIELDS = textwrap.dedent("""\
+    cdiVersion: v1.1.0
+    kind: vendor.com/device
+    annotations: {a: b}
+    containerEdits:
+      env: [S=1]
+      hooks:
+      - {hookName: createContainer, path: /bin/hook, args: [hook, x], env: [H=1], timeout: 5}
+      mounts:
+      - {hostPath: tmpfs, containerPath: /tmp/data, type: tmpfs, options: [nosuid, size=1k]}
+      intelRdt: {closID: clos, l3CacheSchema: "L3:0=f", memBwSchema: "MB:0=50", schemata: [x], enableMonitoring: true}
+      netDevices: [{hostInterfaceName: eth1, name: net0}]
+      additionalGids: [44, 0]
+    devices:
+    - name: dev
+      annotations: {k: v}
+      containerEdits:
+        deviceNodes:
+        - {path: /dev/card1, hostPath: /vendor/card1, type: c, major: 226, minor: 1, fileMode: 432,
+           permissions: rw, uid: 0, gid: 44}
+    - name: "0"
+      containerEdits: {deviceNodes: [{path: /dev/card1}], env: ["\\u00e9=\\U0001F600"]}
+    - name: same-as-0
+      containerEdits: {deviceNodes: [{path: /dev/card1}], env: ["\\u00e9=\\U0001F600"]}
+    - name: Case
+      containerEdits: {DeviceNodes: [{Path: /dev/x, hostpath: /dev/y}]}
+    """)
+
+
 def minimal(kind: str = "example.com/gpu", names: tuple[str, ...] = ("gpu0",), version: str = "0.3.0",
             env: str = "A=1") -> str:
     devices = "".join(f"- name: \"{name}\"\n  containerEdits:\n    env: [\"{env}\"]\n" for name in names)

@@ -9,7 +9,7 @@ import pytest
 from cgpu.cdi import parse as parse_module
 from cgpu.cdi.parse import MAX_SPEC_BYTES, SpecError, parse_spec, resolve_plain
 
-from .conftest import minimal, parse, rejection
+from .conftest import ALL_FIELDS, minimal, parse, rejection
 
 
 def device_spec(edits: str, *, version: str = "0.3.0", kind: str = "example.com/gpu", name: str = "gpu0",
@@ -45,27 +45,7 @@ def test_every_known_version_is_accepted(version):
 
 
 def test_all_fields_are_read():
-    spec = parse("""
-        cdiVersion: 1.1.0
-        kind: vendor.com/device
-        annotations: {a: b}
-        containerEdits:
-          env: [S=1]
-          hooks:
-          - {hookName: createContainer, path: /bin/hook, args: [hook, x], env: [H=1], timeout: 5}
-          mounts:
-          - {hostPath: tmpfs, containerPath: /tmp/data, type: tmpfs, options: [nosuid, size=1k]}
-          intelRdt: {closID: clos, l3CacheSchema: "L3:0=f", memBwSchema: "MB:0=50", schemata: [x], enableMonitoring: true}
-          netDevices: [{hostInterfaceName: eth1, name: net0}]
-          additionalGids: [44, 0]
-        devices:
-        - name: dev
-          annotations: {k: v}
-          containerEdits:
-            deviceNodes:
-            - {path: /dev/card1, hostPath: /vendor/card1, type: c, major: 226, minor: 1, fileMode: 432,
-               permissions: rw, uid: 0, gid: 44}
-        """)
+    spec = parse(ALL_FIELDS)
     node = spec.devices[0].edits.device_nodes[0]
     assert (node.path, node.host_path, node.type, node.major, node.minor, node.file_mode, node.permissions,
             node.uid, node.gid) == ("/dev/card1", "/vendor/card1", "c", 226, 1, 432, "rw", 0, 44)

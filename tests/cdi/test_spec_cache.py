@@ -20,36 +20,7 @@ from cgpu.cdi.parse import parse_spec
 from cgpu.cdi.scan import clear_parse_cache, scan_spec_dirs
 from tests.conftest import REPO, SHARED
 
-from .conftest import minimal, write
-
-ALL_FIELDS = textwrap.dedent("""\
-    cdiVersion: v1.1.0
-    kind: vendor.com/device
-    annotations: {a: b}
-    containerEdits:
-      env: [S=1]
-      hooks:
-      - {hookName: createContainer, path: /bin/hook, args: [hook, x], env: [H=1], timeout: 5}
-      mounts:
-      - {hostPath: tmpfs, containerPath: /tmp/data, type: tmpfs, options: [nosuid, size=1k]}
-      intelRdt: {closID: clos, l3CacheSchema: "L3:0=f", memBwSchema: "MB:0=50", schemata: [x], enableMonitoring: true}
-      netDevices: [{hostInterfaceName: eth1, name: net0}]
-      additionalGids: [44, 0]
-    devices:
-    - name: dev
-      annotations: {k: v}
-      containerEdits:
-        deviceNodes:
-        - {path: /dev/card1, hostPath: /vendor/card1, type: c, major: 226, minor: 1, fileMode: 432,
-           permissions: rw, uid: 0, gid: 44}
-    - name: "0"
-      containerEdits: {deviceNodes: [{path: /dev/card1}], env: ["\\u00e9=\\U0001F600"]}
-    - name: same-as-0
-      containerEdits: {deviceNodes: [{path: /dev/card1}], env: ["\\u00e9=\\U0001F600"]}
-    - name: Case
-      containerEdits: {DeviceNodes: [{Path: /dev/x, hostpath: /dev/y}]}
-    """)
-
+from .conftest import ALL_FIELDS, minimal, write
 
 @pytest.fixture
 def cache_dir(tmp_path, monkeypatch) -> Path:

@@ -61,32 +61,27 @@ class Cli:
 
     def __call__(self, *args: str, env: dict[str, str] | None = None, timeout: float = 120,
                  wrapper: tuple[str, ...] = ()) -> tuple[int, str, str]:
-        proc = self.popen(*args, env=env, wrapper=wrapper)
-        try:
-            out, err = proc.communicate(timeout=timeout)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.communicate()
-        stderr = err.decode(errors="replace")
-        assert "Traceback" not in stderr, stderr
-        return proc.returncode, out.decode(errors="replace"), stderr
+        return self._collect(self.popen(*args, env=env, wrapper=wrapper), timeout)
 
     def interrupt_when(self, ready: Callable[[], bool], *args: str, env: dict[str, str] | None = None,
                        within: float = 60, signum: int = signal.SIGINT) -> tuple[int, str, str]:
         """Start cgpu, send SIGINT (Ctrl-C) or `signum` once `ready()` holds, and return what it did."""
         proc = self.popen(*args, env=env)
+        deadline = time.monotonic() + within
+        while not ready():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                code, _, err = self._collect(proc, 30)
+                pytest.fail(f"the stage to interrupt was never reached (exit {code}): {err[-2000:]}")
+            time.sleep(0.05)
+        time.sleep(0.2)  # let cgpu settle into waiting on it
+        proc.send_signal(signum)
+        return self._collect(proc, 60)
+
+    @staticmethod
+    def _collect(proc: subprocess.Popen, timeout: float) -> tuple[int, str, str]:
+        """Wait for cgpu (killed if it outlives `timeout`); its output, which never holds a traceback."""
         try:
-            deadline = time.monotonic() + within
-            while not ready():
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    out, err = proc.communicate(timeout=30)
-                    pytest.fail(f"the stage to interrupt was never reached (exit {proc.returncode}): "
-                                f"{err.decode(errors='replace')[-2000:]}")
-                time.sleep(0.05)
-            time.sleep(0.2)  # let cgpu settle into waiting on it
-            proc.send_signal(signum)
-            out, err = proc.communicate(timeout=60)
+            out, err = proc.communicate(timeout=timeout)
         finally:
             if proc.poll() is None:
                 proc.kill()

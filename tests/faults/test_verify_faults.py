@@ -132,11 +132,10 @@ def test_an_engine_that_never_answers_is_bounded_by_timeout(cli, bin_dir, device
     assert time.monotonic() - started < 15, f"took {time.monotonic() - started:.0f} s with --timeout 2: {error}"
 
 
-@pytest.mark.parametrize("signum, status, said", STOPS)
-def test_ctrl_c_while_the_probe_image_is_built(cli, bin_dir, device, signum, status, said):
-    """A `dpkg-query` that names packages of versions no image was built from (so cgpu builds
-    one) and then hangs listing their files: Ctrl-C stops the build, the service and removes
-    the build's temp folder."""
+def _fake_dpkg_query(bin_dir, *, listing: str) -> None:
+    """A `dpkg-query` that names every package at a version no image was built from (so cgpu
+    builds one) and runs `listing` when asked for their files; other questions (podman asks too,
+    for its own version report) go to the real one."""
     real = shutil.which("dpkg-query")
     if real is None:
         pytest.skip("dpkg-query is not installed: the probe image is built from Debian packages")
@@ -144,10 +143,18 @@ def test_ctrl_c_while_the_probe_image_is_built(cli, bin_dir, device, signum, sta
         "#!/bin/sh\n"
         'if [ "$1" = -W ]; then shift 3; for p in "$@"; do printf "%s\\t0-cgpu-fault\\tinstalled\\n" "$p"; done;'
         " exit 0; fi\n"
-        'if [ "$1" = -L ]; then exec sleep 600; fi\n'
-        f'exec {real} "$@"\n'  # podman asks it too (--search), for its own version report
+        f'if [ "$1" = -L ]; then {listing}; fi\n'
+        f'exec {real} "$@"\n'
     )
     (bin_dir / "dpkg-query").chmod(0o755)
+
+
+@pytest.mark.parametrize("signum, status, said", STOPS)
+def test_ctrl_c_while_the_probe_image_is_built(cli, bin_dir, device, signum, status, said):
+    """A `dpkg-query` that names packages of versions no image was built from (so cgpu builds
+    one) and then hangs listing their files: Ctrl-C stops the build, the service and removes
+    the build's temp folder."""
+    _fake_dpkg_query(bin_dir, listing='exec sleep 600')
     code, _, err = cli.interrupt_when(lambda: cli.running("sleep 600"), "probe", "--backend", "cdi", "--verify",
                                       "--device", device, signum=signum)
     assert code == status and said in err
@@ -157,17 +164,7 @@ def test_ctrl_c_while_the_probe_image_is_built(cli, bin_dir, device, signum, sta
 def test_a_package_listing_that_fails_builds_no_image(cli, bin_dir, device):
     """`dpkg-query -L` fails: no probe image is made (it would be kept and reused under the
     packages' versions), and --verify says why."""
-    real = shutil.which("dpkg-query")
-    if real is None:
-        pytest.skip("dpkg-query is not installed: the probe image is built from Debian packages")
-    (bin_dir / "dpkg-query").write_text(
-        "#!/bin/sh\n"
-        'if [ "$1" = -W ]; then shift 3; for p in "$@"; do printf "%s\\t0-cgpu-fault\\tinstalled\\n" "$p"; done;'
-        " exit 0; fi\n"
-        'if [ "$1" = -L ]; then echo "dpkg-query: package \'libc6\' is not installed" >&2; exit 1; fi\n'
-        f'exec {real} "$@"\n'
-    )
-    (bin_dir / "dpkg-query").chmod(0o755)
+    _fake_dpkg_query(bin_dir, listing='echo "dpkg-query: package \'libc6\' is not installed" >&2; exit 1')
     before = set(podman("images", "-q", "localhost/cgpu-probe").stdout.split())
     try:
         code, out, _ = cli("probe", "--backend", "cdi", "--json", "--verify", "--device", device)
