@@ -8,7 +8,6 @@ import os
 import shutil
 import subprocess
 import tarfile
-import time
 import uuid
 from pathlib import Path
 
@@ -351,15 +350,11 @@ def test_stock_mesa_is_never_advised_to_be_pinned(roots):
 @pytest.mark.podman
 def test_docker_daemon_images_through_docker_py(podman_images, tmp_path, monkeypatch):
     """docker-py against podman's Docker-compatible API: the same calls a Docker daemon answers."""
-    socket = tmp_path / "engine.sock"
-    service = subprocess.Popen(["podman", "system", "service", "--time=0", f"unix://{socket}"],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    from cgpu.engines import PodmanService
+
+    service = PodmanService.start(timeout=30)
     try:
-        for _ in range(100):
-            if socket.exists():
-                break
-            time.sleep(0.1)
-        monkeypatch.setenv("DOCKER_HOST", f"unix://{socket}")
+        monkeypatch.setenv("DOCKER_HOST", service.url)
         ref = podman_images["stock"]["engine"]
         result, code = check_image(f"docker-daemon:{ref}")
         assert_answer(result, code, "stock")
@@ -367,8 +362,7 @@ def test_docker_daemon_images_through_docker_py(podman_images, tmp_path, monkeyp
         missing, code = check_image("docker-daemon:localhost/cgpu-test-missing:none")
         assert code == ExitCode.COULD_NOT_RUN and "Docker has no such local image" in missing["reason"]
     finally:
-        service.terminate()
-        service.wait(timeout=30)
+        service.stop()
 
 
 def test_unreadable_rpm_database_makes_the_build_unknown(tmp_path):
