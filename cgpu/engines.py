@@ -559,5 +559,4 @@ class PodmanService:
                 pass
             except subprocess.TimeoutExpired:
                 kill_group(self.proc)
-                self.proc.wait()
         shutil.rmtree(self.directory, ignore_errors=True)

@@ -256,12 +256,8 @@ def boot_and_probe(
         _stop(proc, sock_dir / "rest.sock")
         return result
     finally:
-        if proc is not None and proc.poll() is None:
-            kill_group(proc)
         if proc is not None:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=STOP_GRACE_S)
-            kill_group(proc)  # anything krunkit left in its group
+            kill_group(proc)  # krunkit if _stop did not end it, and anything it left in its group
         if listener is not None:
             listener.close()
         shutil.rmtree(sock_dir, ignore_errors=True)

@@ -87,24 +87,14 @@ def run(
         finished = _wait(proc, workers, deadline)
     except BaseException:  # Ctrl-C included: nothing may outlive us
         kill_group(proc)
-        _reap(proc)
         raise
     if not finished:
         kill_group(proc)
-        _reap(proc)
         grace = time.monotonic() + 1  # a process outside the group may still hold a pipe
         for worker in workers:
             worker.join(max(0.0, grace - time.monotonic()))
         raise CommandTimeoutError(argv, timeout, stdout.data(), stderr.data()) from None
     return Completed(argv, proc.returncode, stdout.data(), stderr.data())
-
-
-def _reap(proc: subprocess.Popen) -> None:
-    """Collect a killed process; one stuck in the kernel (state D) is not waited on for ever."""
-    try:
-        proc.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        pass
 
 
 def _wait(proc: subprocess.Popen, workers: list[threading.Thread], deadline: float) -> bool:
@@ -165,15 +155,19 @@ def _new_group() -> dict:
 
 
 def kill_group(proc: subprocess.Popen) -> None:
-    """Kill a process started by this module and everything it started."""
-    if proc.poll() is not None and sys.platform == "win32":
-        return
+    """Kill a process started in a group of its own and everything in that group, then collect
+    it; one stuck in the kernel (state D) is not waited on for ever."""
     try:
         if sys.platform == "win32":
-            proc.kill()
+            if proc.poll() is None:
+                proc.kill()
         else:
-            os.killpg(proc.pid, signal.SIGKILL)
+            os.killpg(proc.pid, signal.SIGKILL)  # also when the leader is gone: what it left runs on
     except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
         pass
 
 
