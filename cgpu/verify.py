@@ -10,7 +10,6 @@ problem naming the device, the API and both answers.
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
@@ -190,12 +189,11 @@ def _read_probe(
     """The live APIs, their evidence and the devices seen, from the probe's JSON (untrusted: it
     came out of a container), judged by the same rules as `cgpu probe --backend local`; or why
     there is no answer."""
-    from cgpu.backends.local import apply_probe_output
+    from cgpu.backends.local import apply_probe_output, read_probe_output
 
-    try:
-        data = json.loads(decode(stdout))
-    except (ValueError, RecursionError):  # RecursionError: nesting deeper than json can walk
-        return "its output is not JSON"
+    data = read_probe_output(stdout)
+    if data is None:
+        return "its output is not a JSON object"
     source = f"probe in the container with {name}"
     scratch = ReportBuilder("local")
     apply_probe_output(scratch, data, source=source)

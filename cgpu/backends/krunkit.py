@@ -11,7 +11,6 @@ for every doctor run is too slow).
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import platform
 import shutil
@@ -339,11 +338,11 @@ def judge(result: GuestResult, *, where: str, image: str) -> dict[str, Any]:
     and keeps only clean device entries; the probe's counting rules decide which device counts,
     and the krunkit rule on top is: a Venus device that is not a CPU and allocated memory.
     Raises ProbeFailed when the run said nothing usable about Vulkan."""
-    from cgpu.backends.local import PROBE_FAILURES, apply_probe_output
+    from cgpu.backends.local import PROBE_FAILURES, apply_probe_output, read_probe_output
 
     stderr = decode(result.stderr).strip()
     source = f"probe image {image}"
-    data = _probe_json(result.stdout)
+    data = read_probe_output(result.stdout)
     if data is None:
         if "/dev/dri" in stderr and ("no such file" in stderr.lower() or "not found" in stderr.lower()):
             message = (f"{where} has no /dev/dri: its virtio-gpu is missing, so it is not a libkrun VM with a GPU "
@@ -409,18 +408,6 @@ def _problem(source: str, message: str) -> dict[str, str]:
 
 def _out(evidence: str, problems: list[dict[str, str]], devices: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     return {"vulkan": {"provided": False, "evidence": evidence}, "devices": devices or [], "problems": problems}
-
-
-def _probe_json(stdout: bytes) -> dict[str, Any] | None:
-    """The probe prints one JSON object; anything else (nothing, a podman error) is None."""
-    text = decode(stdout).strip()
-    if not text.startswith("{"):
-        return None
-    try:
-        data = json.loads(text)
-    except (ValueError, RecursionError):
-        return None
-    return data if isinstance(data, dict) else None
 
 
 def _is_venus(device: dict[str, Any]) -> bool:

@@ -50,6 +50,21 @@ def probe(report: ReportBuilder, *, timeout: float | None = None) -> None:
     apply_probe_output(report, data, source="local probe")
 
 
+def read_probe_output(stdout: bytes) -> dict[str, Any] | None:
+    """The probe's one JSON object from a container or VM; anything else (nothing, an engine's
+    error, garbage nested deeper than json can walk) is None."""
+    import json
+
+    text = stdout.decode("utf-8", errors="replace").strip()
+    if not text.startswith("{"):
+        return None
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
 def apply_probe_output(report: ReportBuilder, data: object, *, source: str) -> None:
     """Turn one probe answer (parsed JSON, untrusted) into provide/withhold, devices and problems.
 

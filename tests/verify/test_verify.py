@@ -130,9 +130,9 @@ def test_hung_probe_is_killed_at_the_timeout_and_removed(stand_in_image, cdi_spe
 @pytest.mark.parametrize(
     ("output", "reason"),
     [
-        ("Segmentation fault", "its output is not JSON"),
+        ("Segmentation fault", "its output is not a JSON object"),
         ('{"probe_version": 99, "apis": {}}', "the probe output is version 99"),
-        ('["not", "an", "object"]', "not an object"),
+        ('["not", "an", "object"]', "its output is not a JSON object"),
     ],
 )
 def test_probe_without_a_usable_answer_is_a_failure_not_an_agreement(
