@@ -40,9 +40,6 @@ def probe(backend: str | None = None, **options: Any) -> "Report":
     from cgpu.backends import default_backend, run_backend
     from cgpu.model import Report
 
-    timeout = options.get("timeout")
-    if timeout is not None and not timeout > 0:
-        raise ValueError(f"timeout must be a positive number of seconds, not {timeout!r}")
     builder = run_backend(backend or default_backend(), options)
     if builder.bad_usage:
         raise ValueError("; ".join(p["message"] for p in builder.problems if p["severity"] == "error"))

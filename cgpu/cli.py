@@ -23,11 +23,8 @@ from enum import IntEnum
 from typing import Sequence
 
 from cgpu import __version__
-from cgpu.backends import BACKENDS, OPTIONS, default_backend, run_backend
+from cgpu.backends import BACKENDS, MAX_TIMEOUT, OPTIONS, default_backend, run_backend
 from cgpu.report import ReportBuilder
-
-
-MAX_TIMEOUT = 7 * 24 * 3600.0  # a week: beyond that, deadlines overflow the platform's clocks
 
 
 class ExitCode(IntEnum):

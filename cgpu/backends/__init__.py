@@ -14,6 +14,7 @@ from typing import Any, Callable, Final
 from cgpu.report import ReportBuilder
 
 BACKENDS: Final = ("cdi", "wsl", "krunkit", "local")
+MAX_TIMEOUT: Final = 7 * 24 * 3600.0  # a week: beyond that, deadlines overflow the platform's clocks
 
 # Which options each backend takes (CLI destination names); anything else is a usage error.
 OPTIONS: Final[dict[str, frozenset[str]]] = {
@@ -35,12 +36,15 @@ def default_backend(platform: str = sys.platform) -> str:
 def run_backend(
     name: str, options: dict[str, Any], *, progress: Callable[[str], None] | None = None
 ) -> ReportBuilder:
-    """Run one backend; unknown options raise TypeError (a usage error for the caller)."""
+    """Run one backend; unknown options raise TypeError, a timeout out of range ValueError."""
     if name not in BACKENDS:
         raise ValueError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
     extra = set(options) - OPTIONS[name]
     if extra:
         raise TypeError(f"the {name} backend does not take {', '.join(sorted(extra))}")
+    timeout = options.get("timeout")
+    if timeout is not None and not 0 < timeout <= MAX_TIMEOUT:
+        raise ValueError(f"timeout must be a positive number of seconds, at most {MAX_TIMEOUT:g}, not {timeout!r}")
     report = ReportBuilder(name, progress=progress)
     module = importlib.import_module(f"cgpu.backends.{name}")
     module.probe(report, **options)
