@@ -58,8 +58,12 @@ def _scaled_spec(folder: Path, factor: int) -> int:
     text = SPEC.read_text()
     head, _, rest = text.partition("devices:\n")
     devices, _, tail = rest.partition("\ncontainerEdits:\n")  # the spec-level edits follow the device list
-    copies = [re.sub(r"(name: )\"?([^\n\"]+)\"?", lambda m: f'{m.group(1)}"c{i}-{m.group(2)}"', devices)
-              if i else devices for i in range(factor)]
+    copies = [
+        re.sub(r"(name: )\"?([^\n\"]+)\"?", lambda m, i=i: f'{m.group(1)}"c{i}-{m.group(2)}"', devices)
+        if i
+        else devices
+        for i in range(factor)
+    ]
     listed = "\n".join(copies)
     (folder / "nvidia.yaml").write_text(head + "devices:\n" + listed + "\ncontainerEdits:\n" + tail)
     return len(re.findall(r"^-   name: ", listed, flags=re.M))
@@ -104,13 +108,29 @@ def main() -> int:
         os.environ["CGPU_CACHE_DIR"] = str(cache)
         bare = _median_process([python, "-c", "pass"], args.runs)
         # the sample spec was written long ago: the warm-up run stores its parse on disk
-        cli = _median_process([python, "-m", "cgpu", "probe", "--backend", "cdi", "--spec-dir", str(SPEC.parent),
-                               "--root", str(HOST), "--json"], args.runs)
+        cli = _median_process(
+            [
+                python,
+                "-m",
+                "cgpu",
+                "probe",
+                "--backend",
+                "cdi",
+                "--spec-dir",
+                str(SPEC.parent),
+                "--root",
+                str(HOST),
+                "--json",
+            ],
+            args.runs,
+        )
         print(f"{'':40} {'wall ms':>8} {'cpu ms':>8}")
         print(f"{'python -c pass':40} {bare[0]:8.1f} {bare[1]:8.1f}")
-        print(f"{'cgpu probe --backend cdi --json (8 GPU)':40} {cli[0]:8.1f} {cli[1]:8.1f}"
-              f"   = {cli[0] / bare[0]:.1f}x wall, {cli[1] / bare[1]:.1f}x cpu (target <= 10x)")
-        import cgpu.backends.cdi  # noqa: F401  the library call is measured with cgpu imported
+        print(
+            f"{'cgpu probe --backend cdi --json (8 GPU)':40} {cli[0]:8.1f} {cli[1]:8.1f}"
+            f"   = {cli[0] / bare[0]:.1f}x wall, {cli[1] / bare[1]:.1f}x cpu (target <= 10x)"
+        )
+        import cgpu.backends.cdi
         import cgpu.cdi.scan  # noqa: F401
         from cgpu.cdi import spec_cache
 
@@ -120,13 +140,17 @@ def main() -> int:
             folder.mkdir()
             folders[factor] = folder, _scaled_spec(folder, factor)
         time.sleep(spec_cache.RACY_SECONDS)  # files changed just now are not stored on disk (see spec_cache)
-        print(f"{'spec':>15} {'devices':>8} {'no cache':>9} {'disk':>7} {'parsed':>7} {'again':>7}"
-              f" {'no cache/device µs':>19}   (CPU ms)")
+        print(
+            f"{'spec':>15} {'devices':>8} {'no cache':>9} {'disk':>7} {'parsed':>7} {'again':>7}"
+            f" {'no cache/device µs':>19}   (CPU ms)"
+        )
         for factor, (folder, count) in folders.items():
             uncached, disk, parsed, again = _library(folder, cache, max(3, args.runs // (1 + factor // 10)))
             size = os.path.getsize(folder / "nvidia.yaml") // 1024
-            print(f"{f'{factor}x ({size} KiB)':>15} {count:8d} {uncached:9.2f} {disk:7.2f} {parsed:7.2f} {again:7.2f}"
-                  f" {uncached * 1000 / count:19.1f}")
+            print(
+                f"{f'{factor}x ({size} KiB)':>15} {count:8d} {uncached:9.2f} {disk:7.2f} {parsed:7.2f} {again:7.2f}"
+                f" {uncached * 1000 / count:19.1f}"
+            )
     return 0
 
 

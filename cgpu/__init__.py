@@ -22,13 +22,13 @@ __all__ = ["ProbeError", "__version__", "probe"]
 class ProbeError(Exception):
     """The backend could not run; `.report` still says why, in its problems."""
 
-    def __init__(self, report: "Report") -> None:
+    def __init__(self, report: Report) -> None:
         errors = [p.message for p in report.problems if p.severity == "error"]
         super().__init__("; ".join(errors) or "the backend could not run")
         self.report = report
 
 
-def probe(backend: str | None = None, **options: Any) -> "Report":
+def probe(backend: str | None = None, **options: Any) -> Report:
     """Run a backend (default: this platform's) and return its report as a pydantic model.
 
     Options are the backend's CLI options by their Python names: `spec_dirs`, `root`,

@@ -7,6 +7,5 @@ from typing import Final
 API_ORDER: Final = ("cuda", "rocm", "vulkan", "opencl", "directml", "metal")
 
 METAL_EVIDENCE: Final = (
-    "Metal is an Apple host API: it never reaches a Linux container, only Vulkan carried over "
-    "virtio-gpu (Venus) does"
+    "Metal is an Apple host API: it never reaches a Linux container, only Vulkan carried over virtio-gpu (Venus) does"
 )

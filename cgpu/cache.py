@@ -18,8 +18,9 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any
 
 Warn = Callable[[str, str], None]  # (source, message)
 
@@ -108,8 +109,10 @@ class AnswerCache:
             tmp_name = None
             return True
         except OSError as exc:
-            self._warn(str(path), f"could not store the answer in the cache ({exc.strerror or exc}); "
-                                  "the next run will check afresh")
+            self._warn(
+                str(path),
+                f"could not store the answer in the cache ({exc.strerror or exc}); the next run will check afresh",
+            )
             return False
         finally:
             if tmp_name is not None:
@@ -125,8 +128,7 @@ class AnswerCache:
             self.directory.mkdir(parents=True, exist_ok=True)
             handle = open(lock_path, "a+b")
         except OSError as exc:
-            self._warn(str(lock_path), f"could not create the cache lock ({exc.strerror or exc}); "
-                                       "going on without it")
+            self._warn(str(lock_path), f"could not create the cache lock ({exc.strerror or exc}); going on without it")
             yield False
             return
         with handle:
@@ -137,8 +139,10 @@ class AnswerCache:
                     break
                 except BlockingIOError:
                     if time.monotonic() >= deadline:
-                        self._warn(str(lock_path), f"another cgpu run held this lock for over {timeout:g} s; "
-                                                   "going on without it")
+                        self._warn(
+                            str(lock_path),
+                            f"another cgpu run held this lock for over {timeout:g} s; going on without it",
+                        )
                         yield False
                         return
                     time.sleep(_LOCK_POLL_S)

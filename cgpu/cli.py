@@ -19,8 +19,8 @@ import json
 import os
 import signal
 import sys
+from collections.abc import Sequence
 from enum import IntEnum
-from typing import Sequence
 
 from cgpu import __version__
 from cgpu.backends import BACKENDS, MAX_TIMEOUT, OPTIONS, default_backend, run_backend
@@ -60,16 +60,32 @@ def _parser() -> argparse.ArgumentParser:
     probe.add_argument("--backend", choices=BACKENDS, help="default: cdi on Linux, wsl on Windows, krunkit on macOS")
     probe.add_argument("--json", action="store_true", help="print the report as one JSON object")
     probe.add_argument("--timeout", type=_seconds, metavar="SECONDS", help="limit for each command cgpu runs")
-    probe.add_argument("--probe-image", metavar="REF",
-                       help="a local image that runs cgpu's probe (cdi --verify, krunkit); never pulled")
+    probe.add_argument(
+        "--probe-image",
+        metavar="REF",
+        help="a local image that runs cgpu's probe (cdi --verify, krunkit); never pulled",
+    )
     cdi = probe.add_argument_group("cdi backend (Linux)")
-    cdi.add_argument("--spec-dir", dest="spec_dirs", action="append", metavar="DIR",
-                     help="CDI spec directory, repeatable, lowest priority first (default: /etc/cdi, then /var/run/cdi)")
+    cdi.add_argument(
+        "--spec-dir",
+        dest="spec_dirs",
+        action="append",
+        metavar="DIR",
+        help="CDI spec directory, repeatable, lowest priority first (default: /etc/cdi, then /var/run/cdi)",
+    )
     cdi.add_argument("--root", metavar="DIR", help="host filesystem the specs are checked against (default: /)")
-    cdi.add_argument("--engine", metavar="ENGINE@VERSION|auto|none",
-                     help="judge specs as podman@X or docker@X would; auto asks the host's engine; none: newest rules")
-    cdi.add_argument("--device", dest="devices", action="append", metavar="NAME",
-                     help="only these qualified device names (vendor/class=name), repeatable")
+    cdi.add_argument(
+        "--engine",
+        metavar="ENGINE@VERSION|auto|none",
+        help="judge specs as podman@X or docker@X would; auto asks the host's engine; none: newest rules",
+    )
+    cdi.add_argument(
+        "--device",
+        dest="devices",
+        action="append",
+        metavar="NAME",
+        help="only these qualified device names (vendor/class=name), repeatable",
+    )
     cdi.add_argument("--verify", action="store_true", help="also run the probe in a real container per device")
     wsl = probe.add_argument_group("wsl backend (Windows)")
     wsl.add_argument("--distro", metavar="NAME", help="the WSL distro of the agent's containers session")
@@ -162,8 +178,9 @@ def _image_check(args: argparse.Namespace) -> int:
     from cgpu.image_check import check_image, render_image_check
 
     try:
-        result, code = check_image(args.ref, machine=args.machine, timeout=args.timeout,
-                                   progress=None if args.json else _progress)
+        result, code = check_image(
+            args.ref, machine=args.machine, timeout=args.timeout, progress=None if args.json else _progress
+        )
         text = json.dumps(result, indent=2) if args.json else render_image_check(result)
     except KeyboardInterrupt:
         raise
@@ -195,5 +212,3 @@ def _seconds(text: str) -> float:
 
 def _progress(message: str) -> None:
     print(f"cgpu: {message}", file=sys.stderr, flush=True)
-
-

@@ -28,18 +28,41 @@ DEFAULT_TIMEOUT = 30.0
 
 # Environment variables that change what the loaders find (reported when set).
 DISCOVERY_ENV = (
-    "VK_DRIVER_FILES", "VK_ICD_FILENAMES", "VK_ADD_DRIVER_FILES", "VK_LOADER_DRIVERS_SELECT",
-    "VK_LOADER_DRIVERS_DISABLE", "VK_LOADER_LAYERS_DISABLE", "XDG_DATA_DIRS", "XDG_CONFIG_DIRS",
-    "OCL_ICD_FILENAMES", "OCL_ICD_VENDORS", "OPENCL_VENDOR_PATH", "RUSTICL_ENABLE",
-    "RUSTICL_DEVICE_TYPE", "POCL_DEVICES", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES",
-    "NVIDIA_DRIVER_CAPABILITIES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "ROCM_PATH",
-    "GGML_VK_VISIBLE_DEVICES", "LD_LIBRARY_PATH",
+    "VK_DRIVER_FILES",
+    "VK_ICD_FILENAMES",
+    "VK_ADD_DRIVER_FILES",
+    "VK_LOADER_DRIVERS_SELECT",
+    "VK_LOADER_DRIVERS_DISABLE",
+    "VK_LOADER_LAYERS_DISABLE",
+    "XDG_DATA_DIRS",
+    "XDG_CONFIG_DIRS",
+    "OCL_ICD_FILENAMES",
+    "OCL_ICD_VENDORS",
+    "OPENCL_VENDOR_PATH",
+    "RUSTICL_ENABLE",
+    "RUSTICL_DEVICE_TYPE",
+    "POCL_DEVICES",
+    "CUDA_VISIBLE_DEVICES",
+    "NVIDIA_VISIBLE_DEVICES",
+    "NVIDIA_DRIVER_CAPABILITIES",
+    "HIP_VISIBLE_DEVICES",
+    "ROCR_VISIBLE_DEVICES",
+    "ROCM_PATH",
+    "GGML_VK_VISIBLE_DEVICES",
+    "LD_LIBRARY_PATH",
 )
 DEVICE_NODE_GLOBS = (
-    "/dev/dri/renderD*", "/dev/dri/card*", "/dev/nvidia*", "/dev/nvidia-caps/*", "/dev/kfd", "/dev/dxg",
+    "/dev/dri/renderD*",
+    "/dev/dri/card*",
+    "/dev/nvidia*",
+    "/dev/nvidia-caps/*",
+    "/dev/kfd",
+    "/dev/dxg",
 )
-METAL_SUMMARY = ("Metal is an Apple host API: a Linux container or VM never gets it (the Mac's GPU reaches Linux "
-                 "only as Vulkan through Venus)")
+METAL_SUMMARY = (
+    "Metal is an Apple host API: a Linux container or VM never gets it (the Mac's GPU reaches Linux "
+    "only as Vulkan through Venus)"
+)
 MAX_TEXT = 400  # cap on strings taken from drivers
 STDERR_TAIL = 2000
 
@@ -51,8 +74,10 @@ STDERR_TAIL = 2000
 def run_probe(apis=None, timeout=DEFAULT_TIMEOUT):
     """Probe the given APIs (default: all) in child processes; returns the probe's JSON object."""
     wanted = [api for api in APIS if apis is None or api in apis]
-    results = {api: _result(False, "not probed (only %s was asked for)" % ", ".join(wanted), error="not_probed")
-               for api in APIS}
+    results = {
+        api: _result(False, "not probed (only %s was asked for)" % ", ".join(wanted), error="not_probed")
+        for api in APIS
+    }
     if "metal" in wanted:
         results["metal"] = _result(False, METAL_SUMMARY, error=None)
     results.update(_run_children([api for api in wanted if api != "metal"], timeout))
@@ -76,8 +101,7 @@ def _run_children(apis, timeout):
             out, err = _capture_file(), _capture_file()
             argv = [sys.executable, "-I", "-S", os.path.abspath(__file__), "--child", api]
             try:
-                proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                                        start_new_session=True)
+                proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True)
             except OSError as exc:
                 results[api] = _result(False, "the %s probe could not start: %s" % (api, exc), error="probe_failed")
                 out.close()
@@ -91,8 +115,11 @@ def _run_children(apis, timeout):
             except subprocess.TimeoutExpired:
                 _kill_group(proc)
                 results[api] = _result(
-                    False, "the %s probe timed out after %g s: a driver call hung" % (api, timeout),
-                    error="timeout", stderr=_tail(err))
+                    False,
+                    "the %s probe timed out after %g s: a driver call hung" % (api, timeout),
+                    error="timeout",
+                    stderr=_tail(err),
+                )
                 continue
             results[api] = _child_result(api, proc.returncode, out, err)
     finally:
@@ -132,8 +159,12 @@ def _child_result(api, returncode, out, err):
             name = signal.Signals(signum).name
         except ValueError:
             name = "signal %d" % signum
-        return _result(False, "the %s probe crashed with signal %d (%s) inside the driver or loader"
-                       % (api, signum, name), error="crashed", stderr=stderr)
+        return _result(
+            False,
+            "the %s probe crashed with signal %d (%s) inside the driver or loader" % (api, signum, name),
+            error="crashed",
+            stderr=stderr,
+        )
     out.seek(0)
     raw = out.read(1 << 20)
     try:
@@ -142,8 +173,12 @@ def _child_result(api, returncode, out, err):
             raise ValueError("not an object")
     except ValueError:
         last = stderr.strip().splitlines()[-1:] or ["no output"]
-        return _result(False, "the %s probe exited with status %d without an answer: %s"
-                       % (api, returncode, last[0][:MAX_TEXT]), error="probe_failed", stderr=stderr)
+        return _result(
+            False,
+            "the %s probe exited with status %d without an answer: %s" % (api, returncode, last[0][:MAX_TEXT]),
+            error="probe_failed",
+            stderr=stderr,
+        )
     data["stderr"] = stderr
     return data
 
@@ -156,8 +191,14 @@ def _tail(file):
 
 
 def _result(available, summary, library=None, error=None, devices=None, stderr="", **extra):
-    result = {"available": available, "summary": summary, "library": library, "error": error,
-              "devices": devices or [], "stderr": stderr}
+    result = {
+        "available": available,
+        "summary": summary,
+        "library": library,
+        "error": error,
+        "devices": devices or [],
+        "stderr": stderr,
+    }
     result.update(extra)
     return result
 
@@ -261,8 +302,11 @@ def _drivers_loaded(before, names):
         if name.startswith("/"):
             paths.add(os.path.realpath(name))
         stems.add(os.path.basename(name).split(".so", 1)[0])
-    return sorted(path for path in _mapped_libraries() - before
-                  if path in paths or os.path.basename(path).split(".so", 1)[0] in stems)[:32]
+    return sorted(
+        path
+        for path in _mapped_libraries() - before
+        if path in paths or os.path.basename(path).split(".so", 1)[0] in stems
+    )[:32]
 
 
 def _hex(value):
@@ -274,11 +318,20 @@ def _hex(value):
 
 CUDA_LIBRARIES = ("libcuda.so.1", "/usr/lib/wsl/lib/libcuda.so.1")  # never bare libcuda.so: often the toolkit stub
 CUDA_ERRORS = {
-    0: "CUDA_SUCCESS", 1: "CUDA_ERROR_INVALID_VALUE", 2: "CUDA_ERROR_OUT_OF_MEMORY",
-    3: "CUDA_ERROR_NOT_INITIALIZED", 4: "CUDA_ERROR_DEINITIALIZED", 34: "CUDA_ERROR_STUB_LIBRARY",
-    46: "CUDA_ERROR_DEVICE_UNAVAILABLE", 100: "CUDA_ERROR_NO_DEVICE", 101: "CUDA_ERROR_INVALID_DEVICE",
-    304: "CUDA_ERROR_OPERATING_SYSTEM", 801: "CUDA_ERROR_NOT_SUPPORTED", 802: "CUDA_ERROR_SYSTEM_NOT_READY",
-    803: "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH", 804: "CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE",
+    0: "CUDA_SUCCESS",
+    1: "CUDA_ERROR_INVALID_VALUE",
+    2: "CUDA_ERROR_OUT_OF_MEMORY",
+    3: "CUDA_ERROR_NOT_INITIALIZED",
+    4: "CUDA_ERROR_DEINITIALIZED",
+    34: "CUDA_ERROR_STUB_LIBRARY",
+    46: "CUDA_ERROR_DEVICE_UNAVAILABLE",
+    100: "CUDA_ERROR_NO_DEVICE",
+    101: "CUDA_ERROR_INVALID_DEVICE",
+    304: "CUDA_ERROR_OPERATING_SYSTEM",
+    801: "CUDA_ERROR_NOT_SUPPORTED",
+    802: "CUDA_ERROR_SYSTEM_NOT_READY",
+    803: "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH",
+    804: "CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE",
     999: "CUDA_ERROR_UNKNOWN",
 }
 CU_DEVICE_ATTRIBUTE_INTEGRATED = 18
@@ -294,11 +347,15 @@ def _cuda_hint(code, library):
             hint += " and check CUDA_VISIBLE_DEVICES=%r" % visible
         return hint
     if code == 34:
-        return ("%s is the CUDA toolkit's stub library, not the driver: mount the NVIDIA driver's libcuda.so.1 "
-                "(e.g. with the NVIDIA container toolkit) and keep the stubs directory off the library path" % library)
+        return (
+            "%s is the CUDA toolkit's stub library, not the driver: mount the NVIDIA driver's libcuda.so.1 "
+            "(e.g. with the NVIDIA container toolkit) and keep the stubs directory off the library path" % library
+        )
     if code == 803:
-        return ("the user-space driver %s does not match the host's kernel module: a CUDA forward-compat or "
-                "other-version libcuda.so.1 was picked up ahead of the one the host injected" % library)
+        return (
+            "the user-space driver %s does not match the host's kernel module: a CUDA forward-compat or "
+            "other-version libcuda.so.1 was picked up ahead of the one the host injected" % library
+        )
     if code == 804:
         return "the CUDA forward-compat library %s is not supported on this GPU" % library
     if code == 999:
@@ -320,8 +377,11 @@ def probe_cuda(ctypes):
         if result["error"] != CUDA_ERRORS[34]:
             return result
         stub = stub or result  # the toolkit's stub: still try WSL's driver before giving that answer
-    return stub or _not_loaded("no NVIDIA driver library: libcuda.so.1 is not on the library path here (the "
-                               "host's NVIDIA driver is not mounted)", failure)
+    return stub or _not_loaded(
+        "no NVIDIA driver library: libcuda.so.1 is not on the library path here (the "
+        "host's NVIDIA driver is not mounted)",
+        failure,
+    )
 
 
 def _probe_cuda_library(ctypes, lib, name):
@@ -351,14 +411,24 @@ def _probe_cuda_library(ctypes, lib, name):
     code = lib.cuInit(0)
     if code != 0:
         name_ = error_name(code)
-        return _result(False, "cuInit failed with %s (%d): %s" % (name_, code, _cuda_hint(code, library)),
-                       library=library, error=name_, driver_version=version)
+        return _result(
+            False,
+            "cuInit failed with %s (%d): %s" % (name_, code, _cuda_hint(code, library)),
+            library=library,
+            error=name_,
+            driver_version=version,
+        )
     count = c_int(0)
     code = lib.cuDeviceGetCount(byref(count))
     if code != 0:
         name_ = error_name(code)
-        return _result(False, "cuDeviceGetCount failed with %s (%d)" % (name_, code),
-                       library=library, error=name_, driver_version=version)
+        return _result(
+            False,
+            "cuDeviceGetCount failed with %s (%d)" % (name_, code),
+            library=library,
+            error=name_,
+            driver_version=version,
+        )
     devices = []
     for ordinal in range(min(count.value, 64)):
         device = c_int(0)
@@ -366,11 +436,17 @@ def _probe_cuda_library(ctypes, lib, name):
             continue
         name_buf = ctypes.create_string_buffer(256)
         lib.cuDeviceGetName(name_buf, 256, device)
-        entry = {"name": _text(name_buf.raw) or "CUDA device %d" % ordinal, "counted": True,
-                 "reason": "a CUDA device (NVIDIA ships no software CUDA driver)", "index": ordinal}
+        entry = {
+            "name": _text(name_buf.raw) or "CUDA device %d" % ordinal,
+            "counted": True,
+            "reason": "a CUDA device (NVIDIA ships no software CUDA driver)",
+            "index": ordinal,
+        }
         major, minor, integrated = c_int(0), c_int(0), c_int(0)
-        if (lib.cuDeviceGetAttribute(byref(major), CU_DEVICE_ATTRIBUTE_CC_MAJOR, device) == 0
-                and lib.cuDeviceGetAttribute(byref(minor), CU_DEVICE_ATTRIBUTE_CC_MINOR, device) == 0):
+        if (
+            lib.cuDeviceGetAttribute(byref(major), CU_DEVICE_ATTRIBUTE_CC_MAJOR, device) == 0
+            and lib.cuDeviceGetAttribute(byref(minor), CU_DEVICE_ATTRIBUTE_CC_MINOR, device) == 0
+        ):
             entry["compute_capability"] = "%d.%d" % (major.value, minor.value)
         if lib.cuDeviceGetAttribute(byref(integrated), CU_DEVICE_ATTRIBUTE_INTEGRATED, device) == 0:
             entry["integrated"] = bool(integrated.value)
@@ -383,32 +459,72 @@ def _probe_cuda_library(ctypes, lib, name):
             pass
         devices.append(entry)
     if not devices:
-        return _result(False, "cuInit succeeded but the driver reports no CUDA device", library=library,
-                       error=None, driver_version=version)
+        return _result(
+            False,
+            "cuInit succeeded but the driver reports no CUDA device",
+            library=library,
+            error=None,
+            driver_version=version,
+        )
     names = ", ".join(d["name"] for d in devices)
-    return _result(True, "CUDA %s works with %d device(s): %s" % (version or "driver", len(devices), names),
-                   library=library, devices=devices, driver_version=version)
+    return _result(
+        True,
+        "CUDA %s works with %d device(s): %s" % (version or "driver", len(devices), names),
+        library=library,
+        devices=devices,
+        driver_version=version,
+    )
 
 
 # --------------------------------------------------------------------------------------------
 # Vulkan
 
 VK_RESULTS = {
-    0: "VK_SUCCESS", 5: "VK_INCOMPLETE", -1: "VK_ERROR_OUT_OF_HOST_MEMORY", -2: "VK_ERROR_OUT_OF_DEVICE_MEMORY",
-    -3: "VK_ERROR_INITIALIZATION_FAILED", -4: "VK_ERROR_DEVICE_LOST", -5: "VK_ERROR_MEMORY_MAP_FAILED",
-    -6: "VK_ERROR_LAYER_NOT_PRESENT", -7: "VK_ERROR_EXTENSION_NOT_PRESENT", -8: "VK_ERROR_FEATURE_NOT_PRESENT",
-    -9: "VK_ERROR_INCOMPATIBLE_DRIVER", -13: "VK_ERROR_UNKNOWN",
+    0: "VK_SUCCESS",
+    5: "VK_INCOMPLETE",
+    -1: "VK_ERROR_OUT_OF_HOST_MEMORY",
+    -2: "VK_ERROR_OUT_OF_DEVICE_MEMORY",
+    -3: "VK_ERROR_INITIALIZATION_FAILED",
+    -4: "VK_ERROR_DEVICE_LOST",
+    -5: "VK_ERROR_MEMORY_MAP_FAILED",
+    -6: "VK_ERROR_LAYER_NOT_PRESENT",
+    -7: "VK_ERROR_EXTENSION_NOT_PRESENT",
+    -8: "VK_ERROR_FEATURE_NOT_PRESENT",
+    -9: "VK_ERROR_INCOMPATIBLE_DRIVER",
+    -13: "VK_ERROR_UNKNOWN",
 }
 VK_TYPES = {0: "OTHER", 1: "INTEGRATED_GPU", 2: "DISCRETE_GPU", 3: "VIRTUAL_GPU", 4: "CPU"}
 VK_DRIVER_IDS = {
-    1: "AMD_PROPRIETARY", 2: "AMD_OPEN_SOURCE", 3: "MESA_RADV", 4: "NVIDIA_PROPRIETARY",
-    5: "INTEL_PROPRIETARY_WINDOWS", 6: "INTEL_OPEN_SOURCE_MESA", 7: "IMAGINATION_PROPRIETARY",
-    8: "QUALCOMM_PROPRIETARY", 9: "ARM_PROPRIETARY", 10: "GOOGLE_SWIFTSHADER", 11: "GGP_PROPRIETARY",
-    12: "BROADCOM_PROPRIETARY", 13: "MESA_LLVMPIPE", 14: "MOLTENVK", 15: "COREAVI_PROPRIETARY",
-    16: "JUICE_PROPRIETARY", 17: "VERISILICON_PROPRIETARY", 18: "MESA_TURNIP", 19: "MESA_V3DV",
-    20: "MESA_PANVK", 21: "SAMSUNG_PROPRIETARY", 22: "MESA_VENUS", 23: "MESA_DOZEN", 24: "MESA_NVK",
-    25: "IMAGINATION_OPEN_SOURCE_MESA", 26: "MESA_HONEYKRISP", 27: "VULKAN_SC_EMULATION_ON_VULKAN",
-    28: "MESA_KOSMICKRISP", 29: "MESA_GFXSTREAM", 30: "APE_SOFT",
+    1: "AMD_PROPRIETARY",
+    2: "AMD_OPEN_SOURCE",
+    3: "MESA_RADV",
+    4: "NVIDIA_PROPRIETARY",
+    5: "INTEL_PROPRIETARY_WINDOWS",
+    6: "INTEL_OPEN_SOURCE_MESA",
+    7: "IMAGINATION_PROPRIETARY",
+    8: "QUALCOMM_PROPRIETARY",
+    9: "ARM_PROPRIETARY",
+    10: "GOOGLE_SWIFTSHADER",
+    11: "GGP_PROPRIETARY",
+    12: "BROADCOM_PROPRIETARY",
+    13: "MESA_LLVMPIPE",
+    14: "MOLTENVK",
+    15: "COREAVI_PROPRIETARY",
+    16: "JUICE_PROPRIETARY",
+    17: "VERISILICON_PROPRIETARY",
+    18: "MESA_TURNIP",
+    19: "MESA_V3DV",
+    20: "MESA_PANVK",
+    21: "SAMSUNG_PROPRIETARY",
+    22: "MESA_VENUS",
+    23: "MESA_DOZEN",
+    24: "MESA_NVK",
+    25: "IMAGINATION_OPEN_SOURCE_MESA",
+    26: "MESA_HONEYKRISP",
+    27: "VULKAN_SC_EMULATION_ON_VULKAN",
+    28: "MESA_KOSMICKRISP",
+    29: "MESA_GFXSTREAM",
+    30: "APE_SOFT",
 }
 VK_DRIVER_SWIFTSHADER, VK_DRIVER_LLVMPIPE, VK_DRIVER_VENUS, VK_DRIVER_DOZEN = 10, 13, 22, 23
 VK_VENDOR_MESA = 0x10005
@@ -419,10 +535,17 @@ VK_ST_DRIVER_PROPERTIES = 1000196000
 VK_ST_PROPERTIES_2 = 1000059001
 VK_MEMORY_HOST_VISIBLE, VK_MEMORY_HOST_COHERENT = 0x2, 0x4
 VENUS_TEST_ALLOCATION = 4096  # smaller than Apple's 16 KiB page: what trips unpatched Mesa under krunkit
-VENUS_FIX = ("the fix is Mesa with the 16 KiB blob-alignment patches krunkit needs (the libkrun build from "
-             "Fedora copr slp/mesa-libkrun-vulkan, version pinned)")
-ICD_DIRS = ("/etc/vulkan/icd.d", "/usr/local/etc/vulkan/icd.d", "/usr/local/share/vulkan/icd.d",
-            "/usr/share/vulkan/icd.d", "/etc/xdg/vulkan/icd.d")
+VENUS_FIX = (
+    "the fix is Mesa with the 16 KiB blob-alignment patches krunkit needs (the libkrun build from "
+    "Fedora copr slp/mesa-libkrun-vulkan, version pinned)"
+)
+ICD_DIRS = (
+    "/etc/vulkan/icd.d",
+    "/usr/local/etc/vulkan/icd.d",
+    "/usr/local/share/vulkan/icd.d",
+    "/usr/share/vulkan/icd.d",
+    "/etc/xdg/vulkan/icd.d",
+)
 
 
 def _vk_version(value):
@@ -461,8 +584,11 @@ def _manifest_libraries(manifests):
         except (OSError, ValueError, KeyError, TypeError):
             continue
         if isinstance(library, str) and library:
-            names.append(library if library.startswith("/") or "/" not in library
-                         else os.path.join(os.path.dirname(path), library))
+            names.append(
+                library
+                if library.startswith("/") or "/" not in library
+                else os.path.join(os.path.dirname(path), library)
+            )
     return names
 
 
@@ -494,29 +620,55 @@ def _vk_structs(ctypes):
     C = ctypes
 
     class AppInfo(C.Structure):
-        _fields_ = [("sType", C.c_int32), ("pNext", C.c_void_p), ("pApplicationName", C.c_char_p),
-                    ("applicationVersion", C.c_uint32), ("pEngineName", C.c_char_p),
-                    ("engineVersion", C.c_uint32), ("apiVersion", C.c_uint32)]
+        _fields_ = [
+            ("sType", C.c_int32),
+            ("pNext", C.c_void_p),
+            ("pApplicationName", C.c_char_p),
+            ("applicationVersion", C.c_uint32),
+            ("pEngineName", C.c_char_p),
+            ("engineVersion", C.c_uint32),
+            ("apiVersion", C.c_uint32),
+        ]
 
     class InstanceInfo(C.Structure):
-        _fields_ = [("sType", C.c_int32), ("pNext", C.c_void_p), ("flags", C.c_uint32),
-                    ("pApplicationInfo", C.POINTER(AppInfo)), ("enabledLayerCount", C.c_uint32),
-                    ("ppEnabledLayerNames", C.c_void_p), ("enabledExtensionCount", C.c_uint32),
-                    ("ppEnabledExtensionNames", C.c_void_p)]
+        _fields_ = [
+            ("sType", C.c_int32),
+            ("pNext", C.c_void_p),
+            ("flags", C.c_uint32),
+            ("pApplicationInfo", C.POINTER(AppInfo)),
+            ("enabledLayerCount", C.c_uint32),
+            ("ppEnabledLayerNames", C.c_void_p),
+            ("enabledExtensionCount", C.c_uint32),
+            ("ppEnabledExtensionNames", C.c_void_p),
+        ]
 
     class Properties(C.Structure):  # VkPhysicalDeviceProperties, 824 bytes; limits kept opaque but aligned
-        _fields_ = [("apiVersion", C.c_uint32), ("driverVersion", C.c_uint32), ("vendorID", C.c_uint32),
-                    ("deviceID", C.c_uint32), ("deviceType", C.c_int32), ("deviceName", C.c_char * 256),
-                    ("pipelineCacheUUID", C.c_uint8 * 16), ("_pad", C.c_uint32), ("_limits", C.c_uint64 * 63),
-                    ("_sparse", C.c_uint32 * 5), ("_tail", C.c_uint32)]
+        _fields_ = [
+            ("apiVersion", C.c_uint32),
+            ("driverVersion", C.c_uint32),
+            ("vendorID", C.c_uint32),
+            ("deviceID", C.c_uint32),
+            ("deviceType", C.c_int32),
+            ("deviceName", C.c_char * 256),
+            ("pipelineCacheUUID", C.c_uint8 * 16),
+            ("_pad", C.c_uint32),
+            ("_limits", C.c_uint64 * 63),
+            ("_sparse", C.c_uint32 * 5),
+            ("_tail", C.c_uint32),
+        ]
 
     class Properties2(C.Structure):
         _fields_ = [("sType", C.c_int32), ("pNext", C.c_void_p), ("properties", Properties)]
 
     class DriverProperties(C.Structure):
-        _fields_ = [("sType", C.c_int32), ("pNext", C.c_void_p), ("driverID", C.c_int32),
-                    ("driverName", C.c_char * 256), ("driverInfo", C.c_char * 256),
-                    ("conformanceVersion", C.c_uint8 * 4)]
+        _fields_ = [
+            ("sType", C.c_int32),
+            ("pNext", C.c_void_p),
+            ("driverID", C.c_int32),
+            ("driverName", C.c_char * 256),
+            ("driverInfo", C.c_char * 256),
+            ("conformanceVersion", C.c_uint8 * 4),
+        ]
 
     class ExtensionProperties(C.Structure):
         _fields_ = [("extensionName", C.c_char * 256), ("specVersion", C.c_uint32)]
@@ -528,29 +680,57 @@ def _vk_structs(ctypes):
         _fields_ = [("size", C.c_uint64), ("flags", C.c_uint32)]
 
     class MemoryProperties(C.Structure):  # 520 bytes
-        _fields_ = [("memoryTypeCount", C.c_uint32), ("memoryTypes", MemoryType * 32),
-                    ("memoryHeapCount", C.c_uint32), ("memoryHeaps", MemoryHeap * 16)]
+        _fields_ = [
+            ("memoryTypeCount", C.c_uint32),
+            ("memoryTypes", MemoryType * 32),
+            ("memoryHeapCount", C.c_uint32),
+            ("memoryHeaps", MemoryHeap * 16),
+        ]
 
     class QueueInfo(C.Structure):
-        _fields_ = [("sType", C.c_int32), ("pNext", C.c_void_p), ("flags", C.c_uint32),
-                    ("queueFamilyIndex", C.c_uint32), ("queueCount", C.c_uint32),
-                    ("pQueuePriorities", C.POINTER(C.c_float))]
+        _fields_ = [
+            ("sType", C.c_int32),
+            ("pNext", C.c_void_p),
+            ("flags", C.c_uint32),
+            ("queueFamilyIndex", C.c_uint32),
+            ("queueCount", C.c_uint32),
+            ("pQueuePriorities", C.POINTER(C.c_float)),
+        ]
 
     class DeviceInfo(C.Structure):
-        _fields_ = [("sType", C.c_int32), ("pNext", C.c_void_p), ("flags", C.c_uint32),
-                    ("queueCreateInfoCount", C.c_uint32), ("pQueueCreateInfos", C.POINTER(QueueInfo)),
-                    ("enabledLayerCount", C.c_uint32), ("ppEnabledLayerNames", C.c_void_p),
-                    ("enabledExtensionCount", C.c_uint32), ("ppEnabledExtensionNames", C.c_void_p),
-                    ("pEnabledFeatures", C.c_void_p)]
+        _fields_ = [
+            ("sType", C.c_int32),
+            ("pNext", C.c_void_p),
+            ("flags", C.c_uint32),
+            ("queueCreateInfoCount", C.c_uint32),
+            ("pQueueCreateInfos", C.POINTER(QueueInfo)),
+            ("enabledLayerCount", C.c_uint32),
+            ("ppEnabledLayerNames", C.c_void_p),
+            ("enabledExtensionCount", C.c_uint32),
+            ("ppEnabledExtensionNames", C.c_void_p),
+            ("pEnabledFeatures", C.c_void_p),
+        ]
 
     class AllocateInfo(C.Structure):
-        _fields_ = [("sType", C.c_int32), ("pNext", C.c_void_p), ("allocationSize", C.c_uint64),
-                    ("memoryTypeIndex", C.c_uint32)]
+        _fields_ = [
+            ("sType", C.c_int32),
+            ("pNext", C.c_void_p),
+            ("allocationSize", C.c_uint64),
+            ("memoryTypeIndex", C.c_uint32),
+        ]
 
-    return dict(AppInfo=AppInfo, InstanceInfo=InstanceInfo, Properties=Properties, Properties2=Properties2,
-                DriverProperties=DriverProperties, ExtensionProperties=ExtensionProperties,
-                MemoryProperties=MemoryProperties, QueueInfo=QueueInfo, DeviceInfo=DeviceInfo,
-                AllocateInfo=AllocateInfo)
+    return dict(
+        AppInfo=AppInfo,
+        InstanceInfo=InstanceInfo,
+        Properties=Properties,
+        Properties2=Properties2,
+        DriverProperties=DriverProperties,
+        ExtensionProperties=ExtensionProperties,
+        MemoryProperties=MemoryProperties,
+        QueueInfo=QueueInfo,
+        DeviceInfo=DeviceInfo,
+        AllocateInfo=AllocateInfo,
+    )
 
 
 def probe_vulkan(ctypes):
@@ -562,8 +742,11 @@ def probe_vulkan(ctypes):
     before = _mapped_libraries()
     lib, failure = _load(C, ("libvulkan.so.1",))
     if lib is None:
-        return _not_loaded("no Vulkan loader: libvulkan.so.1 is not installed here (the image must bring it, "
-                           "e.g. libvulkan1 or vulkan-loader)", failure)
+        return _not_loaded(
+            "no Vulkan loader: libvulkan.so.1 is not installed here (the image must bring it, "
+            "e.g. libvulkan1 or vulkan-loader)",
+            failure,
+        )
     gipa = lib.vkGetInstanceProcAddr
     gipa.restype, gipa.argtypes = C.c_void_p, [C.c_void_p, C.c_char_p]
     library = _path_of(_address(C, gipa)) or "libvulkan.so.1"
@@ -586,9 +769,14 @@ def probe_vulkan(ctypes):
     code = create(C.byref(info), None, C.byref(instance))
     common = dict(library=library, loader_version=_vk_version(loader_version), manifests=manifests)
     if code != 0:
-        return _result(False, "vkCreateInstance failed with %s (%d): %s%s"
-                       % (_vk_name(code), code, _vk_instance_hint(code, manifests), _nvidia_graphics_hint()),
-                       error=_vk_name(code), drivers_loaded=_drivers_loaded(before, drivers), **common)
+        return _result(
+            False,
+            "vkCreateInstance failed with %s (%d): %s%s"
+            % (_vk_name(code), code, _vk_instance_hint(code, manifests), _nvidia_graphics_hint()),
+            error=_vk_name(code),
+            drivers_loaded=_drivers_loaded(before, drivers),
+            **common,
+        )
     try:
         devices = _vk_devices(C, S, fn, instance, api)
         loaded = _drivers_loaded(before, drivers)  # the loader unloads them with the instance
@@ -602,15 +790,18 @@ def probe_vulkan(ctypes):
         summary = "Vulkan works with %d GPU(s): %s" % (len(counted), ", ".join(d["name"] for d in counted))
     elif devices:
         summary = "Vulkan has no usable GPU, only: %s" % "; ".join(
-            "%s (%s)" % (d["name"], d["reason"]) for d in devices)
+            "%s (%s)" % (d["name"], d["reason"]) for d in devices
+        )
     else:
         summary = "vkCreateInstance succeeded but no driver reports a device (is the GPU's /dev/dri node passed in?)"
     if not counted:
         summary += _nvidia_graphics_hint()
     venus = _venus_manifests(manifests)
     if venus and not any(d["driver_id"] == VK_DRIVER_VENUS for d in devices):
-        summary += ("; the Venus driver (%s) gave no device: it needs the virtio-gpu /dev/dri node, and under "
-                    "krunkit stock Mesa fails to initialise; %s" % (venus[0], VENUS_FIX))
+        summary += (
+            "; the Venus driver (%s) gave no device: it needs the virtio-gpu /dev/dri node, and under "
+            "krunkit stock Mesa fails to initialise; %s" % (venus[0], VENUS_FIX)
+        )
     return _result(bool(counted), summary, devices=devices, drivers_loaded=loaded, **common)
 
 
@@ -623,8 +814,10 @@ def _nvidia_graphics_hint():
         capabilities = "utility,compute"  # the toolkit's default
     if {c.strip() for c in capabilities.split(",")} & {"graphics", "display", "all"}:
         return ""
-    return ("; NVIDIA_DRIVER_CAPABILITIES=%s lacks graphics, so the NVIDIA container toolkit did not mount its "
-            "Vulkan driver (add graphics)" % capabilities)
+    return (
+        "; NVIDIA_DRIVER_CAPABILITIES=%s lacks graphics, so the NVIDIA container toolkit did not mount its "
+        "Vulkan driver (add graphics)" % capabilities
+    )
 
 
 def _vk_instance_hint(code, manifests):
@@ -638,8 +831,10 @@ def _vk_instance_hint(code, manifests):
         return hint
     if code in (-1, -3):
         if venus:
-            return ("a driver failed to initialise; stock Mesa's Venus driver (%s) fails this way under krunkit "
-                    "and the loader then gives up on every driver; %s" % (venus[0], VENUS_FIX))
+            return (
+                "a driver failed to initialise; stock Mesa's Venus driver (%s) fails this way under krunkit "
+                "and the loader then gives up on every driver; %s" % (venus[0], VENUS_FIX)
+            )
         if code == -1:
             return "a driver ran out of host memory; the loader then aborts instance creation for all drivers"
         return "a driver failed to initialise"
@@ -647,8 +842,9 @@ def _vk_instance_hint(code, manifests):
 
 
 def _vk_devices(C, S, fn, instance, api):
-    enumerate_devices = fn(instance, "vkEnumeratePhysicalDevices", C.c_int32, C.c_void_p,
-                           C.POINTER(C.c_uint32), C.c_void_p)
+    enumerate_devices = fn(
+        instance, "vkEnumeratePhysicalDevices", C.c_int32, C.c_void_p, C.POINTER(C.c_uint32), C.c_void_p
+    )
     count = C.c_uint32(0)
     code = enumerate_devices(instance, C.byref(count), None)
     if code != 0:
@@ -659,21 +855,37 @@ def _vk_devices(C, S, fn, instance, api):
         raise VulkanError("vkEnumeratePhysicalDevices", code)
     get_properties = fn(instance, "vkGetPhysicalDeviceProperties", None, C.c_void_p, C.c_void_p)
     get_properties2 = fn(instance, "vkGetPhysicalDeviceProperties2", None, C.c_void_p, C.c_void_p)
-    enumerate_extensions = fn(instance, "vkEnumerateDeviceExtensionProperties", C.c_int32, C.c_void_p,
-                              C.c_char_p, C.POINTER(C.c_uint32), C.c_void_p)
+    enumerate_extensions = fn(
+        instance,
+        "vkEnumerateDeviceExtensionProperties",
+        C.c_int32,
+        C.c_void_p,
+        C.c_char_p,
+        C.POINTER(C.c_uint32),
+        C.c_void_p,
+    )
     devices = []
-    for handle in list(handles)[:count.value]:
+    for handle in list(handles)[: count.value]:
         props = S["Properties"]()
         get_properties(handle, C.byref(props))
         entry = {
             "name": _text(props.deviceName) or "unnamed Vulkan device",
-            "type": props.deviceType, "type_name": VK_TYPES.get(props.deviceType, "UNKNOWN"),
-            "vendor_id": _hex(props.vendorID), "device_id": _hex(props.deviceID),
-            "api_version": _vk_version(props.apiVersion), "driver_id": None, "driver_id_name": None,
+            "type": props.deviceType,
+            "type_name": VK_TYPES.get(props.deviceType, "UNKNOWN"),
+            "vendor_id": _hex(props.vendorID),
+            "device_id": _hex(props.deviceID),
+            "api_version": _vk_version(props.apiVersion),
+            "driver_id": None,
+            "driver_id_name": None,
         }
-        if (api >= VK_API_1_1 and get_properties2 is not None
-                and (props.apiVersion >= VK_API_1_2
-                     or _has_extension(C, S, enumerate_extensions, handle, b"VK_KHR_driver_properties"))):
+        if (
+            api >= VK_API_1_1
+            and get_properties2 is not None
+            and (
+                props.apiVersion >= VK_API_1_2
+                or _has_extension(C, S, enumerate_extensions, handle, b"VK_KHR_driver_properties")
+            )
+        ):
             driver = S["DriverProperties"](sType=VK_ST_DRIVER_PROPERTIES)
             props2 = S["Properties2"](sType=VK_ST_PROPERTIES_2, pNext=C.cast(C.pointer(driver), C.c_void_p))
             get_properties2(handle, C.byref(props2))
@@ -704,7 +916,7 @@ def _has_extension(C, S, enumerate_extensions, handle, wanted):
     extensions = (S["ExtensionProperties"] * count.value)()
     if enumerate_extensions(handle, None, C.byref(count), extensions) not in (0, 5):
         return False
-    return any(bytes(e.extensionName).split(b"\0", 1)[0] == wanted for e in extensions[:count.value])
+    return any(bytes(e.extensionName).split(b"\0", 1)[0] == wanted for e in extensions[: count.value])
 
 
 def _vk_counts(entry, vendor_id, device_id):
@@ -729,34 +941,49 @@ def _vk_counts(entry, vendor_id, device_id):
         return False, "deviceType %s: not known to be a GPU" % VK_TYPES.get(kind, kind)
     if driver == VK_DRIVER_VENUS:
         if entry.get("allocated"):
-            return True, ("Venus (virtio-gpu) forwarding the host's GPU; a %d-byte host-visible allocation "
-                          "and map worked" % VENUS_TEST_ALLOCATION)
+            return True, (
+                "Venus (virtio-gpu) forwarding the host's GPU; a %d-byte host-visible allocation "
+                "and map worked" % VENUS_TEST_ALLOCATION
+            )
         return False, "Venus enumerates but cannot allocate memory (%s); %s" % (
-            entry.get("allocation_error", "failed"), VENUS_FIX)
-    return True, "a %s from driver %s" % (entry["type_name"].lower().replace("_", " "),
-                                         entry["driver_name"] if entry.get("driver_name") else "unknown")
+            entry.get("allocation_error", "failed"),
+            VENUS_FIX,
+        )
+    return True, "a %s from driver %s" % (
+        entry["type_name"].lower().replace("_", " "),
+        entry["driver_name"] if entry.get("driver_name") else "unknown",
+    )
 
 
 def _vk_allocate(C, S, fn, instance, handle):
     """Create a device, allocate and map a small host-visible block: (worked, failure or None)."""
     get_memory = fn(instance, "vkGetPhysicalDeviceMemoryProperties", None, C.c_void_p, C.c_void_p)
-    create_device = fn(instance, "vkCreateDevice", C.c_int32, C.c_void_p, C.c_void_p, C.c_void_p,
-                       C.POINTER(C.c_void_p))
+    create_device = fn(instance, "vkCreateDevice", C.c_int32, C.c_void_p, C.c_void_p, C.c_void_p, C.POINTER(C.c_void_p))
     destroy_device = fn(instance, "vkDestroyDevice", None, C.c_void_p, C.c_void_p)
-    allocate = fn(instance, "vkAllocateMemory", C.c_int32, C.c_void_p, C.c_void_p, C.c_void_p,
-                  C.POINTER(C.c_uint64))
+    allocate = fn(instance, "vkAllocateMemory", C.c_int32, C.c_void_p, C.c_void_p, C.c_void_p, C.POINTER(C.c_uint64))
     free = fn(instance, "vkFreeMemory", None, C.c_void_p, C.c_uint64, C.c_void_p)
-    map_memory = fn(instance, "vkMapMemory", C.c_int32, C.c_void_p, C.c_uint64, C.c_uint64, C.c_uint64,
-                    C.c_uint32, C.POINTER(C.c_void_p))
+    map_memory = fn(
+        instance,
+        "vkMapMemory",
+        C.c_int32,
+        C.c_void_p,
+        C.c_uint64,
+        C.c_uint64,
+        C.c_uint64,
+        C.c_uint32,
+        C.POINTER(C.c_void_p),
+    )
     unmap = fn(instance, "vkUnmapMemory", None, C.c_void_p, C.c_uint64)
     if None in (get_memory, create_device, destroy_device, allocate, free, map_memory, unmap):
         return False, "the loader lacks a core device function"
     memory = S["MemoryProperties"]()
     get_memory(handle, C.byref(memory))
     wanted = VK_MEMORY_HOST_VISIBLE | VK_MEMORY_HOST_COHERENT
-    types = list(memory.memoryTypes)[:min(memory.memoryTypeCount, 32)]
-    index = next((i for i, t in enumerate(types) if t.propertyFlags & wanted == wanted),
-                 next((i for i, t in enumerate(types) if t.propertyFlags & VK_MEMORY_HOST_VISIBLE), None))
+    types = list(memory.memoryTypes)[: min(memory.memoryTypeCount, 32)]
+    index = next(
+        (i for i, t in enumerate(types) if t.propertyFlags & wanted == wanted),
+        next((i for i, t in enumerate(types) if t.propertyFlags & VK_MEMORY_HOST_VISIBLE), None),
+    )
     if index is None:
         return False, "no host-visible memory type"
     priority = C.c_float(1.0)
@@ -789,8 +1016,13 @@ def _vk_allocate(C, S, fn, instance, handle):
 # --------------------------------------------------------------------------------------------
 # OpenCL
 
-CL_ERRORS = {0: "CL_SUCCESS", -1: "CL_DEVICE_NOT_FOUND", -30: "CL_INVALID_VALUE", -32: "CL_INVALID_PLATFORM",
-             -1001: "CL_PLATFORM_NOT_FOUND_KHR"}
+CL_ERRORS = {
+    0: "CL_SUCCESS",
+    -1: "CL_DEVICE_NOT_FOUND",
+    -30: "CL_INVALID_VALUE",
+    -32: "CL_INVALID_PLATFORM",
+    -1001: "CL_PLATFORM_NOT_FOUND_KHR",
+}
 NVIDIA_OPENCL = "libnvidia-opencl.so.1"
 CL_DEVICE_TYPE_CPU, CL_DEVICE_TYPE_GPU, CL_DEVICE_TYPE_ACCELERATOR = 2, 4, 8
 CL_DEVICE_TYPE_ALL = 0xFFFFFFFF
@@ -800,8 +1032,11 @@ CL_DEVICE_NAME, CL_DEVICE_VENDOR, CL_DRIVER_VERSION = 0x102B, 0x102C, 0x102D
 
 
 def _cl_type_name(value):
-    names = [name for bit, name in ((1, "DEFAULT"), (2, "CPU"), (4, "GPU"), (8, "ACCELERATOR"), (16, "CUSTOM"))
-             if value & bit]
+    names = [
+        name
+        for bit, name in ((1, "DEFAULT"), (2, "CPU"), (4, "GPU"), (8, "ACCELERATOR"), (16, "CUSTOM"))
+        if value & bit
+    ]
     return "|".join(names) or "NONE"
 
 
@@ -810,8 +1045,11 @@ def probe_opencl(ctypes):
     before = _mapped_libraries()
     lib, failure = _load(C, ("libOpenCL.so.1",))
     if lib is None:
-        return _not_loaded("no OpenCL ICD loader: libOpenCL.so.1 is not installed here (the image must bring it, "
-                           "e.g. ocl-icd-libopencl1 or ocl-icd)", failure)
+        return _not_loaded(
+            "no OpenCL ICD loader: libOpenCL.so.1 is not installed here (the image must bring it, "
+            "e.g. ocl-icd-libopencl1 or ocl-icd)",
+            failure,
+        )
     library = _path_of(_address(C, lib.clGetPlatformIDs)) or "libOpenCL.so.1"
     lib.clGetPlatformIDs.argtypes = [C.c_uint32, C.c_void_p, C.POINTER(C.c_uint32)]
     lib.clGetPlatformIDs.restype = C.c_int32
@@ -832,13 +1070,21 @@ def probe_opencl(ctypes):
     code = lib.clGetPlatformIDs(0, None, C.byref(count))
     if code != 0 or not count.value:
         name = CL_ERRORS.get(code, "CL error %d" % code) if code else None
-        hint = ("no OpenCL driver (ICD) is registered: add /etc/OpenCL/vendors/<vendor>.icd naming the driver "
-                "library, or set OCL_ICD_FILENAMES / OCL_ICD_VENDORS" if code in (-1001, 0)
-                else "the ICD loader failed")
+        hint = (
+            "no OpenCL driver (ICD) is registered: add /etc/OpenCL/vendors/<vendor>.icd naming the driver "
+            "library, or set OCL_ICD_FILENAMES / OCL_ICD_VENDORS"
+            if code in (-1001, 0)
+            else "the ICD loader failed"
+        )
         loaded = _drivers_loaded(before, _opencl_icd_libraries())
-        return _result(False, "clGetPlatformIDs found no platform (%s): %s%s"
-                       % (name or "none listed", hint, _unregistered_nvidia_opencl(C, loaded)),
-                       library=library, error=name, drivers_loaded=loaded)
+        return _result(
+            False,
+            "clGetPlatformIDs found no platform (%s): %s%s"
+            % (name or "none listed", hint, _unregistered_nvidia_opencl(C, loaded)),
+            library=library,
+            error=name,
+            drivers_loaded=loaded,
+        )
     platforms = (C.c_void_p * count.value)()
     code = lib.clGetPlatformIDs(count.value, platforms, C.byref(count))
     if code != 0:
@@ -846,7 +1092,7 @@ def probe_opencl(ctypes):
         return _result(False, "clGetPlatformIDs failed with %s" % name, library=library, error=name)
     devices = []
     platform_names = []
-    for platform in list(platforms)[:count.value]:
+    for platform in list(platforms)[: count.value]:
         platform_name = info_string(lib.clGetPlatformInfo, platform, CL_PLATFORM_NAME) or "unnamed platform"
         platform_names.append(platform_name)
         n = C.c_uint32(0)
@@ -855,16 +1101,18 @@ def probe_opencl(ctypes):
         handles = (C.c_void_p * n.value)()
         if lib.clGetDeviceIDs(platform, CL_DEVICE_TYPE_ALL, n.value, handles, C.byref(n)) != 0:
             continue
-        for handle in list(handles)[:min(n.value, 64)]:
+        for handle in list(handles)[: min(n.value, 64)]:
             kind = C.c_uint64(0)  # cl_device_type is 64-bit
             lib.clGetDeviceInfo(handle, CL_DEVICE_TYPE, 8, C.byref(kind), None)
             vendor_id = C.c_uint32(0)
             lib.clGetDeviceInfo(handle, CL_DEVICE_VENDOR_ID, 4, C.byref(vendor_id), None)
             entry = {
                 "name": info_string(lib.clGetDeviceInfo, handle, CL_DEVICE_NAME) or "unnamed OpenCL device",
-                "type": kind.value, "type_name": _cl_type_name(kind.value),
+                "type": kind.value,
+                "type_name": _cl_type_name(kind.value),
                 "vendor": info_string(lib.clGetDeviceInfo, handle, CL_DEVICE_VENDOR),
-                "vendor_id": _hex(vendor_id.value), "platform": platform_name,
+                "vendor_id": _hex(vendor_id.value),
+                "platform": platform_name,
                 "driver_version": info_string(lib.clGetDeviceInfo, handle, CL_DRIVER_VERSION),
             }
             entry["counted"], entry["reason"] = _cl_counts(entry, kind.value)
@@ -873,15 +1121,18 @@ def probe_opencl(ctypes):
     loaded = _drivers_loaded(before, _opencl_icd_libraries())
     if counted:
         summary = "OpenCL works with %d GPU/accelerator device(s): %s" % (
-            len(counted), ", ".join("%s (%s)" % (d["name"], d["platform"]) for d in counted))
+            len(counted),
+            ", ".join("%s (%s)" % (d["name"], d["platform"]) for d in counted),
+        )
     elif devices:
         summary = "OpenCL has no GPU, only: %s" % "; ".join("%s (%s)" % (d["name"], d["reason"]) for d in devices)
     else:
         summary = "OpenCL platform(s) %s report no device" % ", ".join(platform_names)
     if not counted:
         summary += _unregistered_nvidia_opencl(C, loaded)
-    return _result(bool(counted), summary, library=library, devices=devices,
-                   platforms=platform_names, drivers_loaded=loaded)
+    return _result(
+        bool(counted), summary, library=library, devices=devices, platforms=platform_names, drivers_loaded=loaded
+    )
 
 
 def _unregistered_nvidia_opencl(C, loaded):
@@ -892,8 +1143,10 @@ def _unregistered_nvidia_opencl(C, loaded):
         C.CDLL(NVIDIA_OPENCL)
     except OSError:
         return ""
-    return ("; %s is here but not registered: add /etc/OpenCL/vendors/nvidia.icd containing %s, or set "
-            "OCL_ICD_FILENAMES=%s" % (NVIDIA_OPENCL, NVIDIA_OPENCL, NVIDIA_OPENCL))
+    return (
+        "; %s is here but not registered: add /etc/OpenCL/vendors/nvidia.icd containing %s, or set "
+        "OCL_ICD_FILENAMES=%s" % (NVIDIA_OPENCL, NVIDIA_OPENCL, NVIDIA_OPENCL)
+    )
 
 
 def _cl_counts(entry, kind):
@@ -912,9 +1165,13 @@ def _cl_counts(entry, kind):
 # --------------------------------------------------------------------------------------------
 # ROCm (HSA runtime)
 
-HSA_STATUS = {0x1000: "HSA_STATUS_ERROR", 0x1001: "HSA_STATUS_ERROR_INVALID_ARGUMENT",
-              0x1004: "HSA_STATUS_ERROR_INVALID_AGENT", 0x1008: "HSA_STATUS_ERROR_OUT_OF_RESOURCES",
-              0x100B: "HSA_STATUS_ERROR_NOT_INITIALIZED"}
+HSA_STATUS = {
+    0x1000: "HSA_STATUS_ERROR",
+    0x1001: "HSA_STATUS_ERROR_INVALID_ARGUMENT",
+    0x1004: "HSA_STATUS_ERROR_INVALID_AGENT",
+    0x1008: "HSA_STATUS_ERROR_OUT_OF_RESOURCES",
+    0x100B: "HSA_STATUS_ERROR_NOT_INITIALIZED",
+}
 HSA_AGENT_INFO_NAME, HSA_AGENT_INFO_VENDOR_NAME, HSA_AGENT_INFO_DEVICE = 0, 1, 17
 HSA_AMD_AGENT_INFO_PRODUCT_NAME = 0xA009
 HSA_DEVICE_TYPE_GPU = 1
@@ -925,15 +1182,20 @@ def probe_rocm(ctypes):
     rocm = os.environ.get("ROCM_PATH") or "/opt/rocm"
     lib, failure = _load(C, ("libhsa-runtime64.so.1", os.path.join(rocm, "lib/libhsa-runtime64.so.1")))
     if lib is None:
-        return _not_loaded("no ROCm runtime: libhsa-runtime64.so.1 is not installed here (ROCm images bring it)",
-                           failure)
+        return _not_loaded(
+            "no ROCm runtime: libhsa-runtime64.so.1 is not installed here (ROCm images bring it)", failure
+        )
     library = _path_of(_address(C, lib.hsa_init)) or "libhsa-runtime64.so.1"
     lib.hsa_init.restype = C.c_int
     code = lib.hsa_init()
     if code != 0:
         name = HSA_STATUS.get(code, "HSA status 0x%x" % code)
-        hint = ("the runtime could not open the GPU: pass /dev/kfd and the GPU's /dev/dri/renderD* node, "
-                "readable by this user" if code == 0x1008 else "the runtime failed to initialise")
+        hint = (
+            "the runtime could not open the GPU: pass /dev/kfd and the GPU's /dev/dri/renderD* node, "
+            "readable by this user"
+            if code == 0x1008
+            else "the runtime failed to initialise"
+        )
         if code == 0x1008 and not os.path.exists("/dev/kfd"):
             hint += " (/dev/kfd is missing here)"
         return _result(False, "hsa_init failed with %s: %s" % (name, hint), library=library, error=name)
@@ -951,8 +1213,14 @@ def probe_rocm(ctypes):
             get_info(agent, HSA_AGENT_INFO_NAME, name)
             if get_info(agent, HSA_AMD_AGENT_INFO_PRODUCT_NAME, product) != 0:
                 product.value = b""
-            devices.append({"name": _text(product.raw) or _text(name.raw) or "HSA GPU agent",
-                            "gfx_target": _text(name.raw), "counted": True, "reason": "an HSA GPU agent"})
+            devices.append(
+                {
+                    "name": _text(product.raw) or _text(name.raw) or "HSA GPU agent",
+                    "gfx_target": _text(name.raw),
+                    "counted": True,
+                    "reason": "an HSA GPU agent",
+                }
+            )
             return 0
 
         lib.hsa_iterate_agents.argtypes = [callback_type, C.c_void_p]
@@ -964,8 +1232,12 @@ def probe_rocm(ctypes):
         return _result(False, "hsa_iterate_agents failed with %s" % name, library=library, error=name)
     if not devices:
         return _result(False, "the HSA runtime started but sees only CPU agents, no GPU", library=library)
-    return _result(True, "ROCm (HSA) works with %d GPU agent(s): %s" % (
-        len(devices), ", ".join(d["name"] for d in devices)), library=library, devices=devices)
+    return _result(
+        True,
+        "ROCm (HSA) works with %d GPU agent(s): %s" % (len(devices), ", ".join(d["name"] for d in devices)),
+        library=library,
+        devices=devices,
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -983,8 +1255,11 @@ WARP_IDS = (0x1414, 0x008C)
 def probe_directml(ctypes):
     C = ctypes
     if not os.path.exists("/dev/dxg"):
-        return _result(False, "no /dev/dxg: not WSL, or the container was started without --device /dev/dxg",
-                       error="no_device_node")
+        return _result(
+            False,
+            "no /dev/dxg: not WSL, or the container was started without --device /dev/dxg",
+            error="no_device_node",
+        )
     try:
         os.close(os.open("/dev/dxg", os.O_RDWR))
     except OSError as exc:
@@ -993,21 +1268,30 @@ def probe_directml(ctypes):
     d3d12, d3d12_failure = _load(C, ("libd3d12.so", os.path.join(WSL_LIB, "libd3d12.so")))
     missing = [name for name, lib in (("libdxcore.so", dxcore), ("libd3d12.so", d3d12)) if lib is None]
     if missing:
-        return _not_loaded("/dev/dxg is here but %s is not: mount %s into the container"
-                           % (" and ".join(missing), WSL_LIB), dxcore_failure or d3d12_failure)
+        return _not_loaded(
+            "/dev/dxg is here but %s is not: mount %s into the container" % (" and ".join(missing), WSL_LIB),
+            dxcore_failure or d3d12_failure,
+        )
     library = _path_of(_address(C, d3d12.D3D12CreateDevice)) or "libd3d12.so"
     try:
         devices = _dxcore_adapters(C, dxcore)
     except (OSError, AttributeError, DXCoreError) as exc:
-        return _result(False, "/dev/dxg and the D3D12 libraries are here but DXCore could not list adapters: %s"
-                       % exc, library=library, error="DXCORE_ENUM_FAILED")
+        return _result(
+            False,
+            "/dev/dxg and the D3D12 libraries are here but DXCore could not list adapters: %s" % exc,
+            library=library,
+            error="DXCORE_ENUM_FAILED",
+        )
     counted = [d for d in devices if d["counted"]]
     if counted:
         summary = "D3D12 (DirectML) has %d hardware adapter(s): %s" % (
-            len(counted), ", ".join(d["name"] for d in counted))
+            len(counted),
+            ", ".join(d["name"] for d in counted),
+        )
     else:
         summary = "D3D12 sees no hardware compute adapter%s" % (
-            ", only: " + "; ".join(d["name"] for d in devices) if devices else "")
+            ", only: " + "; ".join(d["name"] for d in devices) if devices else ""
+        )
     return _result(bool(counted), summary, library=library, devices=devices)
 
 
@@ -1043,15 +1327,21 @@ def _dxcore_adapters(C, dxcore):
     try:
         attribute = _guid(C, ATTRIBUTE_D3D12_CORE_COMPUTE)
         code = _method(C, factory, 3, C.c_int32, C.c_uint32, C.c_void_p, C.c_void_p, C.POINTER(C.c_void_p))(
-            factory, 1, C.byref(attribute), C.byref(_guid(C, IID_LIST)), C.byref(adapters))
+            factory, 1, C.byref(attribute), C.byref(_guid(C, IID_LIST)), C.byref(adapters)
+        )
         if code < 0 or not adapters.value:
             raise DXCoreError("CreateAdapterList returned 0x%08x" % (code & 0xFFFFFFFF))
         devices = []
         count = _method(C, adapters, 4, C.c_uint32)(adapters)
         for index in range(min(count, 64)):
             adapter = C.c_void_p()
-            if _method(C, adapters, 3, C.c_int32, C.c_uint32, C.c_void_p, C.POINTER(C.c_void_p))(
-                    adapters, index, C.byref(_guid(C, IID_ADAPTER)), C.byref(adapter)) < 0 or not adapter.value:
+            if (
+                _method(C, adapters, 3, C.c_int32, C.c_uint32, C.c_void_p, C.POINTER(C.c_void_p))(
+                    adapters, index, C.byref(_guid(C, IID_ADAPTER)), C.byref(adapter)
+                )
+                < 0
+                or not adapter.value
+            ):
                 continue
             try:
                 devices.append(_dxcore_adapter(C, adapter, index))
@@ -1092,8 +1382,13 @@ def _dxcore_adapter(C, adapter, index):
 # --------------------------------------------------------------------------------------------
 # Entry points
 
-PROBES = {"cuda": probe_cuda, "rocm": probe_rocm, "vulkan": probe_vulkan, "opencl": probe_opencl,
-          "directml": probe_directml}
+PROBES = {
+    "cuda": probe_cuda,
+    "rocm": probe_rocm,
+    "vulkan": probe_vulkan,
+    "opencl": probe_opencl,
+    "directml": probe_directml,
+}
 
 
 def child_main(api):
@@ -1108,8 +1403,11 @@ def child_main(api):
         try:
             result = PROBES[api](ctypes)
         except Exception as exc:  # a driver answering nonsense must still give an answer
-            result = _result(False, "the %s probe failed: %s: %s" % (api, type(exc).__name__, str(exc)[:MAX_TEXT]),
-                             error="probe_error")
+            result = _result(
+                False,
+                "the %s probe failed: %s: %s" % (api, type(exc).__name__, str(exc)[:MAX_TEXT]),
+                error="probe_error",
+            )
     with os.fdopen(answer_fd, "w") as answer:
         json.dump(result, answer)
     return 0
@@ -1119,8 +1417,9 @@ def main(argv=None):
     import argparse
 
     parser = argparse.ArgumentParser(prog="probe.py", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
-                        help="seconds each API may take (default %(default)g)")
+    parser.add_argument(
+        "--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds each API may take (default %(default)g)"
+    )
     parser.add_argument("--api", action="append", choices=APIS, help="probe only this API (repeatable)")
     parser.add_argument("--child", choices=sorted(PROBES), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

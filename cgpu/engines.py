@@ -15,9 +15,10 @@ import signal
 import subprocess
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from cgpu.run import CommandError, decode, kill_group, run
 
@@ -306,7 +307,7 @@ class DockerEngine(Engine):
             )
         if not dirs:
             return (
-                f"CDI is disabled in this Docker daemon ({self.version}): set \"features\": {{\"cdi\": true}} "
+                f'CDI is disabled in this Docker daemon ({self.version}): set "features": {{"cdi": true}} '
                 "in /etc/docker/daemon.json and restart dockerd"
             )
         return None
@@ -325,9 +326,7 @@ class DockerEngine(Engine):
     def import_image(self, tar_path: str, ref: str, changes: list[str]) -> None:
         repository, _, tag = ref.rpartition(":")
         try:
-            self.client.api.import_image(
-                src=tar_path, repository=repository, tag=tag, changes=changes
-            )
+            self.client.api.import_image(src=tar_path, repository=repository, tag=tag, changes=changes)
         except self._errors() as exc:
             raise EngineError(f"docker could not import the probe image {ref}: {self._message(exc)}") from None
 
@@ -520,7 +519,10 @@ class PodmanService:
         try:
             proc = subprocess.Popen(
                 [exe, "system", "service", "--time=0", f"unix://{sock}"],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
             )
         except OSError as exc:
             shutil.rmtree(directory, ignore_errors=True)

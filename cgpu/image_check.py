@@ -17,21 +17,30 @@ the probe asked for with --machine did not run); 2 bad usage; 3 internal error.
 from __future__ import annotations
 
 import datetime
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from cgpu import __version__
 
 
-def check_image(ref: str, *, machine: str | None = None, timeout: float | None = None,
-                progress: Callable[[str], None] | None = None) -> tuple[dict[str, Any], int]:
+def check_image(
+    ref: str, *, machine: str | None = None, timeout: float | None = None, progress: Callable[[str], None] | None = None
+) -> tuple[dict[str, Any], int]:
     from cgpu.cli import ExitCode
     from cgpu.image.checks import check_dicts, run_checks, verdict
     from cgpu.image.fs import ImageReadError
     from cgpu.image.source import open_image
 
     result: dict[str, Any] = {
-        "image": ref, "source": "", "os": "", "architecture": "", "verdict": "unknown", "reason": "",
-        "checks": [], "problems": [], "cgpu_version": __version__,
+        "image": ref,
+        "source": "",
+        "os": "",
+        "architecture": "",
+        "verdict": "unknown",
+        "reason": "",
+        "checks": [],
+        "problems": [],
+        "cgpu_version": __version__,
         "checked_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
     problems: list[dict[str, str]] = result["problems"]
@@ -48,8 +57,13 @@ def check_image(ref: str, *, machine: str | None = None, timeout: float | None =
         raise
     except Exception as exc:  # a bug in cgpu: still one answer, never a traceback
         result["reason"] = "internal error"
-        problems.append({"severity": "error", "source": "cgpu",
-                         "message": f"internal error, please report it: {type(exc).__name__}: {exc}"})
+        problems.append(
+            {
+                "severity": "error",
+                "source": "cgpu",
+                "message": f"internal error, please report it: {type(exc).__name__}: {exc}",
+            }
+        )
         return result, ExitCode.INTERNAL
     problems += found
     result["os"], result["architecture"] = info["os"], info["architecture"]
@@ -63,14 +77,22 @@ def check_image(ref: str, *, machine: str | None = None, timeout: float | None =
     return result, {"yes": ExitCode.OK, "no": ExitCode.IMAGE_NO, "unknown": ExitCode.IMAGE_UNKNOWN}[result["verdict"]]
 
 
-def _probe_in_machine(result: dict[str, Any], ref: str, machine: str, *, timeout: float | None,
-                      progress: Callable[[str], None] | None) -> bool:
+def _probe_in_machine(
+    result: dict[str, Any], ref: str, machine: str, *, timeout: float | None, progress: Callable[[str], None] | None
+) -> bool:
     """Run cgpu's probe in this image inside a krunkit VM (the krunkit backend) and let it decide."""
     source = f"--machine {machine}"
     if ref.partition(":")[0] in ("dir", "oci", "oci-archive", "docker-archive"):
-        result["problems"].append({"severity": "error", "source": source, "message": (
-            "the probe runs the image from the machine's podman storage: give the image's name there "
-            f"(`podman load -i ...` it first), not {ref}")})
+        result["problems"].append(
+            {
+                "severity": "error",
+                "source": source,
+                "message": (
+                    "the probe runs the image from the machine's podman storage: give the image's name there "
+                    f"(`podman load -i ...` it first), not {ref}"
+                ),
+            }
+        )
         return False
     from cgpu.backends import run_backend
 
@@ -83,15 +105,27 @@ def merge_machine_probe(result: dict[str, Any], builder: Any, source: str) -> bo
     report = builder.build()
     result["problems"] += [{**p, "source": f"{source}: {p['source']}"} for p in report["problems"]]
     if builder.could_not_run:
-        result["problems"].append({"severity": "error", "source": source, "message": (
-            "the probe did not run in the VM; the verdict above is from the image's files only")})
+        result["problems"].append(
+            {
+                "severity": "error",
+                "source": source,
+                "message": ("the probe did not run in the VM; the verdict above is from the image's files only"),
+            }
+        )
         return False
     got = "vulkan" in report["containers"]
     evidence = report["evidence"]["vulkan"]
     if (result["verdict"] == "yes") != got and result["verdict"] != "unknown":
-        result["problems"].append({"severity": "warning", "source": source, "message": (
-            f"the image's files said {result['verdict']}, the probe in the VM says {'yes' if got else 'no'}; "
-            "the probe decides")})
+        result["problems"].append(
+            {
+                "severity": "warning",
+                "source": source,
+                "message": (
+                    f"the image's files said {result['verdict']}, the probe in the VM says {'yes' if got else 'no'}; "
+                    "the probe decides"
+                ),
+            }
+        )
     result["verdict"] = "yes" if got else "no"
     result["reason"] = f"the probe in {source.split(' ', 1)[1]}: {evidence}"
     return True

@@ -17,9 +17,10 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Final
+from typing import Any, Final
 
 from cgpu.files import open_regular
 from cgpu.run import CommandError, decode, kill_group, run
@@ -92,8 +93,11 @@ def krunkit_version(exe: str, *, timeout: float) -> str:
     text = decode(done.stdout).strip()
     match = re.fullmatch(r"krunkit\s+(\d+\.\d+\.\d+\S*)", text)
     if done.returncode != 0 or match is None:
-        raise VMError(exe, f"`{exe} --version` exited {done.returncode} with {text[:200]!r} "
-                           f"{decode(done.stderr).strip()[:300]!r}, not `krunkit X.Y.Z`; reinstall it: {BREW_INSTALL}")
+        raise VMError(
+            exe,
+            f"`{exe} --version` exited {done.returncode} with {text[:200]!r} "
+            f"{decode(done.stderr).strip()[:300]!r}, not `krunkit X.Y.Z`; reinstall it: {BREW_INSTALL}",
+        )
     return match.group(1)
 
 
@@ -131,8 +135,9 @@ def list_machines(podman: str, *, timeout: float) -> list[Machine]:
             for entry in data
         ]
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
-        raise VMError(" ".join(argv[:3]), f"unreadable output ({type(exc).__name__}: {exc}): "
-                                          f"{decode(done.stdout)[:200]!r}") from None
+        raise VMError(
+            " ".join(argv[:3]), f"unreadable output ({type(exc).__name__}: {exc}): {decode(done.stdout)[:200]!r}"
+        ) from None
 
 
 def machine_socket(podman: str, name: str, *, timeout: float) -> str:
@@ -147,8 +152,9 @@ def machine_socket(podman: str, name: str, *, timeout: float) -> str:
         if not isinstance(path, str) or not path:
             raise ValueError("no socket path")
     except (ValueError, TypeError, KeyError, IndexError) as exc:
-        raise VMError(f"podman machine inspect {name}",
-                      f"no API socket in its output ({type(exc).__name__}: {exc})") from None
+        raise VMError(
+            f"podman machine inspect {name}", f"no API socket in its output ({type(exc).__name__}: {exc})"
+        ) from None
     return path
 
 
@@ -177,28 +183,48 @@ class GuestResult:
     stderr: bytes
 
 
-def krunkit_argv(exe: str, disk: str, *, run_dir: Path, sock_dir: Path, shared: Path,
-                 cpus: int, memory_mib: int) -> list[str]:
+def krunkit_argv(
+    exe: str, disk: str, *, run_dir: Path, sock_dir: Path, shared: Path, cpus: int, memory_mib: int
+) -> list[str]:
     """krunkit's command line for the probe VM (the flags podman machine uses, plus a
     virtio-fs share for the answer and the console and krunkit logs for the report)."""
-    for what, value in (("--vm-image", disk), ("the results directory", str(shared)), ("the run directory", str(run_dir))):
+    for what, value in (
+        ("--vm-image", disk),
+        ("the results directory", str(shared)),
+        ("the run directory", str(run_dir)),
+    ):
         if "," in value:  # krunkit's --device values are comma-separated key=value lists
-            raise VMError(value, f"{what} path contains a comma, which krunkit's --device syntax cannot carry; "
-                                 "move or link it to a path without one")
+            raise VMError(
+                value,
+                f"{what} path contains a comma, which krunkit's --device syntax cannot carry; "
+                "move or link it to a path without one",
+            )
     return [
         exe,
-        "--cpus", str(cpus),
-        "--memory", str(memory_mib),
-        "--bootloader", f"efi,variable-store={run_dir / 'efi-variable-store'},create",
-        "--device", f"virtio-blk,path={disk}",
-        "--device", "virtio-rng",
-        "--device", f"virtio-vsock,port={VM_DEFAULTS['ready_vsock_port']},socketURL={sock_dir / 'ready.sock'},listen",
-        "--device", f"virtio-fs,sharedDir={shared},mountTag={VM_DEFAULTS['results_tag']}",
-        "--device", f"virtio-serial,logFilePath={run_dir / 'console.log'}",
-        "--device", VM_DEFAULTS["gpu"],
-        "--restful-uri", f"unix://{sock_dir / 'rest.sock'}",
-        "--log-file", str(run_dir / "krunkit.log"),
-        "--pidfile", str(run_dir / "krunkit.pid"),
+        "--cpus",
+        str(cpus),
+        "--memory",
+        str(memory_mib),
+        "--bootloader",
+        f"efi,variable-store={run_dir / 'efi-variable-store'},create",
+        "--device",
+        f"virtio-blk,path={disk}",
+        "--device",
+        "virtio-rng",
+        "--device",
+        f"virtio-vsock,port={VM_DEFAULTS['ready_vsock_port']},socketURL={sock_dir / 'ready.sock'},listen",
+        "--device",
+        f"virtio-fs,sharedDir={shared},mountTag={VM_DEFAULTS['results_tag']}",
+        "--device",
+        f"virtio-serial,logFilePath={run_dir / 'console.log'}",
+        "--device",
+        VM_DEFAULTS["gpu"],
+        "--restful-uri",
+        f"unix://{sock_dir / 'rest.sock'}",
+        "--log-file",
+        str(run_dir / "krunkit.log"),
+        "--pidfile",
+        str(run_dir / "krunkit.pid"),
     ]
 
 
@@ -237,17 +263,21 @@ def boot_and_probe(
     listener = None
     proc = None
     try:
-        argv = krunkit_argv(exe, disk, run_dir=run_dir, sock_dir=sock_dir, shared=shared,
-                            cpus=cpus, memory_mib=memory_mib)
+        argv = krunkit_argv(
+            exe, disk, run_dir=run_dir, sock_dir=sock_dir, shared=shared, cpus=cpus, memory_mib=memory_mib
+        )
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         listener.bind(str(sock_dir / "ready.sock"))
         listener.listen(1)
         with open(run_dir / "krunkit.out", "wb") as out:
             try:
-                proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                        start_new_session=True)
+                proc = subprocess.Popen(
+                    argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+                )
             except OSError as exc:
-                raise VMError(exe, f"could not start krunkit: {exc.strerror or exc}; install it: {BREW_INSTALL}") from None
+                raise VMError(
+                    exe, f"could not start krunkit: {exc.strerror or exc}; install it: {BREW_INSTALL}"
+                ) from None
         started = time.monotonic()
         deadline = started + timeout
         _wait_ready(proc, listener, run_dir, started=started, deadline=deadline, progress=progress)
@@ -263,8 +293,15 @@ def boot_and_probe(
         shutil.rmtree(sock_dir, ignore_errors=True)
 
 
-def _wait_ready(proc: subprocess.Popen, listener: socket.socket, run_dir: Path, *,
-                started: float, deadline: float, progress: Callable[[str], None]) -> None:
+def _wait_ready(
+    proc: subprocess.Popen,
+    listener: socket.socket,
+    run_dir: Path,
+    *,
+    started: float,
+    deadline: float,
+    progress: Callable[[str], None],
+) -> None:
     """Podman's readiness protocol: the guest connects to vsock port 1025 (our UNIX socket)
     and writes `Ready`; meanwhile krunkit must not exit."""
     said = started
@@ -274,10 +311,13 @@ def _wait_ready(proc: subprocess.Popen, listener: socket.socket, run_dir: Path, 
         while True:
             now = time.monotonic()
             if now >= deadline:
-                raise VMError("krunkit", f"the VM did not report ready within {deadline - started:g} s "
-                                         "(the guest never wrote `Ready` to vsock port "
-                                         f"{VM_DEFAULTS['ready_vsock_port']}); it was stopped",
-                              log_tail=vm_log_tail(run_dir))
+                raise VMError(
+                    "krunkit",
+                    f"the VM did not report ready within {deadline - started:g} s "
+                    "(the guest never wrote `Ready` to vsock port "
+                    f"{VM_DEFAULTS['ready_vsock_port']}); it was stopped",
+                    log_tail=vm_log_tail(run_dir),
+                )
             if now - said >= 5:
                 progress(f"booting the VM ({now - started:.0f} s)")
                 said = now
@@ -286,8 +326,11 @@ def _wait_ready(proc: subprocess.Popen, listener: socket.socket, run_dir: Path, 
             if not readable:
                 # Exited? Look once more first: the guest may have said Ready just before krunkit died.
                 if proc.poll() is not None and not select.select(waiting, [], [], 0)[0]:
-                    raise VMError("krunkit", _exit_message(proc.returncode, "before the VM was ready"),
-                                  log_tail=vm_log_tail(run_dir))
+                    raise VMError(
+                        "krunkit",
+                        _exit_message(proc.returncode, "before the VM was ready"),
+                        log_tail=vm_log_tail(run_dir),
+                    )
                 continue
             if conn is None:
                 conn, _ = listener.accept()
@@ -305,8 +348,15 @@ def _wait_ready(proc: subprocess.Popen, listener: socket.socket, run_dir: Path, 
             conn.close()
 
 
-def _wait_result(proc: subprocess.Popen, shared: Path, run_dir: Path, *,
-                 started: float, deadline: float, progress: Callable[[str], None]) -> GuestResult:
+def _wait_result(
+    proc: subprocess.Popen,
+    shared: Path,
+    run_dir: Path,
+    *,
+    started: float,
+    deadline: float,
+    progress: Callable[[str], None],
+) -> GuestResult:
     """The guest writes probe.out/probe.err, then probe.rc last (atomically, by rename)."""
     said = time.monotonic()
     while True:
@@ -318,12 +368,19 @@ def _wait_result(proc: subprocess.Popen, shared: Path, run_dir: Path, *,
             result = _read_result(shared)
             if result is not None:
                 return result
-            raise VMError("krunkit", _exit_message(code, "before the guest wrote the probe's answer"),
-                          log_tail=vm_log_tail(run_dir))
+            raise VMError(
+                "krunkit",
+                _exit_message(code, "before the guest wrote the probe's answer"),
+                log_tail=vm_log_tail(run_dir),
+            )
         now = time.monotonic()
         if now >= deadline:
-            raise VMError("krunkit", f"the guest booted but wrote no probe answer to {shared} within "
-                                     f"{deadline - started:g} s; it was stopped", log_tail=vm_log_tail(run_dir))
+            raise VMError(
+                "krunkit",
+                f"the guest booted but wrote no probe answer to {shared} within "
+                f"{deadline - started:g} s; it was stopped",
+                log_tail=vm_log_tail(run_dir),
+            )
         if now - said >= 5:
             progress(f"waiting for the probe in the VM ({now - started:.0f} s)")
             said = now
@@ -354,22 +411,25 @@ def _stop(proc: subprocess.Popen, rest_sock: Path) -> None:
     """Ask krunkit to stop the VM over its REST socket, as podman does; the caller kills it
     if it does not exit in time."""
     body = b'{"state": "Stop"}'
-    request = (b"POST /vm/state HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
-               b"Content-Length: " + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n" + body)
-    with contextlib.suppress(OSError):
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
-            conn.settimeout(2)
-            conn.connect(str(rest_sock))
-            conn.sendall(request)
-            conn.recv(512)
+    request = (
+        b"POST /vm/state HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+        b"Content-Length: " + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n" + body
+    )
+    with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        conn.settimeout(2)
+        conn.connect(str(rest_sock))
+        conn.sendall(request)
+        conn.recv(512)
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=STOP_GRACE_S)
 
 
 def _exit_message(code: int, when: str) -> str:
     if code == 2:
-        return (f"krunkit exited with code 2 {when}: it rejected its command line, so it is older than "
-                f"these flags need; upgrade it: brew upgrade krunkit")
+        return (
+            f"krunkit exited with code 2 {when}: it rejected its command line, so it is older than "
+            f"these flags need; upgrade it: brew upgrade krunkit"
+        )
     if code < 0:
         return f"krunkit was killed by signal {-code} {when}"
     return f"krunkit exited with code {code} {when}"

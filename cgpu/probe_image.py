@@ -21,7 +21,7 @@ import shutil
 import tarfile
 import tempfile
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from cgpu.engines import Engine, EngineError
 from cgpu.run import CommandError, decode, run
@@ -64,8 +64,7 @@ def installed_versions(packages: tuple[str, ...], *, timeout: float) -> dict[str
             "cannot build the probe image: it is built from this host's Debian/Ubuntu packages and there is "
             "no dpkg-query here; give --probe-image REF with an image that has python3 and the GPU loaders"
         )
-    done = run(["dpkg-query", "-W", "-f", "${Package}\t${Version}\t${db:Status-Status}\n", *packages],
-               timeout=timeout)
+    done = run(["dpkg-query", "-W", "-f", "${Package}\t${Version}\t${db:Status-Status}\n", *packages], timeout=timeout)
     versions = {}
     for line in decode(done.stdout).splitlines():
         fields = line.split("\t")
@@ -92,9 +91,7 @@ def image_ref(versions: dict[str, str]) -> str:
     return f"{REPOSITORY}:{hashlib.sha256(text.encode()).hexdigest()[:12]}"
 
 
-def ensure_probe_image(
-    engine: Engine, *, timeout: float, progress: Callable[[str], None]
-) -> tuple[str, float | None]:
+def ensure_probe_image(engine: Engine, *, timeout: float, progress: Callable[[str], None]) -> tuple[str, float | None]:
     """The probe image's ref, built when missing; and the build time in seconds (None: reused)."""
     try:
         versions = image_inputs(timeout=timeout)
@@ -124,8 +121,10 @@ def write_rootfs(tar_path: str, packages: list[str], *, timeout: float) -> int:
     done = run(["dpkg-query", "-L", *packages], timeout=timeout)
     listed = [line for line in decode(done.stdout).splitlines() if line.startswith("/")]
     if done.returncode != 0 or not listed:  # an image without them would be kept under their versions' name
-        raise ImageBuildError(f"cannot build the probe image: `dpkg-query -L` failed (exit {done.returncode}): "
-                              f"{decode(done.stderr).strip()[-300:] or 'it listed no files'}")
+        raise ImageBuildError(
+            f"cannot build the probe image: `dpkg-query -L` failed (exit {done.returncode}): "
+            f"{decode(done.stderr).strip()[-300:] or 'it listed no files'}"
+        )
     wanted = [p for p in listed if not (p + "/").startswith(SKIPPED_PREFIXES) and p != "/."]
     wanted += _compiled_bytecode(wanted)
     wanted += linked_libraries([p for p in wanted if _is_elf(p)], timeout=timeout)
@@ -160,8 +159,9 @@ def _compiled_bytecode(paths: list[str]) -> list[str]:
             cache = os.path.join(directory, "__pycache__")
             stem = name[:-3] + "."
             try:
-                found += [os.path.join(cache, f) for f in os.listdir(cache)
-                          if f.startswith(stem) and f.endswith(".pyc")]
+                found += [
+                    os.path.join(cache, f) for f in os.listdir(cache) if f.startswith(stem) and f.endswith(".pyc")
+                ]
             except OSError:
                 pass
     return found
@@ -190,7 +190,7 @@ def _add_with_parents(path: str, entries: dict[str, None], depth: int = 0) -> No
             return
         if os.path.islink(current):
             entries[current] = None
-            rest = "/".join(parts[index + 1:])
+            rest = "/".join(parts[index + 1 :])
             target = os.path.normpath(os.path.join(os.path.dirname(current), os.readlink(current), rest))
             _add_with_parents(target, entries, depth + 1)
             return

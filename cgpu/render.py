@@ -24,7 +24,8 @@ def render_report(report: dict[str, Any]) -> str:
                 live = ", ".join(device.get("live_apis", [])) or "-"
                 state = device["live_status"]
                 row = f"{row:<{len(row) + apis_width - len(apis)}}  " + (
-                    state if state == "failed" else f"{live} ({state})")
+                    state if state == "failed" else f"{live} ({state})"
+                )
             lines.append(row)
     else:
         lines.append("no devices found")

@@ -10,7 +10,8 @@ from __future__ import annotations
 import datetime
 import os
 import sys
-from typing import Any, Callable, Literal
+from collections.abc import Callable
+from typing import Any, Literal
 
 from cgpu import __version__
 from cgpu.apis import API_ORDER, METAL_EVIDENCE

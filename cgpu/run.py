@@ -9,8 +9,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import IO, Callable, Mapping, Sequence
+from typing import IO
 
 
 class CommandError(Exception):
@@ -124,7 +125,7 @@ class _Capped:
     def _read(self) -> None:
         assert self._pipe is not None
         with self._pipe:
-            while chunk := self._pipe.read1(65536):
+            while chunk := self._pipe.read1(65536):  # type: ignore[attr-defined]  # a BufferedReader
                 if self._kept < MAX_OUTPUT:
                     chunk = chunk[: MAX_OUTPUT - self._kept]
                     self._chunks.append(chunk)

@@ -78,8 +78,11 @@ def _verify_with(
 
 def _summary(eng: Engine, image: str, how: str, outcomes: list[str]) -> str:
     """What --verify ran and what it found, in one sentence for people."""
-    words = {"agrees": "agree(s) with the static answer", "disagrees": "disagree(s) with it (see the warnings)",
-             "failed": "could not be checked (see the errors)"}
+    words = {
+        "agrees": "agree(s) with the static answer",
+        "disagrees": "disagree(s) with it (see the warnings)",
+        "failed": "could not be checked (see the errors)",
+    }
     found = "; ".join(f"{outcomes.count(o)} {words[o]}" for o in words if o in outcomes)
     return (
         f"ran cgpu's probe in {len(outcomes)} {eng.describe()} container(s), one per CDI device, from the image "
@@ -95,7 +98,8 @@ def _note_engine_mismatch(report: ReportBuilder, eng: Engine, engine_option: str
     name, _, version = engine_option.partition("@")
     if (name.strip().lower(), version.strip()) != (eng.name, eng.version):
         report.problem(
-            "info", SOURCE,
+            "info",
+            SOURCE,
             f"the static answer judged the specs as {name.strip()} {version.strip()} would (--engine); "
             f"the live run used {eng.describe()}, the engine on this host",
         )
@@ -144,8 +148,10 @@ def _verify_device(
     live = _read_probe(report, name, result.stdout)
     if isinstance(live, str):
         tail = decode(result.stderr).strip()[-400:] or "nothing"
-        message = (f"the probe in the container with {name} gave no usable answer: {live} "
-                   f"(exit status {result.exit_code}; stderr: {tail})")
+        message = (
+            f"the probe in the container with {name} gave no usable answer: {live} "
+            f"(exit status {result.exit_code}; stderr: {tail})"
+        )
         return _failed(report, entry, name, message, started)
     live_apis, live_evidence, live_devices = live
     entry["live_apis"] = live_apis
@@ -157,10 +163,13 @@ def _verify_device(
         said_live = "has it" if api in live_apis else "does not have it"
         hint = (
             "; if the probe image lacks the API's user-space part, run again with --probe-image REF of an image "
-            "that has it" if api in static_apis else ""
+            "that has it"
+            if api in static_apis
+            else ""
         )
         report.problem(
-            "warning", name,
+            "warning",
+            name,
             f"{api}: the static answer from the spec {said_static}, but a {eng.name} container with this device "
             f"{said_live}: {live_evidence.get(api, '')}{hint}",
         )
@@ -175,8 +184,11 @@ def _unresolvable_hint(eng: Engine) -> str:
         limit = max_cdi_version(eng.name, eng.version)
     except ValueError:
         limit = None
-    newest = f"cdiVersion above {limit}, the newest {eng.describe()} accepts" if limit else (
-        "a cdiVersion newer than this engine accepts")
+    newest = (
+        f"cdiVersion above {limit}, the newest {eng.describe()} accepts"
+        if limit
+        else ("a cdiVersion newer than this engine accepts")
+    )
     return (
         f"{eng.name} found no usable spec defining it: the spec may be missing from the engine's spec directories, "
         f"declare {newest}, or define the device twice in one directory"

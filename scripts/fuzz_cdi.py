@@ -35,21 +35,92 @@ from cgpu.cdi.parse import SpecError, parse_spec  # noqa: E402
 from cgpu.cdi.scan import scan_spec_dirs  # noqa: E402
 
 SAMPLES = sorted(p for p in (REPO / "cdi-samples").glob("*/spec/*") if p.is_file()) + sorted(
-    (REPO / "cdi-samples" / "broken").iterdir())
+    (REPO / "cdi-samples" / "broken").iterdir()
+)
 SEEDS = [p.read_bytes() for p in SAMPLES]
-TOKENS = [b"- ", b": ", b"{", b"}", b"[", b"]", b"&x ", b"*x", b"\n  ", b"\n", b"!!int ", b"!!binary ", b"<<: ",
-          b"~", b"yes", b"---\n", b"...\n", b'"', b"'", b"\t", b"\x00", b"\xef\xbb\xbf", b"0x1F", b"1e400",
-          b"cdiVersion: ", b"kind: ", b"devices:", b"containerEdits:", b"deviceNodes:", b"mounts:", b"hooks:",
-          b"name: ", b"path: ", b"hostPath: ", b"env: [", b"0.8.0", b"0.3.0", b"vendor.com/class", b"=",
-          b"\xff\xfe", b"&a [*a]", b"? ", b"%YAML 1.1\n"]
-KEYS = ["cdiVersion", "kind", "devices", "containerEdits", "annotations", "name", "deviceNodes", "mounts", "hooks",
-        "env", "path", "hostPath", "containerPath", "options", "type", "major", "minor", "fileMode", "permissions",
-        "uid", "gid", "hookName", "args", "timeout", "additionalGIDs", "intelRdt", "netDevices"]
+TOKENS = [
+    b"- ",
+    b": ",
+    b"{",
+    b"}",
+    b"[",
+    b"]",
+    b"&x ",
+    b"*x",
+    b"\n  ",
+    b"\n",
+    b"!!int ",
+    b"!!binary ",
+    b"<<: ",
+    b"~",
+    b"yes",
+    b"---\n",
+    b"...\n",
+    b'"',
+    b"'",
+    b"\t",
+    b"\x00",
+    b"\xef\xbb\xbf",
+    b"0x1F",
+    b"1e400",
+    b"cdiVersion: ",
+    b"kind: ",
+    b"devices:",
+    b"containerEdits:",
+    b"deviceNodes:",
+    b"mounts:",
+    b"hooks:",
+    b"name: ",
+    b"path: ",
+    b"hostPath: ",
+    b"env: [",
+    b"0.8.0",
+    b"0.3.0",
+    b"vendor.com/class",
+    b"=",
+    b"\xff\xfe",
+    b"&a [*a]",
+    b"? ",
+    b"%YAML 1.1\n",
+]
+KEYS = [
+    "cdiVersion",
+    "kind",
+    "devices",
+    "containerEdits",
+    "annotations",
+    "name",
+    "deviceNodes",
+    "mounts",
+    "hooks",
+    "env",
+    "path",
+    "hostPath",
+    "containerPath",
+    "options",
+    "type",
+    "major",
+    "minor",
+    "fileMode",
+    "permissions",
+    "uid",
+    "gid",
+    "hookName",
+    "args",
+    "timeout",
+    "additionalGIDs",
+    "intelRdt",
+    "netDevices",
+]
 
 printable = st.characters(min_codepoint=0x20, max_codepoint=0x7E) | st.sampled_from("\n\t")
-mutation = st.tuples(st.integers(0, 1 << 20), st.integers(0, 16),
-                     st.one_of(st.sampled_from(TOKENS), st.text(printable, max_size=8).map(str.encode),
-                               st.text(max_size=4).map(str.encode)))
+mutation = st.tuples(
+    st.integers(0, 1 << 20),
+    st.integers(0, 16),
+    st.one_of(
+        st.sampled_from(TOKENS), st.text(printable, max_size=8).map(str.encode), st.text(max_size=4).map(str.encode)
+    ),
+)
 
 
 @st.composite
@@ -57,19 +128,30 @@ def mutated_sample(draw) -> bytes:
     data = draw(st.sampled_from(SEEDS))
     for at, cut, insert in draw(st.lists(mutation, min_size=1, max_size=8)):
         at %= len(data) + 1
-        data = data[:at] + insert + data[at + cut:]
+        data = data[:at] + insert + data[at + cut :]
     if draw(st.booleans()):  # splice in a slice of another sample
         other = draw(st.sampled_from(SEEDS))
         start = draw(st.integers(0, max(0, len(other) - 1)))
         at = draw(st.integers(0, len(data)))
-        data = data[:at] + other[start:start + draw(st.integers(0, 400))] + data[at:]
+        data = data[:at] + other[start : start + draw(st.integers(0, 400))] + data[at:]
     return data
 
 
-scalars = (st.none() | st.booleans() | st.integers(-(1 << 70), 1 << 70) | st.floats(allow_nan=True)
-           | st.text(max_size=20) | st.sampled_from(["0.5.0", "0.7.0", "1.0.0", "x.com/gpu", "/dev/null", "c", "all"]))
-values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(
-    st.sampled_from(KEYS) | st.text(max_size=8), inner, max_size=5), max_leaves=30)
+scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(1 << 70), 1 << 70)
+    | st.floats(allow_nan=True)
+    | st.text(max_size=20)
+    | st.sampled_from(["0.5.0", "0.7.0", "1.0.0", "x.com/gpu", "/dev/null", "c", "all"])
+)
+values = st.recursive(
+    scalars,
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.sampled_from(KEYS) | st.text(max_size=8), inner, max_size=5)
+    ),
+    max_leaves=30,
+)
 
 
 @st.composite
@@ -129,8 +211,10 @@ def check_scan(dirs: list[dict[str, bytes]]) -> str:
         for path, data in written.items():
             if path.endswith((".yaml", ".json")) and outcome_of(data) != "valid":
                 assert path in named, f"{path} does not parse but no error names it"
-        return (f"scan: {min(len(result.specs), 3)} spec(s), {min(len(result.devices), 3)} device(s), "
-                f"{min(len(result.problems), 3)} problem(s) (3: or more)")
+        return (
+            f"scan: {min(len(result.specs), 3)} spec(s), {min(len(result.devices), 3)} device(s), "
+            f"{min(len(result.problems), 3)} problem(s) (3: or more)"
+        )
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -164,13 +248,22 @@ def main() -> int:
     batch = 0
     while time.monotonic() < deadline and sum(kinds.values()) < args.max_examples:
         budget = min(args.batch, args.max_examples - sum(kinds.values()))
-        run_settings = settings(max_examples=budget, deadline=None, database=None, derandomize=False,
-                                phases=[Phase.generate, Phase.shrink], print_blob=True,
-                                suppress_health_check=list(HealthCheck))
+        run_settings = settings(
+            max_examples=budget,
+            deadline=None,
+            database=None,
+            derandomize=False,
+            phases=[Phase.generate, Phase.shrink],
+            print_blob=True,
+            suppress_health_check=list(HealthCheck),
+        )
 
         @run_settings
-        @given(st.sampled_from(["parse"] * 9 + ["scan"]).flatmap(
-            lambda c: st.tuples(st.just(c), spec_dirs if c == "scan" else spec_bytes)))
+        @given(
+            st.sampled_from(["parse"] * 9 + ["scan"]).flatmap(
+                lambda c: st.tuples(st.just(c), spec_dirs if c == "scan" else spec_bytes)
+            )
+        )
         def fuzz(case: tuple[str, bytes]) -> None:
             one(*case)
 

@@ -93,8 +93,19 @@ def cli_load(procs: int, runs: int, seconds: float, expected: list[str]) -> dict
             return
         case = CASES[index % len(CASES)]
         options = _options(case)
-        argv = [sys.executable, "-m", "cgpu", "probe", "--backend", "cdi", "--json",
-                "--spec-dir", options["spec_dirs"][0], "--root", options["root"]]
+        argv = [
+            sys.executable,
+            "-m",
+            "cgpu",
+            "probe",
+            "--backend",
+            "cdi",
+            "--json",
+            "--spec-dir",
+            options["spec_dirs"][0],
+            "--root",
+            options["root"],
+        ]
         done = subprocess.run(argv, capture_output=True, env=env, timeout=60, cwd=REPO)
         error = None
         if done.returncode != 0 or b"Traceback" in done.stderr:
@@ -110,8 +121,14 @@ def cli_load(procs: int, runs: int, seconds: float, expected: list[str]) -> dict
     finally:
         shutil.rmtree(cache, ignore_errors=True)
     elapsed = time.monotonic() - started
-    return {"runs": tally.done, "concurrency": procs, "seconds": round(elapsed, 2),
-            "per_second": round(tally.done / elapsed, 1), "wrong": tally.wrong, "left_running": _marked(mark)}
+    return {
+        "runs": tally.done,
+        "concurrency": procs,
+        "seconds": round(elapsed, 2),
+        "per_second": round(tally.done / elapsed, 1),
+        "wrong": tally.wrong,
+        "left_running": _marked(mark),
+    }
 
 
 MIG = 4  # the 8-GPU MIG sample: an agent asking about its one node, again and again
@@ -136,13 +153,21 @@ def library_load(threads: int, calls: int, seconds: float, expected: list[str]) 
 
     figures: dict[str, Any] = {}
     every = list(range(len(CASES)))
-    for label, workers, cases in (("one_node_one_thread", 1, [MIG]), ("all_cases_one_thread", 1, every),
-                                  (f"all_cases_{threads}_threads", threads, every)):
+    for label, workers, cases in (
+        ("one_node_one_thread", 1, [MIG]),
+        ("all_cases_one_thread", 1, every),
+        (f"all_cases_{threads}_threads", threads, every),
+    ):
         tally = Tally()
         deadline = time.monotonic() + seconds / 3
 
-        def worker(start: int, workers: int = workers, tally: Tally = tally, deadline: float = deadline,
-                   cases: list[int] = cases) -> None:
+        def worker(
+            start: int,
+            workers: int = workers,
+            tally: Tally = tally,
+            deadline: float = deadline,
+            cases: list[int] = cases,
+        ) -> None:
             for index in range(start, calls, workers):
                 if time.monotonic() > deadline:
                     return
@@ -155,8 +180,12 @@ def library_load(threads: int, calls: int, seconds: float, expected: list[str]) 
         for thread in pool:
             thread.join()
         elapsed = time.monotonic() - started
-        figures[label] = {"calls": tally.done, "seconds": round(elapsed, 2),
-                          "per_second": round(tally.done / elapsed), "wrong": tally.wrong}
+        figures[label] = {
+            "calls": tally.done,
+            "seconds": round(elapsed, 2),
+            "per_second": round(tally.done / elapsed),
+            "wrong": tally.wrong,
+        }
     return figures
 
 
@@ -180,22 +209,43 @@ def verify_load(runs: int, seconds: float) -> dict[str, Any]:
     try:
         shutil.copy(lvp, work / "lvp.json")
         mount = f"{{hostPath: {work / 'lvp.json'}, containerPath: /etc/cgpu-load/lvp.json, options: [ro, bind]}}"
-        devices = "".join(f"  - name: dev{n}\n    containerEdits:\n      mounts:\n        - {mount}\n"
-                          for n in range(runs))
+        devices = "".join(
+            f"  - name: dev{n}\n    containerEdits:\n      mounts:\n        - {mount}\n" for n in range(runs)
+        )
         try:
             spec.parent.mkdir(parents=True, exist_ok=True)
-            spec.write_text(f'cdiVersion: "0.5.0"\nkind: {kind}\n'
-                            "containerEdits:\n  env: [VK_DRIVER_FILES=/etc/cgpu-load/lvp.json]\n"
-                            f"devices:\n{devices}")
+            spec.write_text(
+                f'cdiVersion: "0.5.0"\nkind: {kind}\n'
+                "containerEdits:\n  env: [VK_DRIVER_FILES=/etc/cgpu-load/lvp.json]\n"
+                f"devices:\n{devices}"
+            )
         except OSError as exc:
             return {"skipped": f"cannot write a spec into /etc/cdi: {exc}"}
         service = PodmanService.start(timeout=30)
         env = {**os.environ, MARK_VAR: mark, "PYTHONPATH": str(REPO), "CONTAINER_HOST": service.url}
         before = _labelled(podman)
         started = time.monotonic()
-        procs = [subprocess.Popen([sys.executable, "-m", "cgpu", "probe", "--backend", "cdi", "--json", "--verify",
-                                   "--device", f"{kind}=dev{n}"], cwd=REPO, env=env,
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE) for n in range(runs)]
+        procs = [
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "cgpu",
+                    "probe",
+                    "--backend",
+                    "cdi",
+                    "--json",
+                    "--verify",
+                    "--device",
+                    f"{kind}=dev{n}",
+                ],
+                cwd=REPO,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            )
+            for n in range(runs)
+        ]
         wrong = []
         for n, proc in enumerate(procs):
             try:
@@ -218,8 +268,13 @@ def verify_load(runs: int, seconds: float) -> dict[str, Any]:
             if not left:
                 break
             time.sleep(0.5)
-        return {"runs": runs, "seconds": round(elapsed, 2), "wrong": wrong, "containers_left": sorted(left),
-                "left_running": _marked(mark)}
+        return {
+            "runs": runs,
+            "seconds": round(elapsed, 2),
+            "wrong": wrong,
+            "containers_left": sorted(left),
+            "left_running": _marked(mark),
+        }
     finally:
         spec.unlink(missing_ok=True)
         if service is not None:
@@ -228,8 +283,9 @@ def verify_load(runs: int, seconds: float) -> dict[str, Any]:
 
 
 def _labelled(podman: str) -> set[str]:
-    done = subprocess.run([podman, "ps", "-a", "-q", "--filter", "label=cgpu.verify=1"], capture_output=True,
-                          text=True, timeout=60)
+    done = subprocess.run(
+        [podman, "ps", "-a", "-q", "--filter", "label=cgpu.verify=1"], capture_output=True, text=True, timeout=60
+    )
     return set(done.stdout.split())
 
 
@@ -265,9 +321,16 @@ def cache_load(procs: int, keys: int) -> dict[str, Any]:
     log = directory / "computed.log"
     try:
         started = time.monotonic()
-        children = [subprocess.Popen([sys.executable, "-c", CACHE_WORKER, str(directory), str(n % keys), str(log)],
-                                     cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE) for n in range(procs)]
+        children = [
+            subprocess.Popen(
+                [sys.executable, "-c", CACHE_WORKER, str(directory), str(n % keys), str(log)],
+                cwd=REPO,
+                env={**os.environ, "PYTHONPATH": str(REPO)},
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            )
+            for n in range(procs)
+        ]
         wrong = []
         for n, child in enumerate(children):
             out, err = child.communicate(timeout=120)
@@ -282,9 +345,16 @@ def cache_load(procs: int, keys: int) -> dict[str, Any]:
         entries = list((directory / "load").glob("*.json"))
         torn = [p.name for p in entries if not _valid_json(p)]
         temp = [p.name for p in (directory / "load").glob("*.tmp")]
-        return {"processes": procs, "keys": keys, "seconds": round(elapsed, 2),
-                "computations": len(computed), "entries": len(entries), "torn": torn, "temp_left": temp,
-                "wrong": wrong}
+        return {
+            "processes": procs,
+            "keys": keys,
+            "seconds": round(elapsed, 2),
+            "computations": len(computed),
+            "entries": len(entries),
+            "torn": torn,
+            "temp_left": temp,
+            "wrong": wrong,
+        }
     finally:
         shutil.rmtree(directory, ignore_errors=True)
 
@@ -337,8 +407,11 @@ def main() -> int:
     if args.only in (None, "cache"):
         results["cache"] = cache_load(args.cache_procs, max(1, args.cache_procs // 4))
     print(json.dumps(results, indent=2))
-    failed = any(part.get(key) for part in _parts(results) for key in
-                 ("wrong", "left_running", "containers_left", "torn", "temp_left"))
+    failed = any(
+        part.get(key)
+        for part in _parts(results)
+        for key in ("wrong", "left_running", "containers_left", "torn", "temp_left")
+    )
     cache = results.get("cache")
     if cache and cache["computations"] != cache["keys"]:
         failed = True

@@ -74,8 +74,11 @@ def test_run_keeps_bounded_output_and_feeds_input():
 
     flood = run([sys.executable, "-c", "import sys; sys.stdout.buffer.write(b'x' * (40 << 20))"], timeout=60)
     assert flood.returncode == 0 and len(flood.stdout) == MAX_OUTPUT
-    echoed = run([sys.executable, "-c", "import sys; sys.stdout.buffer.write(sys.stdin.buffer.read())"],
-                 timeout=30, input=b"\xff" * 300_000)
+    echoed = run(
+        [sys.executable, "-c", "import sys; sys.stdout.buffer.write(sys.stdin.buffer.read())"],
+        timeout=30,
+        input=b"\xff" * 300_000,
+    )
     assert echoed.stdout == b"\xff" * 300_000
 
 
@@ -84,8 +87,10 @@ def test_run_stops_a_command_whose_daemon_keeps_the_pipe_open():
     holds (communicate() would have waited for that process)."""
     from cgpu.run import CommandTimeoutError, run
 
-    code = ("import subprocess, sys; d = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(20)'], "
-            "start_new_session=True); print(d.pid, flush=True)")
+    code = (
+        "import subprocess, sys; d = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(20)'], "
+        "start_new_session=True); print(d.pid, flush=True)"
+    )
     started = time.monotonic()
     with pytest.raises(CommandTimeoutError) as raised:
         run([sys.executable, "-c", code], timeout=2)
@@ -97,8 +102,14 @@ def test_run_stops_a_command_whose_daemon_keeps_the_pipe_open():
 def test_a_closed_pipe_keeps_the_exit_status(args, status, tmp_path):
     """`cgpu ... | head` in a pipeline with pipefail: the reader leaving must not turn a failure into 0."""
     command = f"set -o pipefail; {sys.executable} -m cgpu {' '.join(args)} | true"
-    proc = subprocess.run([shutil.which("bash") or "/bin/bash", "-c", command], capture_output=True, text=True, timeout=60, cwd=REPO,
-                          env={**os.environ, "PATH": str(tmp_path)})  # no wsl.exe on PATH
+    proc = subprocess.run(
+        [shutil.which("bash") or "/bin/bash", "-c", command],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+        env={**os.environ, "PATH": str(tmp_path)},
+    )  # no wsl.exe on PATH
     assert proc.returncode == status, proc.stderr
     assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr
 
@@ -116,6 +127,7 @@ def test_library_call_raises_valueerror_for_values_that_cannot_work():
         cgpu.probe(backend="cdi", spec_dirs=["cdi-samples/amd/spec"], timeout=-1)
     with pytest.raises(ValueError, match="not a CDI device name"):
         cgpu.probe(backend="cdi", spec_dirs=["cdi-samples/amd/spec"], devices=["gpu=0"])
-    report = cgpu.probe(backend="cdi", spec_dirs=[str(REPO / "cdi-samples/amd/spec")],
-                        root=str(REPO / "cdi-samples/hosts/amd"))
+    report = cgpu.probe(
+        backend="cdi", spec_dirs=[str(REPO / "cdi-samples/amd/spec")], root=str(REPO / "cdi-samples/hosts/amd")
+    )
     assert report.containers == ["rocm", "vulkan", "opencl"]

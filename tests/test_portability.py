@@ -28,10 +28,12 @@ def test_every_module_imports_without_posix_only_modules():
 
 def test_cli_path_imports_no_heavy_package():
     """The agent calls cgpu often: the CDI path must not pay for pydantic, docker or podman."""
-    code = ("import sys; from cgpu.cli import main; main(['probe', '--backend', 'cdi', '--spec-dir', "
-            "'cdi-samples/nvidia-current/spec', '--root', 'cdi-samples/hosts/nvidia-580', '--json']); "
-            "heavy = [m for m in ('pydantic', 'docker', 'podman', 'requests') if m in sys.modules]; "
-            "sys.stderr.write(repr(heavy))")
+    code = (
+        "import sys; from cgpu.cli import main; main(['probe', '--backend', 'cdi', '--spec-dir', "
+        "'cdi-samples/nvidia-current/spec', '--root', 'cdi-samples/hosts/nvidia-580', '--json']); "
+        "heavy = [m for m in ('pydantic', 'docker', 'podman', 'requests') if m in sys.modules]; "
+        "sys.stderr.write(repr(heavy))"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
     assert proc.returncode == 0
     assert proc.stderr.strip().endswith("[]"), proc.stderr
@@ -44,7 +46,7 @@ def test_json_nested_deeper_than_python_walks_is_garbage_not_a_crash():
     from cgpu.report import ReportBuilder
     from cgpu.verify import _read_probe
 
-    deep = b"{\"a\":" + b"[" * 100_000
+    deep = b'{"a":' + b"[" * 100_000
     assert wsl.read_local_result(deep) is None
     assert read_probe_output(deep) is None
     assert isinstance(_read_probe(ReportBuilder("cdi"), "vendor.com/gpu=0", deep), str)

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import importlib
 import sys
-from typing import Any, Callable, Final
+from collections.abc import Callable
+from typing import Any, Final
 
 from cgpu.report import ReportBuilder
 
@@ -33,9 +34,7 @@ def default_backend(platform: str = sys.platform) -> str:
     return "cdi"
 
 
-def run_backend(
-    name: str, options: dict[str, Any], *, progress: Callable[[str], None] | None = None
-) -> ReportBuilder:
+def run_backend(name: str, options: dict[str, Any], *, progress: Callable[[str], None] | None = None) -> ReportBuilder:
     """Run one backend; unknown options raise TypeError, a timeout out of range ValueError."""
     if name not in BACKENDS:
         raise ValueError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from cgpu.backends.cdi_host import HostFS, HostTrace
 from cgpu.backends.cdi_rules import PARTIAL, PROVIDED, Finding, judge
@@ -55,9 +56,17 @@ class DeviceAnswer:
         return "partial" if any(f.state == PARTIAL for f in self.findings.values()) else "ok"
 
 
-def probe(report: ReportBuilder, *, spec_dirs: Sequence[str] | None = None, root: str | None = "/",
-          engine: str | None = None, devices: Sequence[str] | None = None, verify: bool = False,
-          probe_image: str | None = None, timeout: float | None = None) -> None:
+def probe(
+    report: ReportBuilder,
+    *,
+    spec_dirs: Sequence[str] | None = None,
+    root: str | None = "/",
+    engine: str | None = None,
+    devices: Sequence[str] | None = None,
+    verify: bool = False,
+    probe_image: str | None = None,
+    timeout: float | None = None,
+) -> None:
     from cgpu.cdi.scan import DEFAULT_SPEC_DIRS, scan_spec_dirs
 
     dirs = list(spec_dirs) if spec_dirs else list(DEFAULT_SPEC_DIRS)
@@ -72,8 +81,9 @@ def probe(report: ReportBuilder, *, spec_dirs: Sequence[str] | None = None, root
         return
     max_version, label = rules
     if max_version is None and label is not None:
-        report.problem("error", "--engine", f"{label} reads no CDI specs at all, so no container there gets a "
-                                            f"CDI device")
+        report.problem(
+            "error", "--engine", f"{label} reads no CDI specs at all, so no container there gets a CDI device"
+        )
         scan = ScanResult(devices={}, specs=[], problems=[])
     else:
         scan = scan_spec_dirs(dirs, max_version=max_version, engine_label=label)
@@ -82,8 +92,14 @@ def probe(report: ReportBuilder, *, spec_dirs: Sequence[str] | None = None, root
         _verify(report, answers, dirs=dirs, engine=engine, probe_image=probe_image, timeout=timeout)
 
 
-def answer_scan(report: ReportBuilder, scan: ScanResult, host: HostFS, *, devices: Sequence[str] | None = None,
-                dirs: Sequence[str] = ()) -> list[DeviceAnswer] | None:
+def answer_scan(
+    report: ReportBuilder,
+    scan: ScanResult,
+    host: HostFS,
+    *,
+    devices: Sequence[str] | None = None,
+    dirs: Sequence[str] = (),
+) -> list[DeviceAnswer] | None:
     """Fill the report from a scan: problems, one entry per device, the node answer with evidence."""
     for severity, source, message in scan.problems:
         report.problem(severity, source, message)  # type: ignore[arg-type]
@@ -102,8 +118,13 @@ def answer_scan(report: ReportBuilder, scan: ScanResult, host: HostFS, *, device
     ignored = [name for name in (devices or dropped) if name in dropped]
     for name in dict.fromkeys(ignored):
         spec = dropped[name]
-        report.device(name, [], status="blocked", spec=spec.path,
-                      reason=f"the engine ignores its spec: cdiVersion {spec.version} is above what it accepts")
+        report.device(
+            name,
+            [],
+            status="blocked",
+            spec=spec.path,
+            reason=f"the engine ignores its spec: cdiVersion {spec.version} is above what it accepts",
+        )
     _evidence(report, answers, scan, list(dirs), host, ignored)
     return answers
 
@@ -120,7 +141,7 @@ def _engine_dropped(scan: ScanResult) -> dict[str, Spec]:
 
 
 class _Remembered:
-    __slots__ = ("devices", "trace", "answers")
+    __slots__ = ("answers", "devices", "trace")
 
     def __init__(self, devices: list[ResolvedDevice], trace: HostTrace, answers: list[DeviceAnswer]) -> None:
         self.devices = devices  # held, so the specs' ids stay theirs
@@ -135,10 +156,15 @@ _REMEMBERED: dict[str, _Remembered] = {}
 
 def _answers(selected: list[ResolvedDevice], host: HostFS) -> list[DeviceAnswer]:
     last = _REMEMBERED.get(host.root)
-    if (last is not None and len(last.devices) == len(selected)
-            and all(a.spec is b.spec and a.qualified_name == b.qualified_name
-                    for a, b in zip(last.devices, selected))
-            and host.replay(last.trace)):
+    if (
+        last is not None
+        and len(last.devices) == len(selected)
+        and all(
+            a.spec is b.spec and a.qualified_name == b.qualified_name
+            for a, b in zip(last.devices, selected, strict=True)
+        )
+        and host.replay(last.trace)
+    ):
         return last.answers
     bases: dict[int, tuple[ContainerView, list[tuple[str, str]]]] = {}
     same_edits: dict[Any, tuple[dict[str, Finding], list[tuple[str, str]]]] = {}
@@ -184,8 +210,10 @@ def _missing(edits: ContainerEdits, host: HostFS) -> list[tuple[str, str]]:
 
 # --- engine rules and device selection ----------------------------------------------------------
 
-def _engine_rules(report: ReportBuilder, engine: str | None,
-                  timeout: float | None) -> tuple[str | None, str | None] | None:
+
+def _engine_rules(
+    report: ReportBuilder, engine: str | None, timeout: float | None
+) -> tuple[str | None, str | None] | None:
     """(highest cdiVersion the engine accepts, "podman 4.3.1"); (None, None) for the newest rules;
     None when the option is unusable (reported). A label without a version: that engine reads no CDI."""
     from cgpu.cdi.versions import max_cdi_version, parse_engine_option
@@ -198,9 +226,11 @@ def _engine_rules(report: ReportBuilder, engine: str | None,
         found, failures = detect_engines(timeout=timeout or 10)
         if not found:
             why = f" ({'; '.join(failures)})" if failures else ""
-            report.problem("warning", "--engine auto",
-                           f"no podman or docker answered on this host{why}, so specs are judged by the newest "
-                           f"CDI rules")
+            report.problem(
+                "warning",
+                "--engine auto",
+                f"no podman or docker answered on this host{why}, so specs are judged by the newest CDI rules",
+            )
             return None, None
         name, version = found[0].name, found[0].version
     else:
@@ -216,8 +246,9 @@ def _engine_rules(report: ReportBuilder, engine: str | None,
         return None, None
 
 
-def _select(report: ReportBuilder, scan: ScanResult, names: Sequence[str] | None, dirs: list[str],
-            dropped: dict[str, Spec]) -> list[ResolvedDevice] | None:
+def _select(
+    report: ReportBuilder, scan: ScanResult, names: Sequence[str] | None, dirs: list[str], dropped: dict[str, Spec]
+) -> list[ResolvedDevice] | None:
     if not names:
         return list(scan.devices.values())
     from cgpu.cdi.names import parse_qualified_name
@@ -227,18 +258,23 @@ def _select(report: ReportBuilder, scan: ScanResult, names: Sequence[str] | None
         try:
             parse_qualified_name(name)
         except ValueError as exc:
-            report.usage_error("--device", f"{name!r} is not a CDI device name ({exc}); use vendor/class=name, "
-                                      f"e.g. nvidia.com/gpu=0")
+            report.usage_error(
+                "--device", f"{name!r} is not a CDI device name ({exc}); use vendor/class=name, e.g. nvidia.com/gpu=0"
+            )
             return None
     unknown = [name for name in wanted if name not in scan.devices and name not in dropped]
     if unknown:
-        report.problem("error", ", ".join(unknown),
-                       f"unresolvable CDI devices {', '.join(unknown)}: no valid spec in {', '.join(dirs)} "
-                       f"defines them, so an engine refuses a container that requests them")
+        report.problem(
+            "error",
+            ", ".join(unknown),
+            f"unresolvable CDI devices {', '.join(unknown)}: no valid spec in {', '.join(dirs)} "
+            f"defines them, so an engine refuses a container that requests them",
+        )
     return [scan.devices[name] for name in wanted if name in scan.devices]
 
 
 # --- problems: blocked devices, stale specs, risky edits -----------------------------------------
+
 
 def _names(names: list[str], limit: int = 3) -> str:
     if len(names) <= limit:
@@ -301,12 +337,17 @@ def _report_problems(report: ReportBuilder, answers: list[DeviceAnswer], host: H
         stale = _stale(blocked, host)
         if stale is not None:
             spec_version, host_version, source, versioned = stale
-            report.problem("error", spec_path, (
-                f"stale spec: it was generated for NVIDIA driver {spec_version} but the host runs {host_version} "
-                f"({host.display(source)}), so {len(versioned)} of its paths such as {versioned[0]} no longer "
-                f"exist and no container with {_names([a.name for a in blocked])} can start; regenerate it with "
-                f"`nvidia-ctk cdi generate --output={spec_path}` (or `systemctl restart nvidia-cdi-refresh.service` "
-                f"where the toolkit keeps /var/run/cdi/nvidia.yaml current)"))
+            report.problem(
+                "error",
+                spec_path,
+                (
+                    f"stale spec: it was generated for NVIDIA driver {spec_version} but the host runs {host_version} "
+                    f"({host.display(source)}), so {len(versioned)} of its paths such as {versioned[0]} no longer "
+                    f"exist and no container with {_names([a.name for a in blocked])} can start; regenerate it with "
+                    f"`nvidia-ctk cdi generate --output={spec_path}` (or `systemctl restart "
+                    f"nvidia-cdi-refresh.service` where the toolkit keeps /var/run/cdi/nvidia.yaml current)"
+                ),
+            )
             continue
         by_cause: dict[tuple[str, str], list[DeviceAnswer]] = {}
         for answer in blocked:
@@ -314,12 +355,18 @@ def _report_problems(report: ReportBuilder, answers: list[DeviceAnswer], host: H
         for (_, what), causing in by_cause.items():
             more = len({p for a in causing for p, _ in a.missing}) - 1
             extra = f" (and {more} more missing paths)" if more > 0 else ""
-            report.problem("error", spec_path, (
-                f"{_names([a.name for a in causing])} cannot start: {what} does not exist on the host{extra}, "
-                f"so the engine refuses the container; the spec does not fit this host: regenerate it here"))
+            report.problem(
+                "error",
+                spec_path,
+                (
+                    f"{_names([a.name for a in causing])} cannot start: {what} does not exist on the host{extra}, "
+                    f"so the engine refuses the container; the spec does not fit this host: regenerate it here"
+                ),
+            )
 
 
 # --- the node answer ------------------------------------------------------------------------------
+
 
 def _lead(answers: list[DeviceAnswer]) -> str:
     """The first device's name, with how many more share the finding: grammatical before 'gets'."""
@@ -328,8 +375,14 @@ def _lead(answers: list[DeviceAnswer]) -> str:
     return first if rest == 0 else f"{first} (and {rest} other device{'s' if rest > 1 else ''})"
 
 
-def _evidence(report: ReportBuilder, answers: list[DeviceAnswer], scan: ScanResult, dirs: list[str],
-              host: HostFS, ignored: list[str]) -> None:
+def _evidence(
+    report: ReportBuilder,
+    answers: list[DeviceAnswer],
+    scan: ScanResult,
+    dirs: list[str],
+    host: HostFS,
+    ignored: list[str],
+) -> None:
     runnable = [a for a in answers if not a.blocked]
     blocked = [a for a in answers if a.blocked]
     for api in APIS:
@@ -346,38 +399,66 @@ def _evidence(report: ReportBuilder, answers: list[DeviceAnswer], scan: ScanResu
         if stopped or short:
             first = (stopped or short)[0]
             stale = _stale(stopped or short, host)
-            cause = (f"its spec is stale (written for NVIDIA driver {stale[0]}, the host runs {stale[1]}): "
-                     f"regenerate it with `nvidia-ctk cdi generate`" if stale else
-                     f"{first.missing[0][1]} does not exist on the host")
+            cause = (
+                f"its spec is stale (written for NVIDIA driver {stale[0]}, the host runs {stale[1]}): "
+                f"regenerate it with `nvidia-ctk cdi generate`"
+                if stale
+                else f"{first.missing[0][1]} does not exist on the host"
+            )
             if stopped:
-                report.withhold(api, f"not provided: {_lead(stopped)} would give {api} but no container with it "
-                                     f"can start, as {cause}")
+                report.withhold(
+                    api,
+                    f"not provided: {_lead(stopped)} would give {api} but no container with it can start, as {cause}",
+                )
             else:
-                report.withhold(api, f"not provided: no container with {_lead(short)} can start, as {cause}, "
-                                     f"and it {first.findings[api].text}")
+                report.withhold(
+                    api,
+                    f"not provided: no container with {_lead(short)} can start, as {cause}, "
+                    f"and it {first.findings[api].text}",
+                )
             continue
         if answers:
             base = runnable or answers
             report.withhold(api, f"not provided: {_lead(base)} {base[0].findings[api].text}")
         elif ignored:
-            report.withhold(api, f"not provided: the engine ignores the spec that defines {_names(ignored)}, as its "
-                                 f"cdiVersion is newer than the engine accepts")
+            report.withhold(
+                api,
+                f"not provided: the engine ignores the spec that defines {_names(ignored)}, as its "
+                f"cdiVersion is newer than the engine accepts",
+            )
         elif scan.devices:
             report.withhold(api, "not provided: none of the requested CDI devices resolves")
         else:
             report.withhold(api, f"not provided: no valid CDI spec defines a device in {', '.join(dirs)}")
 
 
-def _verify(report: ReportBuilder, answers: list[DeviceAnswer], *, dirs: list[str], engine: str | None,
-            probe_image: str | None, timeout: float | None) -> None:
+def _verify(
+    report: ReportBuilder,
+    answers: list[DeviceAnswer],
+    *,
+    dirs: list[str],
+    engine: str | None,
+    probe_image: str | None,
+    timeout: float | None,
+) -> None:
     from cgpu.cdi.scan import DEFAULT_SPEC_DIRS
     from cgpu.verify import verify_devices
 
     own = [d for d in dirs if os.path.realpath(d) not in {os.path.realpath(e) for e in DEFAULT_SPEC_DIRS}]
     if own:
-        report.problem("info", "--verify", f"the engine reads its own spec dirs (by default "
-                                           f"{', '.join(DEFAULT_SPEC_DIRS)}), not {', '.join(own)}: a device "
-                                           f"defined only there is unresolvable to it")
+        report.problem(
+            "info",
+            "--verify",
+            f"the engine reads its own spec dirs (by default "
+            f"{', '.join(DEFAULT_SPEC_DIRS)}), not {', '.join(own)}: a device "
+            f"defined only there is unresolvable to it",
+        )
     runnable = [a for a in answers if not a.blocked]
-    verify_devices(report, [a.name for a in runnable], {a.name: a.apis for a in runnable},
-                   engine=engine, probe_image=probe_image, timeout=timeout)
+    verify_devices(
+        report,
+        [a.name for a in runnable],
+        {a.name: a.apis for a in runnable},
+        engine=engine,
+        probe_image=probe_image,
+        timeout=timeout,
+    )

@@ -12,7 +12,8 @@ import os
 import posixpath
 import re
 import stat
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from cgpu.files import open_regular
 
@@ -143,7 +144,7 @@ class HostFS:
 
     # --- the raw questions ----------------------------------------------------------------------
     def _kind(self, path: str) -> str | None:
-        """"dir", "file" (anything else that exists) or None: one stat, after the walk inside the root."""
+        """ "dir", "file" (anything else that exists) or None: one stat, after the walk inside the root."""
         real = self.resolve(path)
         if real is None:
             return None

@@ -25,8 +25,13 @@ CTL, UVM, DXG, KFD = "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/dxg", "/dev/kfd"
 VENDOR_NAMES = {"0x10de": "NVIDIA", "0x1002": "AMD", "0x8086": "Intel"}
 KIND_VENDOR_IDS = {"nvidia.com": "0x10de", "amd.com": "0x1002", "intel.com": "0x8086"}
 
-VULKAN_SEARCH_DIRS = ("/etc/vulkan/icd.d", "/etc/xdg/vulkan/icd.d", "/usr/local/etc/vulkan/icd.d",
-                      "/usr/local/share/vulkan/icd.d", "/usr/share/vulkan/icd.d")
+VULKAN_SEARCH_DIRS = (
+    "/etc/vulkan/icd.d",
+    "/etc/xdg/vulkan/icd.d",
+    "/usr/local/etc/vulkan/icd.d",
+    "/usr/local/share/vulkan/icd.d",
+    "/usr/share/vulkan/icd.d",
+)
 OPENCL_VENDORS_DIR = "/etc/OpenCL/vendors"
 
 # Software drivers never count (design §3); matched on the library file name an ICD names.
@@ -51,7 +56,7 @@ class Finding:
 
 
 class RenderNode:
-    __slots__ = ("path", "vendor", "source")
+    __slots__ = ("path", "source", "vendor")
 
     def __init__(self, path: str, vendor: str | None, source: str) -> None:
         self.path = path  # in the container
@@ -70,10 +75,12 @@ def judge(view: ContainerView, kind: str) -> dict[str, Finding]:
     return {
         "cuda": _cuda(view),
         "rocm": _rocm(view, renders),
-        "vulkan": _best(_nvidia_vulkan(view), _render_graphics(view, renders, "vulkan"), nvidia_like,
-                        _software_note(view, "vulkan")),
-        "opencl": _best(_nvidia_opencl(view), _render_graphics(view, renders, "opencl"), nvidia_like,
-                        _software_note(view, "opencl")),
+        "vulkan": _best(
+            _nvidia_vulkan(view), _render_graphics(view, renders, "vulkan"), nvidia_like, _software_note(view, "vulkan")
+        ),
+        "opencl": _best(
+            _nvidia_opencl(view), _render_graphics(view, renders, "opencl"), nvidia_like, _software_note(view, "opencl")
+        ),
         "directml": _directml(view),
     }
 
@@ -88,8 +95,11 @@ def render_nodes(view: ContainerView, kind: str) -> list[RenderNode]:
             source = f"vendor {vendor} in /sys/class/drm/{name}/device/vendor"
         else:
             vendor = KIND_VENDOR_IDS.get(kind.split("/", 1)[0])
-            source = (f"{VENDOR_NAMES[vendor]} by the spec kind {kind}, as sysfs has no vendor for {name}"
-                      if vendor else f"sysfs has no vendor for {name}")
+            source = (
+                f"{VENDOR_NAMES[vendor]} by the spec kind {kind}, as sysfs has no vendor for {name}"
+                if vendor
+                else f"sysfs has no vendor for {name}"
+            )
         found.append(RenderNode(path, vendor, source))
     return found
 
@@ -106,6 +116,7 @@ def _best(nvidia: Finding, render: Finding, nvidia_like: bool, software: str | N
 
 # --- NVIDIA --------------------------------------------------------------------------------------
 
+
 def _nodes_text(paths: list[str]) -> str:
     """`a`, `a and b`, `a, b and c`."""
     return paths[0] if len(paths) == 1 else f"{', '.join(paths[:-1])} and {paths[-1]}"
@@ -113,7 +124,8 @@ def _nodes_text(paths: list[str]) -> str:
 
 def _nvidia_nodes(view: ContainerView, *, uvm: bool) -> tuple[list[str], list[str]]:
     """(NVIDIA nodes the container gets, those it lacks) for a native (non-WSL) driver."""
-    have, lack = [], []
+    have: list[str] = []
+    lack: list[str] = []
     for path in (CTL, UVM) if uvm else (CTL,):
         (have if view.usable_node(path) else lack).append(path)
     gpus = view.usable_nodes(NVIDIA_GPU_NODE)
@@ -142,17 +154,28 @@ def _find_library(view: ContainerView, stem: str, soname: str) -> tuple[str | No
     return (libraries[0], None) if libraries else (None, None)
 
 
-def _nvidia_api(view: ContainerView, library: str | None, route: str | None, soname: str, *,
-                have: list[str], lack: list[str], registration: str | None, unregistered: str | None,
-                brings: str) -> Finding:
+def _nvidia_api(
+    view: ContainerView,
+    library: str | None,
+    route: str | None,
+    soname: str,
+    *,
+    have: list[str],
+    lack: list[str],
+    registration: str | None,
+    unregistered: str | None,
+    brings: str,
+) -> Finding:
     """The verdict once the pieces are known: all there, or what falls short and how to fix it."""
     name = posixpath.basename(library) if library else None
     short, fixes = [], []
     if lack:
         short.append(f"no {_nodes_text(lack)}")
     if name and not route:
-        short.append(f"nothing makes {name} loadable as {soname} (no update-ldcache hook over "
-                     f"{posixpath.dirname(library or '')}, no create-symlinks link)")
+        short.append(
+            f"nothing makes {name} loadable as {soname} (no update-ldcache hook over "
+            f"{posixpath.dirname(library or '')}, no create-symlinks link)"
+        )
     if short:
         fixes.append(NVIDIA_REGENERATE + ("" if route or not name else " without `--disable-hook all`"))
     if name and unregistered:
@@ -168,38 +191,68 @@ def _nvidia_api(view: ContainerView, library: str | None, route: str | None, son
 def _cuda(view: ContainerView) -> Finding:
     library, route = _library(view, "libcuda", "libcuda.so.1")
     if view.usable_node(DXG):  # WSL mode: the driver store's libcuda.so.1.1 behind /dev/dxg
-        have, lack = [DXG], []
+        have, lack = [DXG], list[str]()
     else:
         have, lack = _nvidia_nodes(view, uvm=True)
     if library is None:
         if not have:
-            return Finding(ABSENT, "has no NVIDIA device node (/dev/nvidiactl, /dev/nvidia-uvm, /dev/nvidiaN, "
-                                   "or /dev/dxg on WSL) and no libcuda")
-        return Finding(PARTIAL, f"gets {_nodes_text(have)} but no libcuda.so.<driver version> is mounted (device "
-                                f"nodes only, no user-space driver): {NVIDIA_REGENERATE}")
-    return _nvidia_api(view, library, route, "libcuda.so.1", have=have, lack=lack, registration=None,
-                       unregistered=None, brings="the image brings the CUDA runtime if the application needs it")
+            return Finding(
+                ABSENT,
+                "has no NVIDIA device node (/dev/nvidiactl, /dev/nvidia-uvm, /dev/nvidiaN, "
+                "or /dev/dxg on WSL) and no libcuda",
+            )
+        return Finding(
+            PARTIAL,
+            f"gets {_nodes_text(have)} but no libcuda.so.<driver version> is mounted (device "
+            f"nodes only, no user-space driver): {NVIDIA_REGENERATE}",
+        )
+    return _nvidia_api(
+        view,
+        library,
+        route,
+        "libcuda.so.1",
+        have=have,
+        lack=lack,
+        registration=None,
+        unregistered=None,
+        brings="the image brings the CUDA runtime if the application needs it",
+    )
 
 
 def _nvidia_vulkan(view: ContainerView) -> Finding:
     library, route = _library(view, "libGLX_nvidia", "libGLX_nvidia.so.0")
     if library is None:
-        return Finding(ABSENT, "mounts no libGLX_nvidia.so.<driver version>, NVIDIA's Vulkan driver (a spec from "
-                               "`nvidia-ctk cdi generate` on a host with the full driver has it)")
+        return Finding(
+            ABSENT,
+            "mounts no libGLX_nvidia.so.<driver version>, NVIDIA's Vulkan driver (a spec from "
+            "`nvidia-ctk cdi generate` on a host with the full driver has it)",
+        )
     if view.usable_nodes(MIG_CAP_NODE) and not view.usable_nodes(DRM_NODE):
-        return Finding(ABSENT, "is a MIG instance without graphics (nvidia-ctk adds DRM nodes only for MIG profiles "
-                               "with graphics), so NVIDIA's Vulkan driver has no device to use")
+        return Finding(
+            ABSENT,
+            "is a MIG instance without graphics (nvidia-ctk adds DRM nodes only for MIG profiles "
+            "with graphics), so NVIDIA's Vulkan driver has no device to use",
+        )
     have, lack = _nvidia_nodes(view, uvm=False)
     icd = _registration(view, library, "libGLX_nvidia.so.0", "vulkan")
     return _nvidia_api(
-        view, library, route, "libGLX_nvidia.so.0", have=have, lack=lack,
+        view,
+        library,
+        route,
+        "libGLX_nvidia.so.0",
+        have=have,
+        lack=lack,
         registration=f"the Vulkan ICD {icd}" if icd else None,
-        unregistered=None if icd else (
+        unregistered=None
+        if icd
+        else (
             f"no Vulkan ICD manifest naming it reaches a loader search dir ({VULKAN_SEARCH_DIRS[0]}, "
             f"{VULKAN_SEARCH_DIRS[-1]}) or VK_DRIVER_FILES: mount the host's nvidia_icd.json at /etc/vulkan/icd.d/ "
             f"(`nvidia-ctk cdi generate` does where the host has it; RPM drivers name it nvidia_icd.x86_64.json, "
-            f"picked up since toolkit 1.18.0)"),
-        brings="the image brings the Vulkan loader (libvulkan.so.1)")
+            f"picked up since toolkit 1.18.0)"
+        ),
+        brings="the image brings the Vulkan loader (libvulkan.so.1)",
+    )
 
 
 def _nvidia_opencl(view: ContainerView) -> Finding:
@@ -209,22 +262,33 @@ def _nvidia_opencl(view: ContainerView) -> Finding:
     have, lack = _nvidia_nodes(view, uvm=True)
     icd = _registration(view, library, "libnvidia-opencl.so.1", "opencl")
     return _nvidia_api(
-        view, library, route, "libnvidia-opencl.so.1", have=have, lack=lack, registration=icd,
-        unregistered=None if icd else (
+        view,
+        library,
+        route,
+        "libnvidia-opencl.so.1",
+        have=have,
+        lack=lack,
+        registration=icd,
+        unregistered=None
+        if icd
+        else (
             f"no {OPENCL_VENDORS_DIR}/*.icd file, OCL_ICD_FILENAMES or OCL_ICD_VENDORS names it, so the OpenCL "
             f"loader finds no platform: mount the host's {OPENCL_VENDORS_DIR}/nvidia.icd (nvidia-ctk 1.20.0 and "
-            f"later do) or ship it in the image"),
-        brings="the image brings the OpenCL ICD loader (libOpenCL.so.1)")
+            f"later do) or ship it in the image"
+        ),
+        brings="the image brings the OpenCL ICD loader (libOpenCL.so.1)",
+    )
 
 
 # --- loader registrations (Vulkan ICD manifests, OpenCL .icd files) -------------------------------
+
 
 def _vulkan_manifests(view: ContainerView) -> list[str]:
     """Container paths of the Vulkan ICD manifests the loader reads (VK_DRIVER_FILES replaces the dirs)."""
     chosen = view.env.get("VK_DRIVER_FILES") or view.env.get("VK_ICD_FILENAMES")
     entries = chosen.split(":") if chosen else []
     entries += (view.env.get("VK_ADD_DRIVER_FILES") or "").split(":")
-    manifests = []
+    manifests: list[str] = []
     for entry in filter(None, entries):
         listed = view.files_in(entry)
         manifests.extend(p for p in listed if p.endswith(".json")) if listed else manifests.append(entry)
@@ -291,18 +355,28 @@ def _software_note(view: ContainerView, api: str) -> str | None:
 
 # --- render nodes: AMD and Intel -----------------------------------------------------------------
 
+
 def _rocm(view: ContainerView, renders: list[RenderNode]) -> Finding:
     amd = [r for r in renders if r.vendor == "0x1002"]
     kfd = view.usable_node(KFD)
     if amd and kfd:
-        return Finding(PROVIDED, f"gets {KFD} and {amd[0].path} of an AMD GPU ({amd[0].source}); "
-                                 f"the image brings the ROCm runtime (HIP, ROCr)")
+        return Finding(
+            PROVIDED,
+            f"gets {KFD} and {amd[0].path} of an AMD GPU ({amd[0].source}); "
+            f"the image brings the ROCm runtime (HIP, ROCr)",
+        )
     if amd:
-        return Finding(PARTIAL, f"gets {amd[0].path} of an AMD GPU but no {KFD}, ROCm's compute interface: "
-                                f"add {KFD} to the device (`amd-ctk cdi generate` does)")
+        return Finding(
+            PARTIAL,
+            f"gets {amd[0].path} of an AMD GPU but no {KFD}, ROCm's compute interface: "
+            f"add {KFD} to the device (`amd-ctk cdi generate` does)",
+        )
     if kfd:
-        return Finding(PARTIAL, f"gets {KFD} but no render node of an AMD GPU: add the GPU's /dev/dri/renderD* "
-                                f"node (`amd-ctk cdi generate` does)")
+        return Finding(
+            PARTIAL,
+            f"gets {KFD} but no render node of an AMD GPU: add the GPU's /dev/dri/renderD* "
+            f"node (`amd-ctk cdi generate` does)",
+        )
     return Finding(ABSENT, f"has no {KFD} and no AMD render node{_not_on_host(view)}")
 
 
@@ -311,23 +385,32 @@ def _render_graphics(view: ContainerView, renders: list[RenderNode], api: str) -
     for render in renders:
         if render.vendor == "0x1002":
             if api == "vulkan":
-                return Finding(PROVIDED, f"gets {render.path} of an AMD GPU ({render.source}); "
-                                         f"the image brings Mesa RADV and the Vulkan loader")
+                return Finding(
+                    PROVIDED,
+                    f"gets {render.path} of an AMD GPU ({render.source}); "
+                    f"the image brings Mesa RADV and the Vulkan loader",
+                )
             if kfd:
-                return Finding(PROVIDED, f"gets {KFD} and {render.path} of an AMD GPU ({render.source}); "
-                                         f"the image brings ROCm's OpenCL runtime and its ICD")
-            return Finding(PARTIAL, f"gets {render.path} of an AMD GPU but no {KFD}, which ROCm's OpenCL "
-                                    f"needs: add {KFD} to the device (`amd-ctk cdi generate` does)")
+                return Finding(
+                    PROVIDED,
+                    f"gets {KFD} and {render.path} of an AMD GPU ({render.source}); "
+                    f"the image brings ROCm's OpenCL runtime and its ICD",
+                )
+            return Finding(
+                PARTIAL,
+                f"gets {render.path} of an AMD GPU but no {KFD}, which ROCm's OpenCL "
+                f"needs: add {KFD} to the device (`amd-ctk cdi generate` does)",
+            )
         if render.vendor == "0x8086":
-            brings = ("Mesa ANV and the Vulkan loader" if api == "vulkan"
-                      else "Intel's compute-runtime and its ICD")
+            brings = "Mesa ANV and the Vulkan loader" if api == "vulkan" else "Intel's compute-runtime and its ICD"
             return Finding(PROVIDED, f"gets {render.path} of an Intel GPU ({render.source}); the image brings {brings}")
     if renders:
         render = renders[0]
         if render.vendor == "0x10de":
             return Finding(ABSENT, f"gets {render.path} of an NVIDIA GPU but no NVIDIA user-space driver for {api}")
-        return Finding(ABSENT, f"gets {render.path} of {render.vendor_name} ({render.source}), a GPU cgpu "
-                               f"claims nothing for")
+        return Finding(
+            ABSENT, f"gets {render.path} of {render.vendor_name} ({render.source}), a GPU cgpu claims nothing for"
+        )
     return Finding(ABSENT, f"has no GPU render node (/dev/dri/renderD*){_not_on_host(view)}")
 
 
@@ -335,11 +418,14 @@ def _not_on_host(view: ContainerView) -> str:
     listed = view.absent_nodes(RENDER_NODE) + view.absent_nodes(re.compile(re.escape(KFD)))
     if not listed:
         return ""
-    return (f" on this host: it lists {_nodes_text(listed)}, which the host does not have, so no GPU is behind "
-            f"{'them' if len(listed) > 1 else 'it'}")
+    return (
+        f" on this host: it lists {_nodes_text(listed)}, which the host does not have, so no GPU is behind "
+        f"{'them' if len(listed) > 1 else 'it'}"
+    )
 
 
 # --- WSL -----------------------------------------------------------------------------------------
+
 
 def _directml(view: ContainerView) -> Finding:
     names = view.index.names
@@ -351,5 +437,8 @@ def _directml(view: ContainerView) -> Finding:
     if not lack:
         return Finding(PROVIDED, f"gets {DXG}, libdxcore.so and libd3d12.so from the WSL host")
     got = _nodes_text([DXG, *have])
-    return Finding(PARTIAL, f"gets {got} but not {' or '.join(lack)}: mount /usr/lib/wsl/lib "
-                            f"(libdxcore.so, libd3d12.so, libd3d12core.so) into the container")
+    return Finding(
+        PARTIAL,
+        f"gets {got} but not {' or '.join(lack)}: mount /usr/lib/wsl/lib "
+        f"(libdxcore.so, libd3d12.so, libd3d12core.so) into the container",
+    )

@@ -10,23 +10,30 @@ from __future__ import annotations
 
 import posixpath
 import re
+from typing import cast
 
 from cgpu.backends.cdi_host import HostFS
 from cgpu.cdi.model import ContainerEdits, DeviceNode, Hook, Mount
 
 NVIDIA_HOOK_BINARIES = frozenset({"nvidia-cdi-hook", "nvidia-ctk"})
 # Mount types whose source is not a host path (the CDI README's tmpfs example has hostPath "tmpfs").
-PSEUDO_MOUNT_TYPES = frozenset({"tmpfs", "proc", "sysfs", "devpts", "mqueue", "cgroup", "cgroup2", "devtmpfs",
-                                "overlay", "shm", "ramfs"})
+PSEUDO_MOUNT_TYPES = frozenset(
+    {"tmpfs", "proc", "sysfs", "devpts", "mqueue", "cgroup", "cgroup2", "devtmpfs", "overlay", "shm", "ramfs"}
+)
 MAX_LINK_HOPS = 8
 MAX_DIR_ENTRIES = 4096
 
 
 class HookEffects:
-    __slots__ = ("links", "ld_folders", "nvidia_hooks", "other_hooks")
+    __slots__ = ("ld_folders", "links", "nvidia_hooks", "other_hooks")
 
-    def __init__(self, links: dict[str, str] | None = None, ld_folders: list[str] | None = None,
-                 nvidia_hooks: list[Hook] | None = None, other_hooks: list[Hook] | None = None) -> None:
+    def __init__(
+        self,
+        links: dict[str, str] | None = None,
+        ld_folders: list[str] | None = None,
+        nvidia_hooks: list[Hook] | None = None,
+        other_hooks: list[Hook] | None = None,
+    ) -> None:
         self.links = links if links is not None else {}  # link path -> target, both container paths
         self.ld_folders = ld_folders if ld_folders is not None else []
         self.nvidia_hooks = nvidia_hooks if nvidia_hooks is not None else []
@@ -104,10 +111,11 @@ _LIBRARY_NAME = re.compile(r"(.+?)\.so\.\d+(?:\.\d+)*")
 class FileIndex:
     """The files the host provides in a container, indexed the ways the rules look them up."""
 
-    __slots__ = ("paths", "by_folder", "libraries", "names")
+    __slots__ = ("by_folder", "libraries", "names", "paths")
 
-    def __init__(self, paths: list[str], by_folder: dict[str, list[str]], libraries: dict[str, list[str]],
-                 names: set[str]) -> None:
+    def __init__(
+        self, paths: list[str], by_folder: dict[str, list[str]], libraries: dict[str, list[str]], names: set[str]
+    ) -> None:
         self.paths = paths  # mounted files, directory mounts' entries, hook links
         self.by_folder = by_folder
         self.libraries = libraries  # "libcuda" -> ["/usr/lib/.../libcuda.so.580.82.07"] (no links)
@@ -122,8 +130,14 @@ class ContainerView:
     container path, hooks appended), sharing what the device does not change.
     """
 
-    def __init__(self, host: HostFS, nodes: dict[str, DeviceNode], mounts: dict[str, Mount],
-                 env: dict[str, str], effects: HookEffects) -> None:
+    def __init__(
+        self,
+        host: HostFS,
+        nodes: dict[str, DeviceNode],
+        mounts: dict[str, Mount],
+        env: dict[str, str],
+        effects: HookEffects,
+    ) -> None:
         self.host = host
         self.nodes = nodes
         self.mounts = mounts
@@ -151,9 +165,12 @@ class ContainerView:
         if edits.env:
             env = {**env, **dict(entry.partition("=")[::2] for entry in edits.env)}
         added = hook_effects(edits.hooks)
-        effects = HookEffects({**self.links, **added.links} if added.links else self.links,
-                              self.ld_folders + added.ld_folders, self.nvidia_hooks + added.nvidia_hooks,
-                              self.other_hooks + added.other_hooks)
+        effects = HookEffects(
+            {**self.links, **added.links} if added.links else self.links,
+            self.ld_folders + added.ld_folders,
+            self.nvidia_hooks + added.nvidia_hooks,
+            self.other_hooks + added.other_hooks,
+        )
         view = ContainerView(self.host, nodes, mounts, env, effects)
         if not (edits.mounts or edits.env or edits.hooks):
             view.file_memo = self.file_memo
@@ -175,8 +192,9 @@ class ContainerView:
             paths: list[str] = []
             for cpath, mount in self.mounts.items():
                 if self.host.is_dir(mount.host_path):
-                    paths.extend(posixpath.join(cpath, name)
-                                 for name in self.host.listdir(mount.host_path)[:MAX_DIR_ENTRIES])
+                    paths.extend(
+                        posixpath.join(cpath, name) for name in self.host.listdir(mount.host_path)[:MAX_DIR_ENTRIES]
+                    )
                 else:
                     paths.append(cpath)
             real = list(paths)
@@ -250,12 +268,13 @@ class ContainerView:
         """How the dynamic linker finds `library` by its SONAME in the container, or None."""
         if posixpath.basename(library) == soname:
             return f"mounted as {soname}"
-        links_by_name = self.file_memo.get("links by name")
+        links_by_name = cast("dict[str, list[str]] | None", self.file_memo.get("links by name"))
         if links_by_name is None:
-            links_by_name = self.file_memo["links by name"] = {}
+            links_by_name = {}
             for link in self.links:
                 links_by_name.setdefault(posixpath.basename(link), []).append(link)
-        for link in links_by_name.get(soname, ()):  # type: ignore[attr-defined]
+            self.file_memo["links by name"] = links_by_name
+        for link in links_by_name.get(soname, ()):
             if self.follow(self.links[link]) == library:
                 return f"linked as {link} by the create-symlinks hook"
         folder = posixpath.dirname(library)
@@ -271,8 +290,9 @@ class ContainerView:
             return value in (soname, posixpath.basename(library))
         path = value if value.startswith("/") else posixpath.join(posixpath.dirname(relative_to), value)
         path = self.follow(posixpath.normpath(path))
-        return path == library or (posixpath.basename(path) == soname
-                                   and posixpath.dirname(path) == posixpath.dirname(library))
+        return path == library or (
+            posixpath.basename(path) == soname and posixpath.dirname(path) == posixpath.dirname(library)
+        )
 
 
 _SHELLS = re.compile(r"(ba|da|z|k|c|tc|fi)?sh|busybox|python[\d.]*|perl|env")
@@ -291,8 +311,9 @@ def risky_edits(edits: ContainerEdits) -> list[str]:
         if not target.startswith("/") or ".." in target.split("/"):
             found.append(f"mount target {target!r} is not a clean absolute path")
         if posixpath.normpath(target) == "/etc/ld.so.preload":
-            found.append(f"mounts {mount.host_path} onto /etc/ld.so.preload: every program in the container "
-                         f"loads what it names")
+            found.append(
+                f"mounts {mount.host_path} onto /etc/ld.so.preload: every program in the container loads what it names"
+            )
     for entry in edits.env:
         key = entry.partition("=")[0]
         if key in ("LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT"):
@@ -310,9 +331,13 @@ def risky_edits(edits: ContainerEdits) -> list[str]:
         program = posixpath.basename(hook.args[0] if hook.args else hook.path)
         command = " ".join(hook.args)[:200]
         if _SHELLS.fullmatch(posixpath.basename(hook.path)) or _SHELLS.fullmatch(program):
-            found.append(f"its {hook.hook_name} hook runs a shell or interpreter on the host ({hook.path}: {command}); "
-                         f"cgpu never runs hooks, so it cannot tell what that does")
+            found.append(
+                f"its {hook.hook_name} hook runs a shell or interpreter on the host ({hook.path}: {command}); "
+                f"cgpu never runs hooks, so it cannot tell what that does"
+            )
         else:
-            found.append(f"its {hook.hook_name} hook runs the host program {hook.path}; cgpu never runs hooks, "
-                         f"so it cannot tell what that changes in the container")
+            found.append(
+                f"its {hook.hook_name} hook runs the host program {hook.path}; cgpu never runs hooks, "
+                f"so it cannot tell what that changes in the container"
+            )
     return found

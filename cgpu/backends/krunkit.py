@@ -77,8 +77,11 @@ def probe(
         return
     _note_platform(report)
     for api in ("cuda", "rocm", "opencl", "directml"):
-        report.withhold(api, f"not provided: a krunkit VM's virtio-gpu carries only Vulkan (Venus) to the Mac's GPU; "
-                             f"{api} does not reach containers on a Mac")
+        report.withhold(
+            api,
+            f"not provided: a krunkit VM's virtio-gpu carries only Vulkan (Venus) to the Mac's GPU; "
+            f"{api} does not reach containers on a Mac",
+        )
     quick = min(timeout, QUICK_TIMEOUT_S) if timeout else QUICK_TIMEOUT_S
     exe = find_krunkit()
     version: str | None = None
@@ -92,7 +95,7 @@ def probe(
         return
     try:
         if vm_image:
-            if version is None:
+            if exe is None or version is None:
                 report.failed(exe or "krunkit", f"krunkit does not work here; reinstall it: {BREW_INSTALL}")
                 report.withhold("vulkan", "not provided: krunkit does not work on this host, so no VM can carry Vulkan")
                 return
@@ -110,15 +113,27 @@ def probe(
 # --- where the probe runs ---------------------------------------------------------------
 
 
-def _probe_machine(report: ReportBuilder, exe: str | None, version: str | None, name: str | None,
-                   probe_image: str | None, *, refresh: bool, timeout: float | None, quick: float) -> None:
+def _probe_machine(
+    report: ReportBuilder,
+    exe: str | None,
+    version: str | None,
+    name: str | None,
+    probe_image: str | None,
+    *,
+    refresh: bool,
+    timeout: float | None,
+    quick: float,
+) -> None:
     podman = shutil.which("podman")
     if podman is None and exe is None:
         _krunkit_missing(report)
         return
     if podman is None:
-        report.failed("podman", "podman not found on PATH: install it (brew install podman) and create a "
-                                f"libkrun machine ({LIBKRUN_MACHINE_INIT}), or pass --vm-image to boot a VM with krunkit")
+        report.failed(
+            "podman",
+            "podman not found on PATH: install it (brew install podman) and create a "
+            f"libkrun machine ({LIBKRUN_MACHINE_INIT}), or pass --vm-image to boot a VM with krunkit",
+        )
         report.withhold("vulkan", "unknown: no podman machine and no --vm-image to run the Venus probe in")
         return
     report.progress("looking for the podman machine")
@@ -128,18 +143,30 @@ def _probe_machine(report: ReportBuilder, exe: str | None, version: str | None, 
         return
     chosen = _choose_machine(machines, name)
     if chosen.vm_type != "libkrun":
-        report.problem("error", f"podman machine {chosen.name}",
-                       f"the machine runs on the {chosen.vm_type or 'unknown'} provider, which gives containers no GPU; "
-                       f"only libkrun does: recreate it with {LIBKRUN_MACHINE_INIT}")
-        report.withhold("vulkan", f"not provided: podman machine {chosen.name} uses the {chosen.vm_type or 'unknown'} "
-                                  "provider, which has no virtio-gpu; recreate it on the libkrun provider")
+        report.problem(
+            "error",
+            f"podman machine {chosen.name}",
+            f"the machine runs on the {chosen.vm_type or 'unknown'} provider, which gives containers no GPU; "
+            f"only libkrun does: recreate it with {LIBKRUN_MACHINE_INIT}",
+        )
+        report.withhold(
+            "vulkan",
+            f"not provided: podman machine {chosen.name} uses the {chosen.vm_type or 'unknown'} "
+            "provider, which has no virtio-gpu; recreate it on the libkrun provider",
+        )
         return
     if exe is None:
-        report.problem("warning", "krunkit", "krunkit not found on PATH or in podman's helper directories, "
-                                             f"though machine {chosen.name} uses libkrun; if it does not start: {BREW_INSTALL}")
+        report.problem(
+            "warning",
+            "krunkit",
+            "krunkit not found on PATH or in podman's helper directories, "
+            f"though machine {chosen.name} uses libkrun; if it does not start: {BREW_INSTALL}",
+        )
     if not chosen.running:
-        raise ProbeFailed(f"podman machine {chosen.name}",
-                          f"the machine is stopped; start it (podman machine start {chosen.name}) and ask again")
+        raise ProbeFailed(
+            f"podman machine {chosen.name}",
+            f"the machine is stopped; start it (podman machine start {chosen.name}) and ask again",
+        )
     api = machine_socket(podman, chosen.name, timeout=quick)
     connection = [podman, "--url", f"unix://{api}"]
     ref = probe_image or DEFAULT_PROBE_IMAGE
@@ -156,8 +183,18 @@ def _probe_machine(report: ReportBuilder, exe: str | None, version: str | None, 
         report.progress(f"running the Venus probe {ref} in podman machine {chosen.name}")
         # Killing the podman client does not stop the container in the VM: name it to remove it.
         container = f"cgpu-venus-probe-{uuid.uuid4().hex[:12]}"
-        argv = [*connection, "run", "--rm", "--name", container, "--pull=never", "--network=none",
-                "--device", GPU_DEVICE, ref]
+        argv = [
+            *connection,
+            "run",
+            "--rm",
+            "--name",
+            container,
+            "--pull=never",
+            "--network=none",
+            "--device",
+            GPU_DEVICE,
+            ref,
+        ]
         try:
             done = run(argv, timeout=timeout or RUN_TIMEOUT_S)
         except CommandError as exc:
@@ -166,14 +203,23 @@ def _probe_machine(report: ReportBuilder, exe: str | None, version: str | None, 
         except BaseException:  # Ctrl-C
             _remove_container(connection, container, timeout=quick)
             raise
-        return judge(GuestResult(done.returncode, done.stdout, done.stderr),
-                     where=f"podman machine {chosen.name}", image=ref)
+        return judge(
+            GuestResult(done.returncode, done.stdout, done.stderr), where=f"podman machine {chosen.name}", image=ref
+        )
 
     _answer(report, key, compute, refresh=refresh, lock_timeout=(timeout or RUN_TIMEOUT_S) + 30)
 
 
-def _probe_booted_vm(report: ReportBuilder, exe: str, version: str, disk: str, probe_image: str | None,
-                     *, refresh: bool, timeout: float | None) -> None:
+def _probe_booted_vm(
+    report: ReportBuilder,
+    exe: str,
+    version: str,
+    disk: str,
+    probe_image: str | None,
+    *,
+    refresh: bool,
+    timeout: float | None,
+) -> None:
     try:
         stat = os.stat(disk)
     except OSError as exc:
@@ -189,11 +235,22 @@ def _probe_booted_vm(report: ReportBuilder, exe: str, version: str, disk: str, p
 
     def compute() -> dict[str, Any]:
         report.progress(f"booting {disk} with krunkit {version}")
-        result = boot_and_probe(exe, disk, run_dir=run_dir, probe_image=probe_image,
-                                timeout=timeout or BOOT_TIMEOUT_S, progress=report.progress)
+        result = boot_and_probe(
+            exe,
+            disk,
+            run_dir=run_dir,
+            probe_image=probe_image,
+            timeout=timeout or BOOT_TIMEOUT_S,
+            progress=report.progress,
+        )
         answer = judge(result, where=f"the krunkit VM booted from {disk}", image=probe_image or DEFAULT_PROBE_IMAGE)
-        answer["problems"].append({"severity": "info", "source": str(run_dir),
-                                   "message": "the probe VM's logs (krunkit.log, console.log) are kept here"})
+        answer["problems"].append(
+            {
+                "severity": "info",
+                "source": str(run_dir),
+                "message": "the probe VM's logs (krunkit.log, console.log) are kept here",
+            }
+        )
         return answer
 
     _answer(report, key, compute, refresh=refresh, lock_timeout=(timeout or BOOT_TIMEOUT_S) + 30)
@@ -207,8 +264,11 @@ def _choose_machine(machines: list[Machine], name: str | None) -> Machine:
         known = ", ".join(f"{m.name} ({m.vm_type})" for m in machines) or "none"
         raise ProbeFailed("podman machine list", f"no podman machine named {name!r} (machines: {known})")
     if not machines:
-        raise ProbeFailed("podman machine list", "no podman machine: create one on the libkrun provider "
-                                                 f"({LIBKRUN_MACHINE_INIT}) or pass --vm-image to boot a VM with krunkit")
+        raise ProbeFailed(
+            "podman machine list",
+            "no podman machine: create one on the libkrun provider "
+            f"({LIBKRUN_MACHINE_INIT}) or pass --vm-image to boot a VM with krunkit",
+        )
     # The machine the agent's containers run on: the running one, libkrun first, then the default.
     return sorted(machines, key=lambda m: (not m.running, m.vm_type != "libkrun", not m.default))[0]
 
@@ -231,29 +291,46 @@ def _image_id(connection: list[str], ref: str, machine: str, *, timeout: float) 
     if done.returncode != 0 and ("connect" in stderr.lower() or "socket" in stderr.lower()):
         raise ProbeFailed(connection[-1], f"the API of podman machine {machine} does not answer: {stderr[-300:]}")
     if done.returncode != 0:
-        hint = (f"build it in the machine: {BUILD_PROBE_IMAGE.replace('podman ', f'podman --connection {machine} ', 1)}"
-                if ref == DEFAULT_PROBE_IMAGE else f"pull or build {ref} in the machine")
-        raise ProbeFailed(f"podman image inspect {ref}", f"the probe image is not in podman machine {machine}: "
-                                                         f"{stderr[-200:]}; {hint}")
+        hint = (
+            f"build it in the machine: {BUILD_PROBE_IMAGE.replace('podman ', f'podman --connection {machine} ', 1)}"
+            if ref == DEFAULT_PROBE_IMAGE
+            else f"pull or build {ref} in the machine"
+        )
+        raise ProbeFailed(
+            f"podman image inspect {ref}",
+            f"the probe image is not in podman machine {machine}: {stderr[-200:]}; {hint}",
+        )
     return decode(done.stdout).strip()
 
 
 def _note_platform(report: ReportBuilder) -> None:
     here = current_platform()
     if sys.platform != "darwin":
-        report.problem("info", "cgpu", f"krunkit exists only for macOS 14+ on Apple silicon and this is {here}: "
-                                       "checking anyway because --backend krunkit was asked for")
+        report.problem(
+            "info",
+            "cgpu",
+            f"krunkit exists only for macOS 14+ on Apple silicon and this is {here}: "
+            "checking anyway because --backend krunkit was asked for",
+        )
     elif platform.machine().lower() not in ("arm64", "aarch64"):
-        report.problem("warning", "cgpu", f"this Mac is {here}: libkrun (krunkit) needs Apple silicon, "
-                                          "so containers here get no GPU")
+        report.problem(
+            "warning",
+            "cgpu",
+            f"this Mac is {here}: libkrun (krunkit) needs Apple silicon, so containers here get no GPU",
+        )
 
 
 def _krunkit_missing(report: ReportBuilder) -> None:
     where = "" if sys.platform == "darwin" else " (it exists only for macOS on Apple silicon)"
-    report.failed("krunkit", f"krunkit not found on PATH, in $CGPU_KRUNKIT_EXE or in podman's helper directories"
-                             f"{where}; install it: {BREW_INSTALL}")
-    report.withhold("vulkan", f"not provided: krunkit is not installed, so no VM can carry Vulkan to the GPU; "
-                              f"install it: {BREW_INSTALL}")
+    report.failed(
+        "krunkit",
+        f"krunkit not found on PATH, in $CGPU_KRUNKIT_EXE or in podman's helper directories"
+        f"{where}; install it: {BREW_INSTALL}",
+    )
+    report.withhold(
+        "vulkan",
+        f"not provided: krunkit is not installed, so no VM can carry Vulkan to the GPU; install it: {BREW_INSTALL}",
+    )
 
 
 def _host() -> dict[str, str]:
@@ -277,8 +354,11 @@ def _vm_run_dir(report: ReportBuilder, key: dict[str, Any]) -> Path:
         with contextlib.suppress(OSError):
             check.unlink()
         fallback = Path(tempfile.mkdtemp(prefix="cgpu-krunkit-vm-"))
-        report.problem("warning", str(preferred), f"cannot write the VM's folder in the cache "
-                                                  f"({exc.strerror or exc}); using {fallback} instead")
+        report.problem(
+            "warning",
+            str(preferred),
+            f"cannot write the VM's folder in the cache ({exc.strerror or exc}); using {fallback} instead",
+        )
         return fallback
 
 
@@ -286,18 +366,24 @@ def _vm_run_dir(report: ReportBuilder, key: dict[str, Any]) -> Path:
 
 
 def _answer(report: ReportBuilder, key: dict[str, Any], compute, *, refresh: bool, lock_timeout: float) -> None:
-    cache = AnswerCache("krunkit", ttl=CACHE_TTL_S,
-                        warn=lambda source, message: report.problem("warning", source, message))
+    cache = AnswerCache(
+        "krunkit", ttl=CACHE_TTL_S, warn=lambda source, message: report.problem("warning", source, message)
+    )
     with cache.locked(key, timeout=lock_timeout):
         cached = None if refresh else cache.get(key)
         if cached is not None and not _well_formed(cached[0]):
-            report.problem("warning", str(cache.path(key)), "the cached answer has an unexpected shape; checking afresh")
+            report.problem(
+                "warning", str(cache.path(key)), "the cached answer has an unexpected shape; checking afresh"
+            )
             cached = None
         if cached is not None:
             answer, stored_at = cached
             when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(stored_at))
-            report.problem("info", str(cache.path(key)),
-                           f"answer cached at {when} (kept {CACHE_TTL_S // 3600} h); --refresh checks again")
+            report.problem(
+                "info",
+                str(cache.path(key)),
+                f"answer cached at {when} (kept {CACHE_TTL_S // 3600} h); --refresh checks again",
+            )
         else:
             answer = compute()
             cache.put(key, answer)
@@ -308,11 +394,19 @@ def _well_formed(answer: Any) -> bool:
     """Whether a cached answer has the shape `_apply` reads (the cache file can hold anything)."""
     try:
         vulkan, devices, problems = answer["vulkan"], answer["devices"], answer["problems"]
-        return (type(vulkan["provided"]) is bool and isinstance(vulkan["evidence"], str)
-                and all(isinstance(d["name"], str) and isinstance(d["apis"], list)
-                        and all(a in API_ORDER for a in d["apis"]) for d in devices)
-                and all(all(isinstance(p[k], str) for k in ("source", "message"))
-                        and p["severity"] in ("error", "warning", "info") for p in problems))
+        return (
+            type(vulkan["provided"]) is bool
+            and isinstance(vulkan["evidence"], str)
+            and all(
+                isinstance(d["name"], str) and isinstance(d["apis"], list) and all(a in API_ORDER for a in d["apis"])
+                for d in devices
+            )
+            and all(
+                all(isinstance(p[k], str) for k in ("source", "message"))
+                and p["severity"] in ("error", "warning", "info")
+                for p in problems
+            )
+        )
     except (KeyError, TypeError):
         return False
 
@@ -345,12 +439,19 @@ def judge(result: GuestResult, *, where: str, image: str) -> dict[str, Any]:
     data = read_probe_output(result.stdout)
     if data is None:
         if "/dev/dri" in stderr and ("no such file" in stderr.lower() or "not found" in stderr.lower()):
-            message = (f"{where} has no /dev/dri: its virtio-gpu is missing, so it is not a libkrun VM with a GPU "
-                       f"or its kernel lacks virtio-gpu; use a podman machine on the libkrun provider ({LIBKRUN_MACHINE_INIT})")
-            return _out(f"not provided: {where} has no /dev/dri to give containers",
-                        [_problem(f"podman run --device {GPU_DEVICE}", message)])
-        raise ProbeFailed(source, f"the probe gave no JSON (exit {result.returncode}): "
-                                  f"{stderr[-400:] or decode(result.stdout)[:200] or 'no output'}")
+            message = (
+                f"{where} has no /dev/dri: its virtio-gpu is missing, so it is not a libkrun VM with a GPU "
+                f"or its kernel lacks virtio-gpu; use a podman machine on the libkrun provider ({LIBKRUN_MACHINE_INIT})"
+            )
+            return _out(
+                f"not provided: {where} has no /dev/dri to give containers",
+                [_problem(f"podman run --device {GPU_DEVICE}", message)],
+            )
+        raise ProbeFailed(
+            source,
+            f"the probe gave no JSON (exit {result.returncode}): "
+            f"{stderr[-400:] or decode(result.stdout)[:200] or 'no output'}",
+        )
     checked = ReportBuilder("krunkit")
     apply_probe_output(checked, data, source=source)
     unusable = [p["message"] for p in checked.problems if p["severity"] == "error"]
@@ -359,47 +460,88 @@ def judge(result: GuestResult, *, where: str, image: str) -> dict[str, Any]:
         raise ProbeFailed(source, unusable[0] if unusable else "the probe's JSON has no apis.vulkan object")
     devices = [d for d in checked.devices if d.get("api") == "vulkan"]
     if vulkan.get("error") in PROBE_FAILURES and not devices:
-        summary = vulkan.get("summary") if isinstance(vulkan.get("summary"), str) else ""
+        summary = vulkan["summary"] if isinstance(vulkan.get("summary"), str) else ""
         raise ProbeFailed(source, f"the probe got no Vulkan answer ({vulkan['error']}): {summary[:300]}")
     error = vulkan.get("error") if vulkan.get("error") in INSTANCE_FAILURES else None
     venus = [d for d in devices if _is_venus(d)]
     working = [d for d in venus if _works(d)]
     seen = [_device_entry(d, works=any(d is w for w in working)) for d in devices]
     if working:
-        evidence = (f"provided: {working[0]['name']} (Mesa Venus over virtio-gpu, to the Mac's GPU through "
-                    f"virglrenderer, MoltenVK and Metal) created a Vulkan instance and allocated memory in {where} "
-                    f"with {GPU_DEVICE}; images need Mesa's libkrun build, as {image} has")
+        evidence = (
+            f"provided: {working[0]['name']} (Mesa Venus over virtio-gpu, to the Mac's GPU through "
+            f"virglrenderer, MoltenVK and Metal) created a Vulkan instance and allocated memory in {where} "
+            f"with {GPU_DEVICE}; images need Mesa's libkrun build, as {image} has"
+        )
         return {"vulkan": {"provided": True, "evidence": evidence}, "devices": seen, "problems": []}
 
     if not devices and error:
-        return _out(f"not provided: stock Mesa fails vkCreateInstance ({error}) under krunkit; {LIBKRUN_MESA_FIX}",
-                    [_problem(source, f"vkCreateInstance failed with {error} in {where}: the image's Mesa is the stock "
-                                      "build, whose Venus driver cannot map krunkit's memory (16 KiB alignment on Apple "
-                                      f"silicon) and makes the Vulkan loader give up; {LIBKRUN_MESA_FIX}")], seen)
+        return _out(
+            f"not provided: stock Mesa fails vkCreateInstance ({error}) under krunkit; {LIBKRUN_MESA_FIX}",
+            [
+                _problem(
+                    source,
+                    f"vkCreateInstance failed with {error} in {where}: the image's Mesa is the stock "
+                    "build, whose Venus driver cannot map krunkit's memory (16 KiB alignment on Apple "
+                    f"silicon) and makes the Vulkan loader give up; {LIBKRUN_MESA_FIX}",
+                )
+            ],
+            seen,
+        )
     on_cpu = [d for d in venus if _is_cpu(d)]
     if on_cpu:
         name = on_cpu[0]["name"]
-        return _out(f"not provided: {name} runs on a software device of the host, not the GPU",
-                    [_problem(source, f"{name} is Venus on a CPU (software) Vulkan device of the host, not the Mac's "
-                                      "GPU: the host's virglrenderer does not reach MoltenVK; reinstall krunkit and its "
-                                      f"libraries ({BREW_INSTALL}), which bring virglrenderer built for MoltenVK")], seen)
+        return _out(
+            f"not provided: {name} runs on a software device of the host, not the GPU",
+            [
+                _problem(
+                    source,
+                    f"{name} is Venus on a CPU (software) Vulkan device of the host, not the Mac's "
+                    "GPU: the host's virglrenderer does not reach MoltenVK; reinstall krunkit and its "
+                    f"libraries ({BREW_INSTALL}), which bring virglrenderer built for MoltenVK",
+                )
+            ],
+            seen,
+        )
     unallocated = [d for d in venus if d.get("allocated") is not True]
     if unallocated:
         name = unallocated[0]["name"]
         failure = unallocated[0].get("allocation_error") or "no allocation reported"
-        return _out(f"not provided: {name} enumerates but cannot allocate memory; {LIBKRUN_MESA_FIX}",
-                    [_problem(source, f"{name} enumerates but allocating or mapping memory fails in {where} "
-                                      f"({failure}; the Venus 16 KiB alignment bug): Mesa without the libkrun "
-                                      f"patches; {LIBKRUN_MESA_FIX}")], seen)
+        return _out(
+            f"not provided: {name} enumerates but cannot allocate memory; {LIBKRUN_MESA_FIX}",
+            [
+                _problem(
+                    source,
+                    f"{name} enumerates but allocating or mapping memory fails in {where} "
+                    f"({failure}; the Venus 16 KiB alignment bug): Mesa without the libkrun "
+                    f"patches; {LIBKRUN_MESA_FIX}",
+                )
+            ],
+            seen,
+        )
     if vulkan.get("error") == "library_not_found" and not devices:
-        return _out(f"not provided: {image} has no Vulkan loader",
-                    [_problem(source, f"the image has no Vulkan loader (libvulkan.so.1); install vulkan-loader and "
-                                      f"{LIBKRUN_MESA_FIX}")], seen)
+        return _out(
+            f"not provided: {image} has no Vulkan loader",
+            [
+                _problem(
+                    source,
+                    f"the image has no Vulkan loader (libvulkan.so.1); install vulkan-loader and {LIBKRUN_MESA_FIX}",
+                )
+            ],
+            seen,
+        )
     what = ", ".join(d["name"] for d in devices) or "no device"
-    return _out(f"not provided: no Venus device in {where}, only {what}",
-                [_problem(source, f"no Venus device in {where} (saw: {what}): the image lacks Mesa's Venus driver "
-                                  "(virtio_icd) or it was skipped; software devices such as llvmpipe never count; "
-                                  f"{LIBKRUN_MESA_FIX}")], seen)
+    return _out(
+        f"not provided: no Venus device in {where}, only {what}",
+        [
+            _problem(
+                source,
+                f"no Venus device in {where} (saw: {what}): the image lacks Mesa's Venus driver "
+                "(virtio_icd) or it was skipped; software devices such as llvmpipe never count; "
+                f"{LIBKRUN_MESA_FIX}",
+            )
+        ],
+        seen,
+    )
 
 
 def _problem(source: str, message: str) -> dict[str, str]:
@@ -411,9 +553,11 @@ def _out(evidence: str, problems: list[dict[str, str]], devices: list[dict[str, 
 
 
 def _is_venus(device: dict[str, Any]) -> bool:
-    return (device.get("driver_id") == VK_DRIVER_ID_MESA_VENUS
-            or str(device.get("driver_name") or "").lower() == "venus"
-            or "venus" in device["name"].lower())
+    return (
+        device.get("driver_id") == VK_DRIVER_ID_MESA_VENUS
+        or str(device.get("driver_name") or "").lower() == "venus"
+        or "venus" in device["name"].lower()
+    )
 
 
 def _is_cpu(device: dict[str, Any]) -> bool:
@@ -428,5 +572,9 @@ def _works(device: dict[str, Any]) -> bool:
 def _device_entry(device: dict[str, Any], *, works: bool) -> dict[str, Any]:
     """A checked device as the report lists it, counted by the krunkit rule."""
     details = {k: v for k, v in device.items() if k not in ("name", "apis", "status", "counted", "api", "source")}
-    return {"name": device["name"], "apis": ["vulkan"] if works else [],
-            "status": "counted" if works else "ignored", **details}
+    return {
+        "name": device["name"],
+        "apis": ["vulkan"] if works else [],
+        "status": "counted" if works else "ignored",
+        **details,
+    }

@@ -32,8 +32,11 @@ PROBE_FAILURES = frozenset({"timeout", "crashed", "probe_failed", "probe_error",
 def probe(report: ReportBuilder, *, timeout: float | None = None) -> None:
     """Probe this environment: each API in a child process, at most `timeout` seconds each."""
     if not sys.platform.startswith("linux"):
-        report.failed("local", "the local backend probes a Linux environment (a container or VM); "
-                               "on macOS use --backend krunkit, on Windows --backend wsl")
+        report.failed(
+            "local",
+            "the local backend probes a Linux environment (a container or VM); "
+            "on macOS use --backend krunkit, on Windows --backend wsl",
+        )
         return
     from cgpu import container_probe as probe_module
 
@@ -121,8 +124,9 @@ def _apply_api(report: ReportBuilder, api: str, entry: object, source: str) -> N
             if _add_device(report, api, device, source):
                 counted += 1
         if len(devices) > MAX_DEVICES:
-            report.problem("warning", source,
-                           f"the probe listed {len(devices)} {api} devices; kept the first {MAX_DEVICES}")
+            report.problem(
+                "warning", source, f"the probe listed {len(devices)} {api} devices; kept the first {MAX_DEVICES}"
+            )
     elif devices is not None:
         report.problem("warning", source, f"the probe's {api} devices are not a list; ignored")
     if available and counted:
@@ -154,23 +158,34 @@ def _add_device(report: ReportBuilder, api: str, device: object, source: str) ->
             continue
         if isinstance(value, str):
             details[key] = _clean(value, 200)
-        elif isinstance(value, bool) or value is None:
-            details[key] = value
-        elif isinstance(value, int) and -(2**63) <= value < 2**64:
-            details[key] = value
-        elif isinstance(value, float) and value == value and abs(value) != float("inf"):
+        elif (
+            isinstance(value, bool)
+            or value is None
+            or (isinstance(value, int) and -(2**63) <= value < 2**64)
+            or (isinstance(value, float) and value == value and abs(value) != float("inf"))
+        ):
             details[key] = value
     details.setdefault("reason", "")
-    report.device(name, [api] if counted else [], status="counted" if counted else "ignored", api=api,
-                  counted=counted, source=source, **details)
+    report.device(
+        name,
+        [api] if counted else [],
+        status="counted" if counted else "ignored",
+        api=api,
+        counted=counted,
+        source=source,
+        **details,
+    )
     return counted
 
 
 def _steering_env(env: object) -> str:
     if not isinstance(env, dict):
         return ""
-    pairs = [f"{_clean(k, 60)}={_clean(v, 120)}" for k, v in list(env.items())[:32]
-             if isinstance(k, str) and isinstance(v, str) and k != "LD_LIBRARY_PATH"]
+    pairs = [
+        f"{_clean(k, 60)}={_clean(v, 120)}"
+        for k, v in list(env.items())[:32]
+        if isinstance(k, str) and isinstance(v, str) and k != "LD_LIBRARY_PATH"
+    ]
     return ", ".join(pairs)
 
 

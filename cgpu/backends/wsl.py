@@ -32,12 +32,30 @@ WSL_ERROR_EXITS = frozenset({-1, 255, 0xFFFFFFFF})
 # WSL's own rule for distro names; anything else would be read as an option or a path.
 DISTRO_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 LINE = re.compile(rb"([a-z][a-z0-9_]*)=((?:[0-9a-f]{2})*)")
-KEYS = frozenset({
-    "dxg", "dxg_access", "dri", "wsl_lib", "wsl_lib_missing", "drivers", "driver_so",
-    "libc_loaders", "kernel", "os_release", "wsl_conf", "wsl_distro_name",
-    "wsl_interop", "python3", "local_directml_rc", "local_directml", "local_cuda_rc", "local_cuda",
-    "nvidia_smi_rc", "nvidia_smi",
-})
+KEYS = frozenset(
+    {
+        "dxg",
+        "dxg_access",
+        "dri",
+        "wsl_lib",
+        "wsl_lib_missing",
+        "drivers",
+        "driver_so",
+        "libc_loaders",
+        "kernel",
+        "os_release",
+        "wsl_conf",
+        "wsl_distro_name",
+        "wsl_interop",
+        "python3",
+        "local_directml_rc",
+        "local_directml",
+        "local_cuda_rc",
+        "local_cuda",
+        "nvidia_smi_rc",
+        "nvidia_smi",
+    }
+)
 REPEATED_KEYS = frozenset({"driver_so"})
 MAX_EXCERPT = 300
 MAX_LOCAL_PROBE = 120_000  # it travels as one argument of python3 -c; Linux allows 128 KiB
@@ -58,8 +76,11 @@ WSL_ERRORS = {
 
 # Linux user-mode drivers that a GPU vendor's Windows driver package puts in the driver store.
 VENDOR_FILES = {
-    "libcuda.so.1.1": "NVIDIA", "libnvwgf2umx.so": "NVIDIA", "libnvidia-ml.so.1": "NVIDIA",
-    "libigd12umd64.so": "Intel", "libigd12um64xel.so": "Intel",
+    "libcuda.so.1.1": "NVIDIA",
+    "libnvwgf2umx.so": "NVIDIA",
+    "libnvidia-ml.so.1": "NVIDIA",
+    "libigd12umd64.so": "Intel",
+    "libigd12um64xel.so": "Intel",
 }
 # Driver package folders (INF names) of display drivers, for vendors whose Linux files are not known:
 # Intel's iigd_dch (also OEM-prefixed, 6_lenovo_iigd_dch), AMD's u0NNNNNN.
@@ -77,8 +98,10 @@ OTHER_APIS = {
     "opencl": "not provided: the Windows drivers project only D3D12 (and CUDA) into WSL; OpenCL needs a "
     "vendor runtime in the image (Intel compute-runtime), not a host capability",
 }
-CONTAINER_NOTE = ("a container gets it with /dev/dxg and /usr/lib/wsl mounted and a glibc-based image "
-                  "(musl images such as Alpine cannot load these libraries)")
+CONTAINER_NOTE = (
+    "a container gets it with /dev/dxg and /usr/lib/wsl mounted and a glibc-based image "
+    "(musl images such as Alpine cannot load these libraries)"
+)
 
 
 class ProbeOutputError(ValueError):
@@ -137,8 +160,17 @@ def probe(report: ReportBuilder, *, distro: str | None = None, timeout: float | 
     # Inside the session: two python runs and nvidia-smi, well within the whole call's limit.
     py_timeout = max(1, int(timeout / 4)) if local_probe is not None else 0
     smi_timeout = max(1, int(timeout / 8))
-    argv = [exe, *(["-d", distro] if distro else []), "-e", "sh", "-c", script, "cgpu-wsl-probe",
-            str(smi_timeout), str(py_timeout)]
+    argv = [
+        exe,
+        *(["-d", distro] if distro else []),
+        "-e",
+        "sh",
+        "-c",
+        script,
+        "cgpu-wsl-probe",
+        str(smi_timeout),
+        str(py_timeout),
+    ]
     where = f"distro {distro}" if distro else "the default distro"
     report.progress(f"probing WSL {where} (the first call starts WSL and can take a while)")
     try:
@@ -147,8 +179,12 @@ def probe(report: ReportBuilder, *, distro: str | None = None, timeout: float | 
         _could_not_run(report, exe, f"could not run {exe}: {exc.reason}; {_INSTALL_WSL}")
         return
     except CommandTimeoutError:
-        _could_not_run(report, exe, f"wsl.exe gave no answer for {where} within {timeout:g} s and was "
-                       "stopped; check `wsl.exe -l -v` and try a longer --timeout")
+        _could_not_run(
+            report,
+            exe,
+            f"wsl.exe gave no answer for {where} within {timeout:g} s and was "
+            "stopped; check `wsl.exe -l -v` and try a longer --timeout",
+        )
         return
     except CommandError as exc:
         _could_not_run(report, exe, f"could not run {exe}: {exc.reason}")
@@ -174,8 +210,7 @@ def _could_not_run(report: ReportBuilder, source: str, message: str) -> None:
         report.withhold(api, "not known: cgpu could not probe the WSL session (see problems)")
 
 
-_INSTALL_WSL = ("install WSL 2 (`wsl.exe --install` as administrator, then restart), or point CGPU_WSL_EXE "
-                "at wsl.exe")
+_INSTALL_WSL = "install WSL 2 (`wsl.exe --install` as administrator, then restart), or point CGPU_WSL_EXE at wsl.exe"
 
 
 def _find_wsl_exe(report: ReportBuilder) -> str | None:
@@ -187,8 +222,12 @@ def _find_wsl_exe(report: ReportBuilder) -> str | None:
         return configured
     found = shutil.which("wsl.exe")
     if found is None and sys.platform != "win32":
-        _could_not_run(report, "wsl.exe", "wsl.exe is not on PATH: the wsl backend asks a WSL session on Windows "
-                                          "(run cgpu there, or point CGPU_WSL_EXE at a wsl.exe)")
+        _could_not_run(
+            report,
+            "wsl.exe",
+            "wsl.exe is not on PATH: the wsl backend asks a WSL session on Windows "
+            "(run cgpu there, or point CGPU_WSL_EXE at a wsl.exe)",
+        )
     elif found is None:
         _could_not_run(report, "wsl.exe", f"wsl.exe is not on PATH; {_INSTALL_WSL}")
     return found
@@ -200,8 +239,9 @@ def _probe_script(report: ReportBuilder) -> str | None:
     for path in (here.parent / "wsl" / "probe.sh", here.parent.parent / "wsl" / "probe.sh"):
         if path.is_file():  # text mode turns a Windows checkout's CRLF into the LF sh needs
             return path.read_text(encoding="utf-8")
-    _could_not_run(report, "cgpu", "the in-session probe wsl/probe.sh is missing from this installation; "
-                   "reinstall cgpu")
+    _could_not_run(
+        report, "cgpu", "the in-session probe wsl/probe.sh is missing from this installation; reinstall cgpu"
+    )
     return None
 
 
@@ -214,8 +254,12 @@ def _local_probe_source(report: ReportBuilder) -> bytes | None:
     except OSError:
         return None
     if len(source) > MAX_LOCAL_PROBE:
-        report.problem("warning", str(PROBE_SCRIPT), f"{len(source)} bytes is too big to pass to the session's python3 "
-                       f"(limit {MAX_LOCAL_PROBE}); adapters are not enumerated")
+        report.problem(
+            "warning",
+            str(PROBE_SCRIPT),
+            f"{len(source)} bytes is too big to pass to the session's python3 "
+            f"(limit {MAX_LOCAL_PROBE}); adapters are not enumerated",
+        )
         return None
     return source
 
@@ -255,8 +299,10 @@ def _explain_failure(returncode: int, stdout: bytes, stderr: bytes, distro: str 
         return f"wsl.exe failed with {full.group(0) if full else codes[-1]}: {shown}"
     if returncode in WSL_ERROR_EXITS:
         return f"wsl.exe failed (exit {returncode}) without an error code: {shown}"
-    return (f"the probe did not answer (exit {returncode}); the distro needs a POSIX sh with od, tr and head "
-            f"(busybox is enough). Output: {shown}")
+    return (
+        f"the probe did not answer (exit {returncode}); the distro needs a POSIX sh with od, tr and head "
+        f"(busybox is enough). Output: {shown}"
+    )
 
 
 def parse_output(data: bytes) -> Session:
@@ -309,8 +355,11 @@ def _adapter(device: dict) -> Adapter:
         or "Basic Render Driver" in name
     )
     vendor = {0x10DE: "NVIDIA", 0x1002: "AMD", 0x8086: "Intel", 0x5143: "Qualcomm"}.get(vendor_id or -1)
-    ids = {key: f"0x{value:04x}" for key, value in (("vendor_id", vendor_id), ("device_id", device_id))
-           if value is not None}
+    ids = {
+        key: f"0x{value:04x}"
+        for key, value in (("vendor_id", vendor_id), ("device_id", device_id))
+        if value is not None
+    }
     return Adapter(name, vendor, not software, ids)
 
 
@@ -363,8 +412,11 @@ def judge(report: ReportBuilder, session: Session, distro: str, sent_local_probe
         report.withhold(api, evidence)
     dri = session.names("dri")
     if dri:
-        report.problem("info", f"{source}: /dev/dri", f"/dev/dri ({', '.join(dri)}) is WSL's VGEM device, "
-                       "not the GPU; it counts for nothing")
+        report.problem(
+            "info",
+            f"{source}: /dev/dri",
+            f"/dev/dri ({', '.join(dri)}) is WSL's VGEM device, not the GPU; it counts for nothing",
+        )
     libc = _libc(session)
     details = _session_details(session, libc)
     gpu_missing = _gpu_missing(session)
@@ -377,9 +429,13 @@ def judge(report: ReportBuilder, session: Session, distro: str, sent_local_probe
 
     musl = libc == "musl"
     if musl:
-        report.problem("warning", source, "the session's libc is musl: NVIDIA's and Microsoft's WSL libraries "
-                       "are glibc binaries, so this session cannot load them itself (its failures to do so are "
-                       "not counted); containers with glibc images can, musl images cannot")
+        report.problem(
+            "warning",
+            source,
+            "the session's libc is musl: NVIDIA's and Microsoft's WSL libraries "
+            "are glibc binaries, so this session cannot load them itself (its failures to do so are "
+            "not counted); containers with glibc images can, musl images cannot",
+        )
     libs = set(session.names("wsl_lib") or [])
     stores = _driver_stores(session)
     smi = _nvidia_smi(session)
@@ -391,64 +447,96 @@ def judge(report: ReportBuilder, session: Session, distro: str, sent_local_probe
     _devices(report, local.get("directml"), directml_ok, cuda_ok, stores, smi, details)
 
 
-def _judge_directml(report: ReportBuilder, source: str, libs: set[str], local: LocalResult | None,
-                    smi: NvidiaSmi, stores: dict[str, str]) -> bool:
+def _judge_directml(
+    report: ReportBuilder,
+    source: str,
+    libs: set[str],
+    local: LocalResult | None,
+    smi: NvidiaSmi,
+    stores: dict[str, str],
+) -> bool:
     """DirectML: /dev/dxg (checked before), libdxcore.so, libd3d12.so and a hardware adapter."""
     missing = [name for name in ("libdxcore.so", "libd3d12.so") if name not in libs]
     if missing:
-        report.withhold("directml", f"not provided: {' and '.join(missing)} missing from /usr/lib/wsl/lib; "
-                        "update WSL (`wsl.exe --update`), it ships the D3D12 libraries")
+        report.withhold(
+            "directml",
+            f"not provided: {' and '.join(missing)} missing from /usr/lib/wsl/lib; "
+            "update WSL (`wsl.exe --update`), it ships the D3D12 libraries",
+        )
         return False
     if "libd3d12core.so" not in libs:
-        report.problem("warning", f"{source}: /usr/lib/wsl/lib", "libd3d12core.so is missing; D3D12 needs it "
-                       "(`wsl.exe --update`)")
+        report.problem(
+            "warning", f"{source}: /usr/lib/wsl/lib", "libd3d12core.so is missing; D3D12 needs it (`wsl.exe --update`)"
+        )
     vendors = sorted(set(stores.values()))
     if local is not None:
         hardware = [adapter.name for adapter in local.adapters() if adapter.hardware]
         if local.available and hardware:
-            report.provide("directml", f"/dev/dxg, libdxcore.so and libd3d12.so present, and DXCore in the "
-                           f"session lists {len(hardware)} hardware adapter(s) ({', '.join(hardware)}); software "
-                           f"adapters (WARP) are not counted; {CONTAINER_NOTE}")
+            report.provide(
+                "directml",
+                f"/dev/dxg, libdxcore.so and libd3d12.so present, and DXCore in the "
+                f"session lists {len(hardware)} hardware adapter(s) ({', '.join(hardware)}); software "
+                f"adapters (WARP) are not counted; {CONTAINER_NOTE}",
+            )
             return True
-        report.withhold("directml", "not provided: /dev/dxg and the D3D12 libraries are present, but the local "
-                        f"probe in the session found no hardware adapter ({local.summary or 'no details'}); "
-                        "Windows needs a GPU with a WDDM 2.9+ driver for WSL")
+        report.withhold(
+            "directml",
+            "not provided: /dev/dxg and the D3D12 libraries are present, but the local "
+            f"probe in the session found no hardware adapter ({local.summary or 'no details'}); "
+            "Windows needs a GPU with a WDDM 2.9+ driver for WSL",
+        )
         return False
     if smi.ok:
-        report.provide("directml", "/dev/dxg, libdxcore.so and libd3d12.so present; the hardware adapter is "
-                       f"NVIDIA's GPU, confirmed by nvidia-smi (driver {smi.driver or 'unknown'}); adapters "
-                       f"were not enumerated through DXCore; {CONTAINER_NOTE}")
+        report.provide(
+            "directml",
+            "/dev/dxg, libdxcore.so and libd3d12.so present; the hardware adapter is "
+            f"NVIDIA's GPU, confirmed by nvidia-smi (driver {smi.driver or 'unknown'}); adapters "
+            f"were not enumerated through DXCore; {CONTAINER_NOTE}",
+        )
         return True
     if vendors:
-        report.provide("directml", "/dev/dxg, libdxcore.so and libd3d12.so present; a hardware adapter is "
-                       f"inferred from the {', '.join(vendors)} display driver in the driver store "
-                       f"({', '.join(sorted(stores))}), not enumerated (no python3 with the local probe in "
-                       f"the session), so the software adapter (WARP) could not be ruled out; {CONTAINER_NOTE}")
-        report.problem("warning", source, "adapters were not enumerated, so DirectML rests on the vendor driver "
-                       "files (an old driver package can linger); install python3 in the distro so the local "
-                       "probe can tell hardware adapters from WARP")
+        report.provide(
+            "directml",
+            "/dev/dxg, libdxcore.so and libd3d12.so present; a hardware adapter is "
+            f"inferred from the {', '.join(vendors)} display driver in the driver store "
+            f"({', '.join(sorted(stores))}), not enumerated (no python3 with the local probe in "
+            f"the session), so the software adapter (WARP) could not be ruled out; {CONTAINER_NOTE}",
+        )
+        report.problem(
+            "warning",
+            source,
+            "adapters were not enumerated, so DirectML rests on the vendor driver "
+            "files (an old driver package can linger); install python3 in the distro so the local "
+            "probe can tell hardware adapters from WARP",
+        )
         return True
-    report.withhold("directml", "not provided: /dev/dxg and the D3D12 libraries are present, but no GPU vendor's "
-                    "driver is in /usr/lib/wsl/drivers and adapters could not be enumerated (install python3 in "
-                    "the distro to enumerate them)")
+    report.withhold(
+        "directml",
+        "not provided: /dev/dxg and the D3D12 libraries are present, but no GPU vendor's "
+        "driver is in /usr/lib/wsl/drivers and adapters could not be enumerated (install python3 in "
+        "the distro to enumerate them)",
+    )
     return False
 
 
-def _judge_cuda(report: ReportBuilder, libs: set[str], local: LocalResult | None, smi: NvidiaSmi,
-                musl: bool) -> bool:
+def _judge_cuda(report: ReportBuilder, libs: set[str], local: LocalResult | None, smi: NvidiaSmi, musl: bool) -> bool:
     """CUDA: NVIDIA's WSL libcuda.so.1 beside /dev/dxg; cuInit (or nvidia-smi) decides when it can run."""
     blocked = "a GPU in TCC mode or Linux NVIDIA packages installed in the distro cause this"
     if "libcuda.so.1" not in libs:
-        report.withhold("cuda", "not provided: no libcuda.so.1 in /usr/lib/wsl/lib; only NVIDIA's Windows "
-                        "driver (WDDM mode) puts it there")
+        report.withhold(
+            "cuda",
+            "not provided: no libcuda.so.1 in /usr/lib/wsl/lib; only NVIDIA's Windows driver (WDDM mode) puts it there",
+        )
         return False
     if local is not None and not local.available:
-        report.withhold("cuda", "not provided: libcuda.so.1 is present but the local probe in the session says: "
-                        f"{local.summary or 'no details'}; {blocked}")
+        report.withhold(
+            "cuda",
+            "not provided: libcuda.so.1 is present but the local probe in the session says: "
+            f"{local.summary or 'no details'}; {blocked}",
+        )
         return False
     if local is None and smi.ran and not smi.ok and not musl:
-        report.withhold("cuda", f"not provided: libcuda.so.1 is present but nvidia-smi failed ({smi.error}); "
-                        f"{blocked}")
+        report.withhold("cuda", f"not provided: libcuda.so.1 is present but nvidia-smi failed ({smi.error}); {blocked}")
         return False
     if local is not None:
         how = f"the local probe in the session says: {local.summary or 'CUDA works'}"
@@ -481,12 +569,10 @@ def _nvidia_smi(session: Session) -> NvidiaSmi:
     error = " ".join(out.split())[:200] or f"exit {rc}"
     if rc == "124":
         error = "it did not answer in time"
-    return NvidiaSmi(True, rc == "0" and driver is not None, driver and driver.group(1),
-                     cuda and cuda.group(1), error)
+    return NvidiaSmi(True, rc == "0" and driver is not None, driver and driver.group(1), cuda and cuda.group(1), error)
 
 
-def _local_result(report: ReportBuilder, session: Session, api: str, sent: bool, source: str
-                  ) -> LocalResult | None:
+def _local_result(report: ReportBuilder, session: Session, api: str, sent: bool, source: str) -> LocalResult | None:
     """The local probe's answer for one API, or None (not run: no python3; unusable: a warning)."""
     python = session.text("python3")
     if not sent or python in (None, "missing"):
@@ -494,8 +580,11 @@ def _local_result(report: ReportBuilder, session: Session, api: str, sent: bool,
     rc = session.text(f"local_{api}_rc")
     found = read_local_result((session.values.get(f"local_{api}") or [b""])[0])
     if found is None:
-        why = {"124": "it did not finish in time", "no-timeout": "the session has no `timeout` command",
-               "0": "its output was not a probe answer"}.get(rc or "", f"exit {rc}")
+        why = {
+            "124": "it did not finish in time",
+            "no-timeout": "the session has no `timeout` command",
+            "0": "its output was not a probe answer",
+        }.get(rc or "", f"exit {rc}")
         report.problem("warning", f"{source}: {python}", f"the local probe's {api} check gave no answer ({why})")
     return found
 
@@ -506,17 +595,22 @@ def _gpu_missing(session: Session) -> str | None:
     kernel = (session.text("kernel") or "").strip()
     if dxg != "char":
         if re.search(r"-Microsoft$", kernel):
-            return (f"no /dev/dxg: the distro runs under WSL 1 (kernel {kernel}); GPU paravirtualization needs "
-                    "WSL 2 (`wsl.exe --set-version DISTRO 2`)")
+            return (
+                f"no /dev/dxg: the distro runs under WSL 1 (kernel {kernel}); GPU paravirtualization needs "
+                "WSL 2 (`wsl.exe --set-version DISTRO 2`)"
+            )
         disabled_by = _host_wslconfig_disables_gpu()
         if disabled_by:
             return f"no /dev/dxg: GPU support is turned off by gpuSupport=false in {disabled_by}"
         what = "no /dev/dxg" if dxg == "missing" else "/dev/dxg is not a character device"
-        return (f"{what}: the WSL kernel has no dxgkrnl (a custom kernel?), `[wsl2] gpuSupport=false` in "
-                ".wslconfig, or Windows has no GPU driver for WSL (WDDM 2.9+)")
+        return (
+            f"{what}: the WSL kernel has no dxgkrnl (a custom kernel?), `[wsl2] gpuSupport=false` in "
+            ".wslconfig, or Windows has no GPU driver for WSL (WDDM 2.9+)"
+        )
     if session.text("dxg_access") != "rw":
-        return ("/dev/dxg is not readable and writable by the session's user (it is crw-rw-rw- on WSL); "
-                "fix its permissions")
+        return (
+            "/dev/dxg is not readable and writable by the session's user (it is crw-rw-rw- on WSL); fix its permissions"
+        )
     if not session.names("wsl_lib"):  # absent, or an empty mount point: WSL unmounts it when the GPU is off
         state = "is missing" if session.text("wsl_lib_missing") else "is empty"
         conf = session.text("wsl_conf") or ""
@@ -561,8 +655,15 @@ def _session_details(session: Session, libc: str) -> dict[str, str]:
     return details
 
 
-def _devices(report: ReportBuilder, local: LocalResult | None, directml: bool, cuda: bool,
-             stores: dict[str, str], smi: NvidiaSmi, details: dict[str, str]) -> None:
+def _devices(
+    report: ReportBuilder,
+    local: LocalResult | None,
+    directml: bool,
+    cuda: bool,
+    stores: dict[str, str],
+    smi: NvidiaSmi,
+    details: dict[str, str],
+) -> None:
     if local is not None and local.devices:
         nvidia_listed = False
         for adapter in local.adapters():
@@ -570,12 +671,24 @@ def _devices(report: ReportBuilder, local: LocalResult | None, directml: bool, c
             if adapter.hardware and cuda and adapter.vendor == "NVIDIA":
                 apis.append("cuda")
                 nvidia_listed = True
-            report.device(adapter.name, apis, status="ok" if adapter.hardware else "software",
-                          vendor=adapter.vendor or "unknown", **adapter.ids, **details)
+            report.device(
+                adapter.name,
+                apis,
+                status="ok" if adapter.hardware else "software",
+                vendor=adapter.vendor or "unknown",
+                **adapter.ids,
+                **details,
+            )
         if cuda and not nvidia_listed:
             report.device("NVIDIA GPU (libcuda.so.1)", ["cuda"], status="ok", vendor="NVIDIA", **details)
         return
     apis = [api for api, ok in (("directml", directml), ("cuda", cuda)) if ok]
     vendors = sorted(set(stores.values()) | ({"NVIDIA"} if smi.ok else set()))
-    report.device("WSL GPU paravirtualization (/dev/dxg)", apis, status="ok" if apis else "no-gpu",
-                  adapters_enumerated=False, vendors=vendors, **details)
+    report.device(
+        "WSL GPU paravirtualization (/dev/dxg)",
+        apis,
+        status="ok" if apis else "no-gpu",
+        adapters_enumerated=False,
+        vendors=vendors,
+        **details,
+    )

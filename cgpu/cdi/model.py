@@ -48,8 +48,15 @@ class ContainerEdits:
     net_devices: tuple[dict[str, str], ...] = ()
 
     def is_empty(self) -> bool:
-        return not (self.env or self.device_nodes or self.mounts or self.hooks or self.additional_gids
-                    or self.intel_rdt is not None or self.net_devices)
+        return not (
+            self.env
+            or self.device_nodes
+            or self.mounts
+            or self.hooks
+            or self.additional_gids
+            or self.intel_rdt is not None
+            or self.net_devices
+        )
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,17 @@ DEVICE_NAME: Final = re.compile(r"[A-Za-z0-9]([A-Za-z0-9_.:-]*[A-Za-z0-9])?")
 # a one-character vendor or class panics the engine that loads the spec (fixed on main).
 OLD_LIBRARY_CRASH: Final = "crashes engines whose CDI library is <= 1.1.0"
 
-_GO_ESCAPES: Final = {"\a": r"\a", "\b": r"\b", "\f": r"\f", "\n": r"\n", "\r": r"\r", "\t": r"\t",
-                      "\v": r"\v", "\\": r"\\", '"': r"\""}
+_GO_ESCAPES: Final = {
+    "\a": r"\a",
+    "\b": r"\b",
+    "\f": r"\f",
+    "\n": r"\n",
+    "\r": r"\r",
+    "\t": r"\t",
+    "\v": r"\v",
+    "\\": r"\\",
+    '"': r"\"",
+}
 
 
 def go_quote(text: str) -> str:

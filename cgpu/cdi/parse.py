@@ -30,7 +30,8 @@ import math
 import operator
 import re
 import struct
-from typing import Any, Callable, Final
+from collections.abc import Callable
+from typing import Any, Final
 
 from cgpu.cdi import names, versions
 from cgpu.cdi.model import ContainerEdits, DeviceNode, Hook, Mount, Spec, SpecDevice
@@ -41,7 +42,8 @@ MAX_SPEC_BYTES: Final = 4 * 1024 * 1024
 MAX_ALIAS_NODES: Final = 10_000
 
 VALID_HOOK_NAMES: Final = frozenset(
-    {"prestart", "createRuntime", "createContainer", "startContainer", "poststart", "poststop"})
+    {"prestart", "createRuntime", "createContainer", "startContainer", "poststart", "poststop"}
+)
 VALID_NODE_TYPES: Final = frozenset({"", "b", "c", "u", "p"})
 
 
@@ -204,9 +206,12 @@ class _Reader:
         """A node reached through an alias (PyYAML shares the anchored node), counted."""
         self.alias_nodes += 1
         if self.alias_nodes > MAX_ALIAS_NODES:
-            raise _Invalid(f"YAML aliases expand to more than {MAX_ALIAS_NODES:,} nodes (an alias "
-                           "bomb; the CDI library stops such files with \"document contains "
-                           "excessive aliasing\")", by_library=False)
+            raise _Invalid(
+                f"YAML aliases expand to more than {MAX_ALIAS_NODES:,} nodes (an alias "
+                'bomb; the CDI library stops such files with "document contains '
+                'excessive aliasing")',
+                by_library=False,
+            )
         self.alias_depth += 1
         try:
             return self.node_value(node)
@@ -223,10 +228,13 @@ class _Reader:
             try:
                 return base64.b64decode("".join(text.split()), validate=True).decode("utf-8", "replace")
             except (binascii.Error, ValueError):
-                raise _Invalid(f"line {_line(node)}: !!binary value contains invalid "
-                               "base64 data") from None
-        expected = {"tag:yaml.org,2002:int": int, "tag:yaml.org,2002:float": float,
-                    "tag:yaml.org,2002:bool": bool, "tag:yaml.org,2002:null": type(None)}.get(tag)
+                raise _Invalid(f"line {_line(node)}: !!binary value contains invalid base64 data") from None
+        expected = {
+            "tag:yaml.org,2002:int": int,
+            "tag:yaml.org,2002:float": float,
+            "tag:yaml.org,2002:bool": bool,
+            "tag:yaml.org,2002:null": type(None),
+        }.get(tag)
         if expected is None:  # !!timestamp, or a tag go-yaml does not resolve: the text
             return text
         value = resolve_plain(text)
@@ -244,16 +252,18 @@ class _Reader:
             if key_node.id != "scalar":
                 raise _Invalid(f"line {_line(key_node)}: a mapping key must be a plain value, not a list or mapping")
             if key_node.tag == _PLAIN and key_node.value == "<<":
-                raise _Invalid(f"line {_line(key_node)}: YAML merge keys (<<) are not supported by cgpu",
-                               by_library=False)
+                raise _Invalid(
+                    f"line {_line(key_node)}: YAML merge keys (<<) are not supported by cgpu", by_library=False
+                )
             key = self.scalar(key_node)
             marker = (type(key), key)
             if marker in seen_keys:
-                raise _Invalid(f"line {_line(key_node)}: key {names.go_quote(str(key_node.value))} is already "
-                               f"set on line {_line(seen_keys[marker])} (duplicate keys are an error)")
+                raise _Invalid(
+                    f"line {_line(key_node)}: key {names.go_quote(str(key_node.value))} is already "
+                    f"set on line {_line(seen_keys[marker])} (duplicate keys are an error)"
+                )
             seen_keys[marker] = key_node
-            items.append((key if type(key) is str else self.key_string(key, _line(key_node)),
-                          self.value(value_node)))
+            items.append((key if type(key) is str else self.key_string(key, _line(key_node)), self.value(value_node)))
         return _Mapping(items)
 
     @staticmethod
@@ -263,18 +273,17 @@ class _Reader:
         if isinstance(key, bool):
             return "true" if key else "false"
         if isinstance(key, float):
-            return {"+Inf": ".inf", "-Inf": "-.inf", "NaN": ".nan"}.get(_format_float32(key),
-                                                                       _format_float32(key))
+            return {"+Inf": ".inf", "-Inf": "-.inf", "NaN": ".nan"}.get(_format_float32(key), _format_float32(key))
         return str(key)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _loader_class() -> type:
     """CSafeLoader (SafeLoader without a safe libyaml) whose untagged plain scalars keep their text
     under the _PLAIN tag, for resolve_plain; quoted and block scalars are strings."""
     import yaml
 
-    base = yaml.SafeLoader
+    base: type[yaml.SafeLoader] | type[yaml.CSafeLoader] = yaml.SafeLoader
     if getattr(yaml, "CSafeLoader", None) is not None and yaml._yaml.get_version() >= (0, 2, 6):
         base = yaml.CSafeLoader  # libyaml before 0.2.6 has no nesting limit: a deep spec crashes it
 
@@ -304,8 +313,9 @@ def _first_document(data: bytes) -> Any:
     except yaml.reader.ReaderError as exc:
         if "not allowed" in str(exc.reason):  # decoded fine; YAML forbids the character itself
             code = ord(exc.character) if isinstance(exc.character, str) else exc.character
-            raise _Invalid(f"a control character (U+{code:04X}) at offset {exc.position}, which YAML "
-                           f"does not allow") from None
+            raise _Invalid(
+                f"a control character (U+{code:04X}) at offset {exc.position}, which YAML does not allow"
+            ) from None
         raise _Invalid(f"not UTF-8 (or UTF-16) text: invalid bytes at offset {exc.position}") from None
     except yaml.YAMLError as exc:
         raise _Invalid(f"not valid YAML: {' '.join(str(exc).split())}") from None
@@ -320,8 +330,9 @@ def _first_document(data: bytes) -> Any:
 # ---------------------------------------------------------------------------------------------
 # plain values -> typed fields, encoding/json style
 
-_FOLD: Final = str.maketrans({**{chr(c): chr(c - 32) for c in range(ord("a"), ord("z") + 1)},
-                              "İ": "I", "ı": "I", "ſ": "S", "\u212a": "K"})
+_FOLD: Final = str.maketrans(
+    {**{chr(c): chr(c - 32) for c in range(ord("a"), ord("z") + 1)}, "İ": "I", "ı": "I", "ſ": "S", "\u212a": "K"}
+)
 
 
 def _fold(key: str) -> str:
@@ -424,8 +435,9 @@ def _struct(fields: dict[str, Decoder]) -> Decoder:
         for key, entry in sorted(value.items, key=_first):  # code point order is UTF-8 byte order
             name = key if key in fields else folded.get(_fold(key))
             if name is None:
-                raise _Invalid(f"unknown field {names.go_quote(key)}"
-                               + (f" in {where}" if where else " at the top level"))
+                raise _Invalid(
+                    f"unknown field {names.go_quote(key)}" + (f" in {where}" if where else " at the top level")
+                )
             if name != key:
                 state.case_variants.append(f"{where}.{key} (for {name})" if where else f"{key} (for {name})")
             decoded = fields[name](entry, f"{where}.{name}" if where else name, state)
@@ -437,50 +449,102 @@ def _struct(fields: dict[str, Decoder]) -> Decoder:
     return decode
 
 
-_device_node = _struct({
-    "path": _as_string, "hostPath": _as_string, "type": _as_string, "major": _int64, "minor": _int64,
-    "fileMode": _uint32, "permissions": _as_string, "uid": _uint32, "gid": _uint32,
-})
-_mount = _struct({"hostPath": _as_string, "containerPath": _as_string, "options": _list_of(_as_string),
-                  "type": _as_string})
-_hook = _struct({"hookName": _as_string, "path": _as_string, "args": _list_of(_as_string),
-                 "env": _list_of(_as_string), "timeout": _int64})
-_intel_rdt = _struct({"closID": _as_string, "l3CacheSchema": _as_string, "memBwSchema": _as_string,
-                      "schemata": _list_of(_as_string), "enableMonitoring": _as_bool})
+_device_node = _struct(
+    {
+        "path": _as_string,
+        "hostPath": _as_string,
+        "type": _as_string,
+        "major": _int64,
+        "minor": _int64,
+        "fileMode": _uint32,
+        "permissions": _as_string,
+        "uid": _uint32,
+        "gid": _uint32,
+    }
+)
+_mount = _struct(
+    {"hostPath": _as_string, "containerPath": _as_string, "options": _list_of(_as_string), "type": _as_string}
+)
+_hook = _struct(
+    {
+        "hookName": _as_string,
+        "path": _as_string,
+        "args": _list_of(_as_string),
+        "env": _list_of(_as_string),
+        "timeout": _int64,
+    }
+)
+_intel_rdt = _struct(
+    {
+        "closID": _as_string,
+        "l3CacheSchema": _as_string,
+        "memBwSchema": _as_string,
+        "schemata": _list_of(_as_string),
+        "enableMonitoring": _as_bool,
+    }
+)
 _net_device = _struct({"hostInterfaceName": _as_string, "name": _as_string})
-_edits = _struct({
-    "env": _list_of(_as_string), "deviceNodes": _list_of(_device_node, null_items=False),
-    "hooks": _list_of(_hook), "mounts": _list_of(_mount, null_items=False),
-    "intelRdt": _intel_rdt, "additionalGids": _list_of(_uint32), "netDevices": _list_of(_net_device),
-})
+_edits = _struct(
+    {
+        "env": _list_of(_as_string),
+        "deviceNodes": _list_of(_device_node, null_items=False),
+        "hooks": _list_of(_hook),
+        "mounts": _list_of(_mount, null_items=False),
+        "intelRdt": _intel_rdt,
+        "additionalGids": _list_of(_uint32),
+        "netDevices": _list_of(_net_device),
+    }
+)
 _device = _struct({"name": _as_string, "annotations": _string_map, "containerEdits": _edits})
-_spec = _struct({"cdiVersion": _as_string, "kind": _as_string, "annotations": _string_map,
-                 "devices": _list_of(_device), "containerEdits": _edits})
+_spec = _struct(
+    {
+        "cdiVersion": _as_string,
+        "kind": _as_string,
+        "annotations": _string_map,
+        "devices": _list_of(_device),
+        "containerEdits": _edits,
+    }
+)
 
 
 # ---------------------------------------------------------------------------------------------
 # typed fields -> model, then the library's validation
+
 
 def _edits_model(raw: dict[str, Any] | None) -> ContainerEdits:
     raw = raw or {}
 
     def node(entry: dict[str, Any]) -> DeviceNode:
         return DeviceNode(
-            path=entry.get("path") or "", host_path=entry.get("hostPath") or None,
-            type=entry.get("type") or None, major=entry.get("major") or None,
-            minor=entry.get("minor") or None, file_mode=entry.get("fileMode"),
-            permissions=entry.get("permissions") or None, uid=entry.get("uid"), gid=entry.get("gid"))
+            path=entry.get("path") or "",
+            host_path=entry.get("hostPath") or None,
+            type=entry.get("type") or None,
+            major=entry.get("major") or None,
+            minor=entry.get("minor") or None,
+            file_mode=entry.get("fileMode"),
+            permissions=entry.get("permissions") or None,
+            uid=entry.get("uid"),
+            gid=entry.get("gid"),
+        )
 
     def mount(entry: dict[str, Any]) -> Mount:
-        return Mount(host_path=entry.get("hostPath") or "", container_path=entry.get("containerPath") or "",
-                     type=entry.get("type") or None, options=tuple(entry.get("options") or ()))
+        return Mount(
+            host_path=entry.get("hostPath") or "",
+            container_path=entry.get("containerPath") or "",
+            type=entry.get("type") or None,
+            options=tuple(entry.get("options") or ()),
+        )
 
     def hook(entry: dict[str, Any] | None) -> Hook | None:
         if entry is None:
             return None
-        return Hook(hook_name=entry.get("hookName") or "", path=entry.get("path") or "",
-                    args=tuple(entry.get("args") or ()), env=tuple(entry.get("env") or ()),
-                    timeout=entry.get("timeout"))
+        return Hook(
+            hook_name=entry.get("hookName") or "",
+            path=entry.get("path") or "",
+            args=tuple(entry.get("args") or ()),
+            env=tuple(entry.get("env") or ()),
+            timeout=entry.get("timeout"),
+        )
 
     return ContainerEdits(
         env=tuple(raw.get("env") or ()),
@@ -489,13 +553,16 @@ def _edits_model(raw: dict[str, Any] | None) -> ContainerEdits:
         hooks=tuple(hook(entry) for entry in raw.get("hooks") or ()),  # type: ignore[misc]
         additional_gids=tuple(raw.get("additionalGids") or ()),
         intel_rdt=raw.get("intelRdt"),
-        net_devices=tuple(raw.get("netDevices") or ()),  # type: ignore[arg-type]
+        net_devices=tuple(raw.get("netDevices") or ()),
     )
 
 
 def _device_model(raw: dict[str, Any]) -> SpecDevice:
-    return SpecDevice(name=raw.get("name") or "", edits=_edits_model(raw.get("containerEdits")),
-                      annotations=raw.get("annotations") or {})
+    return SpecDevice(
+        name=raw.get("name") or "",
+        edits=_edits_model(raw.get("containerEdits")),
+        annotations=raw.get("annotations") or {},
+    )
 
 
 def _env_error(env: tuple[str, ...]) -> str | None:
@@ -548,12 +615,16 @@ def _edits_error(edits: ContainerEdits) -> str | None:
         if name == "":
             return "invalid linux net device, empty Name"
         if host in host_seen:
-            return (f"invalid linux net device, duplicate HostInterfaceName {names.go_quote(host)} "
-                    f"with names {names.go_quote(name)} and {names.go_quote(host_seen[host])}")
+            return (
+                f"invalid linux net device, duplicate HostInterfaceName {names.go_quote(host)} "
+                f"with names {names.go_quote(name)} and {names.go_quote(host_seen[host])}"
+            )
         host_seen[host] = name
         if name in name_seen:
-            return (f"invalid linux net device, duplicate Name {names.go_quote(name)} "
-                    f"with HostInterfaceName {names.go_quote(host)} and {names.go_quote(name_seen[name])}")
+            return (
+                f"invalid linux net device, duplicate Name {names.go_quote(name)} "
+                f"with HostInterfaceName {names.go_quote(host)} and {names.go_quote(name_seen[name])}"
+            )
         name_seen[name] = host
     return None
 
@@ -594,12 +665,13 @@ def _validate(spec: Spec, declared: str) -> None:
     """pkg/cdi Spec.validate, in its order; raises _Invalid with the library's words."""
     known = versions.normalize_version(declared)
     if known is None:
-        raise _Invalid(f"invalid version {names.go_quote(declared)} (cdiVersion must be one of "
-                       f"{', '.join(versions.KNOWN_VERSIONS[2:])}, optionally with a leading \"v\")")
+        raise _Invalid(
+            f"invalid version {names.go_quote(declared)} (cdiVersion must be one of "
+            f'{", ".join(versions.KNOWN_VERSIONS[2:])}, optionally with a leading "v")'
+        )
     required, reason = minimum_version(spec)
     if versions.version_key(required) > versions.version_key(known):
-        raise _Invalid(f"the spec version must be at least v{required} ({reason}) "
-                       f"but declares {declared}")
+        raise _Invalid(f"the spec version must be at least v{required} ({reason}) but declares {declared}")
     vendor, device_class = names.parse_qualifier(spec.kind)
     error = names.vendor_error(vendor) or names.class_error(device_class)
     if error:
@@ -631,8 +703,11 @@ def parse_spec(data: bytes, *, path: str, priority: int = 0) -> Spec:
     refuses to read (over MAX_SPEC_BYTES, an alias bomb); never anything else.
     """
     if len(data) > MAX_SPEC_BYTES:
-        raise SpecError(path, f"the file is {len(data):,} bytes; cgpu reads spec files up to "
-                              f"{MAX_SPEC_BYTES // (1024 * 1024)} MiB", by_library=False)
+        raise SpecError(
+            path,
+            f"the file is {len(data):,} bytes; cgpu reads spec files up to {MAX_SPEC_BYTES // (1024 * 1024)} MiB",
+            by_library=False,
+        )
     # The cyclic GC would rescan the many young objects a parse makes, again and again:
     # measured 124 us/device on a 4,000-device spec with it, 45 us/device without.
     collecting = gc.isenabled()
@@ -679,11 +754,16 @@ def revalidate(spec: Spec) -> None:
 def _warnings(raw: dict[str, Any], state: _Decode) -> tuple[str, ...]:
     out = []
     if state.case_variants:
-        out.append("keys spelled in another case: " + ", ".join(state.case_variants)
-                   + "; the CDI library matches keys case-insensitively and accepts them, "
-                     "but other readers may not")
+        out.append(
+            "keys spelled in another case: "
+            + ", ".join(state.case_variants)
+            + "; the CDI library matches keys case-insensitively and accepts them, "
+            "but other readers may not"
+        )
     kind = raw.get("kind") or ""
     if names.crashes_old_libraries(kind):
-        out.append(f"kind {names.go_quote(kind)} has a one-character vendor or class: valid on CDI main, "
-                   f"but it {names.OLD_LIBRARY_CRASH} (a slice-bounds panic when the spec dir is loaded)")
+        out.append(
+            f"kind {names.go_quote(kind)} has a one-character vendor or class: valid on CDI main, "
+            f"but it {names.OLD_LIBRARY_CRASH} (a slice-bounds panic when the spec dir is loaded)"
+        )
     return tuple(out)

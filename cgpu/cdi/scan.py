@@ -20,13 +20,13 @@ import dataclasses
 import os
 import stat
 from collections import OrderedDict
-from typing import Sequence
+from collections.abc import Sequence
 
 from cgpu.cdi import spec_cache, versions
-from cgpu.cdi.names import go_quote
 from cgpu.cdi.model import ResolvedDevice, ScanResult, Spec
-from cgpu.files import open_regular
+from cgpu.cdi.names import go_quote
 from cgpu.cdi.parse import MAX_SPEC_BYTES, SpecError, parse_spec
+from cgpu.files import open_regular
 
 DEFAULT_SPEC_DIRS = ("/etc/cdi", "/var/run/cdi")
 SPEC_EXTENSIONS = (".json", ".yaml")  # exactly these, case-sensitive: not .yml, not .YAML
@@ -50,12 +50,13 @@ def _read_spec(path: str, info: os.stat_result, priority: int) -> Spec:
         _parse_cache.move_to_end(path)
         result = cached[1]
     elif info.st_size > MAX_SPEC_BYTES:
-        raise SpecError(path, f"the file is {info.st_size:,} bytes; cgpu reads spec files up to "
-                              f"{MAX_SPEC_BYTES // (1024 * 1024)} MiB", by_library=False)
+        raise SpecError(
+            path,
+            f"the file is {info.st_size:,} bytes; cgpu reads spec files up to {MAX_SPEC_BYTES // (1024 * 1024)} MiB",
+            by_library=False,
+        )
     else:
-        result = spec_cache.load(path, info, priority)
-        if result is None:
-            result = _parse_file(path, info, priority)
+        result = spec_cache.load(path, info, priority) or _parse_file(path, info, priority)
         _parse_cache[path] = (key, result)
         if len(_parse_cache) > PARSE_CACHE_SIZE:
             _parse_cache.popitem(last=False)
@@ -90,10 +91,17 @@ def _spec_files(directory: str, problems: list[tuple[str, str, str]]) -> list[tu
         problems.append(("warning", directory, f"cannot read this spec dir: {exc.strerror or exc}"))
         return []
     if stat.S_ISLNK(dir_info.st_mode):
-        problems.append(("warning", directory, (
-            f"this spec dir is a symlink (to {os.path.realpath(directory)}): engines whose CDI library "
-            "is <= 1.1.0 (podman, containerd, CRI-O) do not read a symlinked spec dir, so cgpu skips it "
-            "too; Docker resolves the link and would read it. Point the engine at the real dir")))
+        problems.append(
+            (
+                "warning",
+                directory,
+                (
+                    f"this spec dir is a symlink (to {os.path.realpath(directory)}): engines whose CDI library "
+                    "is <= 1.1.0 (podman, containerd, CRI-O) do not read a symlinked spec dir, so cgpu skips it "
+                    "too; Docker resolves the link and would read it. Point the engine at the real dir"
+                ),
+            )
+        )
         return []
     if not stat.S_ISDIR(dir_info.st_mode):
         problems.append(("warning", directory, "this spec dir is not a directory; skipped"))
@@ -101,9 +109,16 @@ def _spec_files(directory: str, problems: list[tuple[str, str, str]]) -> list[tu
     try:
         entries = sorted(os.listdir(directory))
     except OSError as exc:
-        problems.append(("warning", directory, (
-            f"cannot list this spec dir ({exc.strerror or exc}); engines running as root may read "
-            "specs here that cgpu cannot see")))
+        problems.append(
+            (
+                "warning",
+                directory,
+                (
+                    f"cannot list this spec dir ({exc.strerror or exc}); engines running as root may read "
+                    "specs here that cgpu cannot see"
+                ),
+            )
+        )
         return []
     files = []
     for name in entries:
@@ -117,8 +132,9 @@ def _spec_files(directory: str, problems: list[tuple[str, str, str]]) -> list[tu
             if stat.S_ISLNK(info.st_mode):
                 info = os.stat(path)
         except FileNotFoundError:
-            problems.append(("error", path, "a symlink to a missing file; the CDI library reports it "
-                                            "as a spec it cannot load"))
+            problems.append(
+                ("error", path, "a symlink to a missing file; the CDI library reports it as a spec it cannot load")
+            )
             continue
         except OSError as exc:
             problems.append(("error", path, f"cannot read the file: {exc.strerror or exc}"))
@@ -126,15 +142,22 @@ def _spec_files(directory: str, problems: list[tuple[str, str, str]]) -> list[tu
         if stat.S_ISDIR(info.st_mode):
             problems.append(("error", path, "a symlink to a directory; the CDI library fails to read it as a spec"))
         elif not stat.S_ISREG(info.st_mode):
-            problems.append(("error", path, "not a regular file (a FIFO, socket or device); cgpu does not "
-                                            "open it, and an engine reading it could block"))
+            problems.append(
+                (
+                    "error",
+                    path,
+                    "not a regular file (a FIFO, socket or device); cgpu does not "
+                    "open it, and an engine reading it could block",
+                )
+            )
         else:
             files.append((path, info))
     return files
 
 
-def scan_spec_dirs(spec_dirs: Sequence[str] = DEFAULT_SPEC_DIRS, *, max_version: str | None = None,
-                   engine_label: str | None = None) -> ScanResult:
+def scan_spec_dirs(
+    spec_dirs: Sequence[str] = DEFAULT_SPEC_DIRS, *, max_version: str | None = None, engine_label: str | None = None
+) -> ScanResult:
     """Read every spec in the dirs (lowest priority first) with the reference library's rules.
 
     max_version: the highest cdiVersion the engine accepts (None: newest rules); specs above it
@@ -158,11 +181,17 @@ def scan_spec_dirs(spec_dirs: Sequence[str] = DEFAULT_SPEC_DIRS, *, max_version:
                 problems.append(("error", path, f"{prefix}: {exc.message}"))
                 continue
             problems.extend(("warning", path, warning) for warning in spec.warnings)
-            if max_version is not None and (versions.version_key(spec.version)
-                                            > versions.version_key(max_version)):
-                problems.append(("error", path, (
-                    f"cdiVersion {spec.version} is newer than {engine} accepts (at most {max_version}): "
-                    f"{engine} ignores this file, so its devices are unresolvable there")))
+            if max_version is not None and (versions.version_key(spec.version) > versions.version_key(max_version)):
+                problems.append(
+                    (
+                        "error",
+                        path,
+                        (
+                            f"cdiVersion {spec.version} is newer than {engine} accepts (at most {max_version}): "
+                            f"{engine} ignores this file, so its devices are unresolvable there"
+                        ),
+                    )
+                )
                 engine_dropped.append(spec)
                 continue
             specs.append(spec)
@@ -171,9 +200,11 @@ def scan_spec_dirs(spec_dirs: Sequence[str] = DEFAULT_SPEC_DIRS, *, max_version:
                 other = devices.get(qualified)
                 if other is not None and other.spec.priority >= priority:
                     if other.spec.priority == priority:
-                        message = (f"conflicting device {go_quote(qualified)} (specs {go_quote(path)}, "
-                                   f"{go_quote(other.spec.path)}): "
-                                   "two files in the same spec dir define it, so engines drop it entirely")
+                        message = (
+                            f"conflicting device {go_quote(qualified)} (specs {go_quote(path)}, "
+                            f"{go_quote(other.spec.path)}): "
+                            "two files in the same spec dir define it, so engines drop it entirely"
+                        )
                         problems.append(("error", other.spec.path, message))
                         problems.append(("error", path, message))
                         conflicts[qualified] = priority
@@ -182,8 +213,15 @@ def scan_spec_dirs(spec_dirs: Sequence[str] = DEFAULT_SPEC_DIRS, *, max_version:
     for qualified, conflict_priority in conflicts.items():
         survivor = devices.pop(qualified, None)
         if survivor is not None and survivor.spec.priority > conflict_priority:
-            problems.append(("warning", survivor.spec.path, (
-                f"device {go_quote(qualified)} is defined here too, but the CDI library still drops it: two files "
-                f"in {spec_dirs[conflict_priority]} conflict over it, and it removes conflicting names after "
-                "reading every dir. Remove one of the conflicting definitions")))
+            problems.append(
+                (
+                    "warning",
+                    survivor.spec.path,
+                    (
+                        f"device {go_quote(qualified)} is defined here too, but the CDI library still drops it: "
+                        f"two files in {spec_dirs[conflict_priority]} conflict over it, and it removes conflicting "
+                        "names after reading every dir. Remove one of the conflicting definitions"
+                    ),
+                )
+            )
     return ScanResult(devices=devices, specs=specs, problems=problems, engine_dropped=engine_dropped)

@@ -60,8 +60,13 @@ def _code() -> list[list[int]]:
 
 
 def _key(path: str, info: os.stat_result) -> dict[str, Any]:
-    return {"format": FORMAT, "cgpu": cgpu.__version__, "code": _code(), "path": path,
-            "file": [info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns]}
+    return {
+        "format": FORMAT,
+        "cgpu": cgpu.__version__,
+        "code": _code(),
+        "path": path,
+        "file": [info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns],
+    }
 
 
 def _private(info: os.stat_result) -> bool:
@@ -131,7 +136,12 @@ def store(path: str, info: os.stat_result, read_info: os.stat_result, result: Sp
     """Keep the parse result of a file read from a handle whose fstat is `read_info`; silently
     skipped when that is not the file `info` describes, or it changed too recently."""
     if (read_info.st_ino, read_info.st_dev, read_info.st_size, read_info.st_mtime_ns, read_info.st_ctime_ns) != (
-            info.st_ino, info.st_dev, info.st_size, info.st_mtime_ns, info.st_ctime_ns):
+        info.st_ino,
+        info.st_dev,
+        info.st_size,
+        info.st_mtime_ns,
+        info.st_ctime_ns,
+    ):
         return
     if time.time_ns() - max(info.st_mtime_ns, info.st_ctime_ns) < RACY_SECONDS * 1e9:
         return
@@ -166,6 +176,7 @@ def store(path: str, info: os.stat_result, read_info: os.stat_result, result: Sp
 # Equal edits and device nodes are stored once and read back as one shared object (an index
 # and its UUID alias have the same edits): fewer objects to build, the same values.
 
+
 class _Tables:
     def __init__(self) -> None:
         self.nodes: dict[DeviceNode, int] = {}
@@ -184,11 +195,17 @@ class _Tables:
             edits_key = edits
         if known is None:
             known = self.edits[edits_key] = len(self.edit_rows)
-            self.edit_rows.append([
-                edits.env, [self.node(node) for node in edits.device_nodes],
-                [[m.host_path, m.container_path, m.type, m.options] for m in edits.mounts],
-                [None if h is None else [h.hook_name, h.path, h.args, h.env, h.timeout] for h in edits.hooks],
-                edits.additional_gids, edits.intel_rdt, edits.net_devices])
+            self.edit_rows.append(
+                [
+                    edits.env,
+                    [self.node(node) for node in edits.device_nodes],
+                    [[m.host_path, m.container_path, m.type, m.options] for m in edits.mounts],
+                    [None if h is None else [h.hook_name, h.path, h.args, h.env, h.timeout] for h in edits.hooks],
+                    edits.additional_gids,
+                    edits.intel_rdt,
+                    edits.net_devices,
+                ]
+            )
         return known
 
 
@@ -196,25 +213,45 @@ def _encode(spec: Spec) -> dict[str, Any]:
     tables = _Tables()
     devices = [[d.name, d.annotations, tables.edits_index(d.edits)] for d in spec.devices]
     edits = tables.edits_index(spec.edits)
-    return {"version": spec.version, "kind": spec.kind, "annotations": spec.annotations,
-            "warnings": spec.warnings, "edits": edits, "devices": devices,
-            "edit_table": tables.edit_rows,
-            "node_table": [[n.path, n.host_path, n.type, n.major, n.minor, n.file_mode, n.permissions, n.uid, n.gid]
-                           for n in tables.nodes]}
+    return {
+        "version": spec.version,
+        "kind": spec.kind,
+        "annotations": spec.annotations,
+        "warnings": spec.warnings,
+        "edits": edits,
+        "devices": devices,
+        "edit_table": tables.edit_rows,
+        "node_table": [
+            [n.path, n.host_path, n.type, n.major, n.minor, n.file_mode, n.permissions, n.uid, n.gid]
+            for n in tables.nodes
+        ],
+    }
 
 
 def _decode(data: dict[str, Any], path: str, priority: int) -> Spec:
     nodes = [DeviceNode(*row) for row in data["node_table"]]
-    edits = [ContainerEdits(
-        env=tuple(env),
-        device_nodes=tuple(nodes[index] for index in node_indexes),
-        mounts=tuple(Mount(host, container, kind, tuple(options)) for host, container, kind, options in mounts),
-        hooks=tuple(None if h is None else Hook(h[0], h[1], tuple(h[2]), tuple(h[3]), h[4])  # type: ignore[misc]
-                    for h in hooks),
-        additional_gids=tuple(gids), intel_rdt=intel_rdt, net_devices=tuple(net_devices))
-        for env, node_indexes, mounts, hooks, gids, intel_rdt, net_devices in data["edit_table"]]
-    return Spec(path=path, version=data["version"], kind=data["kind"],
-                devices=tuple(SpecDevice(name, edits[index], annotations)
-                              for name, annotations, index in data["devices"]),
-                edits=edits[data["edits"]], annotations=data["annotations"], priority=priority,
-                warnings=tuple(data["warnings"]))
+    edits = [
+        ContainerEdits(
+            env=tuple(env),
+            device_nodes=tuple(nodes[index] for index in node_indexes),
+            mounts=tuple(Mount(host, container, kind, tuple(options)) for host, container, kind, options in mounts),
+            hooks=tuple(
+                None if h is None else Hook(h[0], h[1], tuple(h[2]), tuple(h[3]), h[4])  # type: ignore[misc]
+                for h in hooks
+            ),
+            additional_gids=tuple(gids),
+            intel_rdt=intel_rdt,
+            net_devices=tuple(net_devices),
+        )
+        for env, node_indexes, mounts, hooks, gids, intel_rdt, net_devices in data["edit_table"]
+    ]
+    return Spec(
+        path=path,
+        version=data["version"],
+        kind=data["kind"],
+        devices=tuple(SpecDevice(name, edits[index], annotations) for name, annotations, index in data["devices"]),
+        edits=edits[data["edits"]],
+        annotations=data["annotations"],
+        priority=priority,
+        warnings=tuple(data["warnings"]),
+    )

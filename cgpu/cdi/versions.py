@@ -8,8 +8,7 @@ from typing import Final
 
 # Every cdiVersion the reference library (v1.1.0) knows, oldest first. 0.1.0 and 0.2.0 are
 # "known" but never accepted: the minimum it computes for any spec is 0.3.0.
-KNOWN_VERSIONS: Final = ("0.1.0", "0.2.0", "0.3.0", "0.4.0", "0.5.0", "0.6.0", "0.7.0", "0.8.0",
-                         "1.0.0", "1.1.0")
+KNOWN_VERSIONS: Final = ("0.1.0", "0.2.0", "0.3.0", "0.4.0", "0.5.0", "0.6.0", "0.7.0", "0.8.0", "1.0.0", "1.1.0")
 EARLIEST: Final = "0.3.0"
 
 
@@ -60,8 +59,7 @@ def max_cdi_version(engine: str, version: str) -> str | None:
     CDI specs at all. Raises ValueError for an engine or version cgpu has no figure for."""
     rows = ENGINE_MAX_VERSION.get(engine)
     if rows is None:
-        raise ValueError(f"unknown engine {engine!r}; cgpu knows the CDI limits of "
-                         f"{' and '.join(ENGINE_MAX_VERSION)}")
+        raise ValueError(f"unknown engine {engine!r}; cgpu knows the CDI limits of {' and '.join(ENGINE_MAX_VERSION)}")
     wanted = _parse_engine_version(version)
     if wanted < _NO_CDI_BELOW[engine]:
         return None
@@ -71,8 +69,10 @@ def max_cdi_version(engine: str, version: str) -> str | None:
             best = max_version
     if best is None:
         oldest = ".".join(map(str, rows[0][0]))
-        raise ValueError(f"cgpu does not know which cdiVersion {engine} {version} accepts "
-                         f"(its table starts at {engine} {oldest}); pick --engine none or a newer engine")
+        raise ValueError(
+            f"cgpu does not know which cdiVersion {engine} {version} accepts "
+            f"(its table starts at {engine} {oldest}); pick --engine none or a newer engine"
+        )
     return best
 
 
@@ -81,8 +81,9 @@ def parse_engine_option(value: str) -> tuple[str, str]:
     checked. `auto` and `none` are the caller's to handle."""
     name, sep, version = value.partition("@")
     if not sep or not name or not version:
-        raise ValueError(f"--engine {value!r}: expected NAME@VERSION such as podman@4.3.1 or "
-                         "docker@28.2.0, or auto, or none")
+        raise ValueError(
+            f"--engine {value!r}: expected NAME@VERSION such as podman@4.3.1 or docker@28.2.0, or auto, or none"
+        )
     name = name.strip().lower()
     max_cdi_version(name, version)  # raises for an unknown engine or version format
     return name, version.strip()

@@ -34,21 +34,32 @@ COPR = "slp/mesa-libkrun-vulkan"
 OLD_COPR = "slp/mesa-krunkit"
 PIN_EXAMPLE = "25.3.6-102.fc44"  # the newest pin seen (ramalama v0.24.0); check the copr for yours
 VENUS_LIBRARY = "libvulkan_virtio.so"
-INSTALL_FIX = (f"`dnf -y install dnf-plugins-core python3-dnf-plugin-versionlock && "
-               f"dnf -y copr enable {COPR} && dnf -y install mesa-vulkan-drivers-<copr build, e.g. "
-               f"{PIN_EXAMPLE}> vulkan-loader && dnf versionlock add mesa-vulkan-drivers-<same>`")
+INSTALL_FIX = (
+    f"`dnf -y install dnf-plugins-core python3-dnf-plugin-versionlock && "
+    f"dnf -y copr enable {COPR} && dnf -y install mesa-vulkan-drivers-<copr build, e.g. "
+    f"{PIN_EXAMPLE}> vulkan-loader && dnf versionlock add mesa-vulkan-drivers-<same>`"
+)
 REBASE_FIX = f"rebase the image on Fedora (copr {COPR} builds the libkrun Mesa for Fedora), then {INSTALL_FIX}"
 
-LIB_DIRS = ("usr/lib64", "lib64", "usr/lib", "lib", "usr/lib/aarch64-linux-gnu", "lib/aarch64-linux-gnu",
-            "usr/lib/x86_64-linux-gnu", "lib/x86_64-linux-gnu", "usr/local/lib64", "usr/local/lib")
+LIB_DIRS = (
+    "usr/lib64",
+    "lib64",
+    "usr/lib",
+    "lib",
+    "usr/lib/aarch64-linux-gnu",
+    "lib/aarch64-linux-gnu",
+    "usr/lib/x86_64-linux-gnu",
+    "lib/x86_64-linux-gnu",
+    "usr/local/lib64",
+    "usr/local/lib",
+)
 RPMDB_DIRS = ("usr/lib/sysimage/rpm", "var/lib/rpm")
 ELF_MACHINES = {183: "arm64", 62: "amd64", 3: "386", 40: "arm", 243: "riscv64", 21: "ppc64le", 22: "s390x"}
 ARCH_ALIASES = {"aarch64": "arm64", "x86_64": "amd64"}
 # Mesa's other Vulkan drivers, by library name: none finds a device in a krunkit VM, and the
 # loader skips a driver whose vkCreateInstance fails with anything but out-of-memory.
 SOFTWARE_ICDS = {"libvulkan_lvp.so": "lavapipe"}
-STOCK_VENDORS = ("Fedora Project", "Red Hat", "CentOS", "Rocky", "AlmaLinux", "Amazon", "SUSE", "openSUSE",
-                 "Oracle")
+STOCK_VENDORS = ("Fedora Project", "Red Hat", "CentOS", "Rocky", "AlmaLinux", "Amazon", "SUSE", "openSUSE", "Oracle")
 
 
 @dataclass
@@ -92,8 +103,9 @@ class Facts:
 
     def _lib_dirs(self) -> list[str]:
         dirs = [d.strip("/") for d in self.env.get("LD_LIBRARY_PATH", "").split(":") if d.strip("/")]
-        for conf in ["etc/ld.so.conf"] + [f"etc/ld.so.conf.d/{n}" for n in self.tree.listdir("etc/ld.so.conf.d")
-                                          if n.endswith(".conf")]:
+        for conf in ["etc/ld.so.conf"] + [
+            f"etc/ld.so.conf.d/{n}" for n in self.tree.listdir("etc/ld.so.conf.d") if n.endswith(".conf")
+        ]:
             try:
                 text = self.tree.read(conf).decode("utf-8", "replace")
             except ImageReadError:
@@ -132,8 +144,12 @@ class Facts:
             return packages, f"/{db}"
         for folder in RPMDB_DIRS:
             if self.tree.exists(f"{folder}/Packages") or self.tree.exists(f"{folder}/Packages.db"):
-                self.problem("info", f"/{folder}", "rpm database in the Berkeley DB/ndb format, which cgpu "
-                                                   "does not read (Fedora 33+ and EL9 use sqlite)")
+                self.problem(
+                    "info",
+                    f"/{folder}",
+                    "rpm database in the Berkeley DB/ndb format, which cgpu "
+                    "does not read (Fedora 33+ and EL9 use sqlite)",
+                )
                 return [], f"/{folder} (Berkeley DB, not read)"
         for path, reader in (("var/lib/dpkg/status", read_dpkg_status), ("lib/apk/db/installed", read_apk_installed)):
             if self.tree.is_file(path):
@@ -187,8 +203,7 @@ class Facts:
         head = self.tree.head(path)
         if len(head) < 20 or head[:4] != b"\x7fELF":
             return ""
-        order = "little" if head[5] == 1 else "big"
-        machine = int.from_bytes(head[18:20], order)
+        machine = int.from_bytes(head[18:20], "little" if head[5] == 1 else "big")
         return ELF_MACHINES.get(machine, f"ELF machine {machine}")
 
     # --- Vulkan ICD manifests, found the way the loader finds them -----------------------
@@ -233,8 +248,11 @@ class Facts:
             return manifest
         manifest.library = library
         if "/" in library:  # absolute, or relative to the manifest's folder
-            candidate = library.lstrip("/") if library.startswith("/") else \
-                posixpath.join(posixpath.dirname(self.real(path)), library)
+            candidate = (
+                library.lstrip("/")
+                if library.startswith("/")
+                else posixpath.join(posixpath.dirname(self.real(path)), library)
+            )
             manifest.library_file = self.real(candidate) if self.tree.is_file(candidate) else ""
         else:
             found = self.find_library(library)
@@ -259,8 +277,12 @@ def run_checks(image: OpenedImage) -> tuple[list[Check], list[dict[str, str]], d
     ]
     mesa, package = _mesa_build(facts, venus)
     checks += [mesa, _version_lock(facts, package if mesa.status == "pass" else None), _python(facts)]
-    info = {"os": facts.os_name, "package_database": facts.package_db,
-            "mesa_package": package.nevr if package else "", "architecture": image.architecture or ""}
+    info = {
+        "os": facts.os_name,
+        "package_database": facts.package_db,
+        "mesa_package": package.nevr if package else "",
+        "architecture": image.architecture or "",
+    }
     return checks, facts.problems, info
 
 
@@ -272,11 +294,15 @@ def verdict(checks: list[Check]) -> tuple[str, str]:
     if failed:
         return "no", f"{', '.join(failed)} failed; apply each failed check's fix"
     if unknown:
-        return "unknown", (f"could not tell from the image: {', '.join(unknown)}; to be sure, run "
-                           "`vulkaninfo --summary` in it with --device /dev/dri on a krunkit VM and look for "
-                           "a Virtio-GPU Venus device")
-    return "yes", ("the image has the Vulkan loader and the Venus driver of Mesa's libkrun build; run with "
-                   "--device /dev/dri in a krunkit VM it gets vulkan")
+        return "unknown", (
+            f"could not tell from the image: {', '.join(unknown)}; to be sure, run "
+            "`vulkaninfo --summary` in it with --device /dev/dri on a krunkit VM and look for "
+            "a Virtio-GPU Venus device"
+        )
+    return "yes", (
+        "the image has the Vulkan loader and the Venus driver of Mesa's libkrun build; run with "
+        "--device /dev/dri in a krunkit VM it gets vulkan"
+    )
 
 
 def check_dicts(checks: list[Check]) -> list[dict[str, Any]]:
@@ -285,10 +311,12 @@ def check_dicts(checks: list[Check]) -> list[dict[str, Any]]:
 
 # --- the checks ------------------------------------------------------------------------------
 
+
 def _architecture(facts: Facts, venus: list[Manifest]) -> Check:
     declared = ARCH_ALIASES.get(facts.image.architecture or "", facts.image.architecture or "")
     probes = [m.library_file for m in venus if m.library_file] + [
-        p for p in (facts.find_library("libvulkan.so.1"), facts.find_library("libc.so.6"), "bin/sh") if p]
+        p for p in (facts.find_library("libvulkan.so.1"), facts.find_library("libc.so.6"), "bin/sh") if p
+    ]
     seen = next(((p, a) for p in probes if (a := facts.elf_arch(p))), None)
     if declared and seen and seen[1] != declared:
         facts.problem("warning", "image config", f"the config says {declared} but /{seen[0]} is {seen[1]}")
@@ -298,13 +326,24 @@ def _architecture(facts: Facts, venus: list[Manifest]) -> Check:
         return Check("architecture", "unknown", "no image config and no ELF file to tell the CPU architecture", fix)
     if arch == "arm64":
         return Check("architecture", "pass", f"arm64 (from {where}), what a krunkit VM on Apple silicon runs")
-    return Check("architecture", "fail", f"{arch} (from {where}); krunkit VMs run arm64 only (Apple silicon), "
-                                         "and an emulated container gets no GPU", fix)
+    return Check(
+        "architecture",
+        "fail",
+        f"{arch} (from {where}); krunkit VMs run arm64 only (Apple silicon), and an emulated container gets no GPU",
+        fix,
+    )
 
 
 def _libc(facts: Facts) -> Check:
-    glibc = next((f"{d}/{n}" for d in facts.lib_dirs for n in facts.tree.listdir(d)
-                  if n.startswith("ld-linux") or n == "libc.so.6"), "")
+    glibc = next(
+        (
+            f"{d}/{n}"
+            for d in facts.lib_dirs
+            for n in facts.tree.listdir(d)
+            if n.startswith("ld-linux") or n == "libc.so.6"
+        ),
+        "",
+    )
     musl = next((f"lib/{n}" for n in facts.tree.listdir("lib") if n.startswith("ld-musl-")), "")
     fix = REBASE_FIX
     if glibc:
@@ -339,21 +378,35 @@ def _venus_icd(facts: Facts, venus: list[Manifest], chosen_by: str) -> Check:
     good = [m for m in venus if m.library_file]
     if not good:
         first = venus[0]
-        searched = f" (searched {', '.join('/' + d for d in facts.lib_dirs[:4])}, ...)" if "/" not in first.library \
-            else ""
+        searched = (
+            f" (searched {', '.join('/' + d for d in facts.lib_dirs[:4])}, ...)" if "/" not in first.library else ""
+        )
         why = first.error or f"/{first.path} names {first.library}, which is not in the image{searched}"
         restore = facts.reinstall() if facts.package("mesa-vulkan-drivers") else fix
-        return Check("venus-icd", "fail", why, f"restore the files Mesa installs: {restore} (if a build step "
-                                              f"wrote or edited /{first.path} or deleted the library, fix that step)")
+        return Check(
+            "venus-icd",
+            "fail",
+            why,
+            f"restore the files Mesa installs: {restore} (if a build step "
+            f"wrote or edited /{first.path} or deleted the library, fix that step)",
+        )
     manifest = good[0]
     selector = _filtered_out(facts.env, manifest.path)
     if selector:
-        return Check("venus-icd", "fail", f"/{manifest.path} is there but {selector} in the image's environment "
-                                          "hides it from the loader", f"remove {selector.split('=')[0]} from the image")
+        return Check(
+            "venus-icd",
+            "fail",
+            f"/{manifest.path} is there but {selector} in the image's environment hides it from the loader",
+            f"remove {selector.split('=')[0]} from the image",
+        )
     arch = facts.elf_arch(manifest.library_file)
     if not arch:
-        return Check("venus-icd", "fail", f"/{manifest.path} names /{manifest.library_file}, which is not an ELF "
-                                          "library", f"restore the files Mesa installs: {facts.reinstall()}")
+        return Check(
+            "venus-icd",
+            "fail",
+            f"/{manifest.path} names /{manifest.library_file}, which is not an ELF library",
+            f"restore the files Mesa installs: {facts.reinstall()}",
+        )
     via = f" -> /{manifest.library_file}" if manifest.library_file != manifest.library.lstrip("/") else ""
     return Check("venus-icd", "pass", f"/{manifest.path} names {manifest.library}{via} ({arch} ELF)")
 
@@ -376,9 +429,13 @@ def _other_icds(manifests: list[Manifest]) -> Check:
     names = ", ".join(f"/{m.path}" + (f" ({m.kind})" if m.kind != "other" else "") for m in others)
     if len(venus_libraries) > 1:
         listed = ", ".join(f"/{lib}" for lib in sorted(venus_libraries))
-        return Check("other-icds", "fail", f"two Venus drivers: {listed}; the loader loads both, and one without "
-                                           "the libkrun patches makes vkCreateInstance fail for all",
-                     "keep only the libkrun build's libvulkan_virtio.so and its manifest")
+        return Check(
+            "other-icds",
+            "fail",
+            f"two Venus drivers: {listed}; the loader loads both, and one without "
+            "the libkrun patches makes vkCreateInstance fail for all",
+            "keep only the libkrun build's libvulkan_virtio.so and its manifest",
+        )
     if not others:
         return Check("other-icds", "pass", "no other Vulkan drivers")
     notes = []
@@ -395,50 +452,91 @@ def _mesa_build(facts: Facts, venus: list[Manifest]) -> tuple[Check, Package | N
     fix = facts.mesa_fix()
     if package is None:
         if not facts.package_db:
-            return Check("mesa-build", "unknown", "no package database (rpm, dpkg, apk) in the image, so the "
-                                                  "Mesa build cannot be told", fix), None
+            return Check(
+                "mesa-build",
+                "unknown",
+                "no package database (rpm, dpkg, apk) in the image, so the Mesa build cannot be told",
+                fix,
+            ), None
         if not facts.packages:
-            return Check("mesa-build", "unknown", f"no package list could be read from {facts.package_db}, so the "
-                                                  "Mesa build cannot be told", fix), None
+            return Check(
+                "mesa-build",
+                "unknown",
+                f"no package list could be read from {facts.package_db}, so the Mesa build cannot be told",
+                fix,
+            ), None
         if not library:
             return Check("mesa-build", "fail", f"no Mesa Vulkan drivers package in {facts.package_db}", fix), None
-        return Check("mesa-build", "unknown", f"/{library} belongs to no package in {facts.package_db} "
-                                              "(built from source?), so cgpu cannot tell whether it carries the "
-                                              "libkrun alignment patches", fix), None
+        return Check(
+            "mesa-build",
+            "unknown",
+            f"/{library} belongs to no package in {facts.package_db} "
+            "(built from source?), so cgpu cannot tell whether it carries the "
+            "libkrun alignment patches",
+            fix,
+        ), None
     where = f"{package.nevr} ({facts.package_db}"
     if not facts.rpm_based:
-        return Check("mesa-build", "fail", f"{where}): the distribution's stock Mesa, without the 16 KiB "
-                                           "alignment patches, so Venus fails vkCreateInstance with "
-                                           "VK_ERROR_OUT_OF_HOST_MEMORY", fix), package
+        return Check(
+            "mesa-build",
+            "fail",
+            f"{where}): the distribution's stock Mesa, without the 16 KiB "
+            "alignment patches, so Venus fails vkCreateInstance with "
+            "VK_ERROR_OUT_OF_HOST_MEMORY",
+            fix,
+        ), package
     vendor = package.vendor or "no vendor"
     copr = re.search(r"COPR \(([^)/]+/[^)]+)\)", package.vendor)
     if copr and copr.group(1) == COPR:
         return Check("mesa-build", "pass", f"{where}, vendor {vendor!r}): the libkrun build"), package
     if copr and copr.group(1) == OLD_COPR:
-        return Check("mesa-build", "pass", f"{where}, vendor {vendor!r}): the libkrun build from the old copr "
-                                           f"{OLD_COPR}", f"move to copr {COPR}, which has current Fedora "
-                                                          "releases"), package
+        return Check(
+            "mesa-build",
+            "pass",
+            f"{where}, vendor {vendor!r}): the libkrun build from the old copr {OLD_COPR}",
+            f"move to copr {COPR}, which has current Fedora releases",
+        ), package
     if copr:
-        return Check("mesa-build", "unknown", f"{where}, vendor {vendor!r}): a copr build, but not {COPR}; cgpu "
-                                              "cannot tell whether it has the 16 KiB alignment patches", fix), package
+        return Check(
+            "mesa-build",
+            "unknown",
+            f"{where}, vendor {vendor!r}): a copr build, but not {COPR}; cgpu "
+            "cannot tell whether it has the 16 KiB alignment patches",
+            fix,
+        ), package
     if any(package.vendor.startswith(v) for v in STOCK_VENDORS):
-        return Check("mesa-build", "fail", f"{where}, vendor {vendor!r}): stock Mesa, without the 16 KiB alignment "
-                                           "patches, so Venus fails vkCreateInstance with "
-                                           "VK_ERROR_OUT_OF_HOST_MEMORY under krunkit", fix), package
+        return Check(
+            "mesa-build",
+            "fail",
+            f"{where}, vendor {vendor!r}): stock Mesa, without the 16 KiB alignment "
+            "patches, so Venus fails vkCreateInstance with "
+            "VK_ERROR_OUT_OF_HOST_MEMORY under krunkit",
+            fix,
+        ), package
     release = re.match(r"\d+", package.release)
-    hint = " Its release number (100+) follows the libkrun build's numbering." \
-        if release and int(release.group()) >= 100 else ""
+    hint = (
+        " Its release number (100+) follows the libkrun build's numbering."
+        if release and int(release.group()) >= 100
+        else ""
+    )
     why = f"{where}, vendor {vendor!r}): not the copr's build as far as cgpu can tell (a local rebuild?).{hint}"
     return Check("mesa-build", "unknown", why, fix), package
 
 
 def _version_lock(facts: Facts, package: Package | None) -> Check:
     if package is None or not facts.rpm_based:
-        return Check("version-lock", "skip", "nothing to hold until the image has the libkrun Mesa build "
-                                             "(see mesa-build); then hold it with `dnf versionlock add`", required=False)
+        return Check(
+            "version-lock",
+            "skip",
+            "nothing to hold until the image has the libkrun Mesa build "
+            "(see mesa-build); then hold it with `dnf versionlock add`",
+            required=False,
+        )
     locks, files = [], []
-    for path, reader in (("etc/dnf/versionlock.toml", read_versionlock_toml),
-                         ("etc/dnf/plugins/versionlock.list", read_versionlock_list)):
+    for path, reader in (
+        ("etc/dnf/versionlock.toml", read_versionlock_toml),
+        ("etc/dnf/plugins/versionlock.list", read_versionlock_list),
+    ):
         if facts.tree.is_file(path):
             try:
                 locks += reader(facts.tree.read(path).decode("utf-8", "replace"))
@@ -462,15 +560,28 @@ def _python(facts: Facts) -> Check:
         if entry is None or entry.kind != "file":
             continue
         version = re.search(r"python(3\.\d+)", real) or next(
-            (m for d in ("usr/lib64", "usr/lib", "usr/local/lib") for n in facts.tree.listdir(d)
-             if (m := re.fullmatch(r"python(3\.\d+)", n))), None)
+            (
+                m
+                for d in ("usr/lib64", "usr/lib", "usr/local/lib")
+                for n in facts.tree.listdir(d)
+                if (m := re.fullmatch(r"python(3\.\d+)", n))
+            ),
+            None,
+        )
         if version is None:
             return Check("python", "pass", f"/{candidate} (version not told by its name)", required=False)
         minor = int(version.group(1).split(".")[1])
         if minor < 8:
-            return Check("python", "fail", f"/{candidate} is Python {version.group(1)}; the probe needs 3.8+",
-                         fix, required=False)
-        return Check("python", "pass", f"/{candidate} -> /{real} (Python {version.group(1)}) runs cgpu's probe",
-                     required=False)
-    return Check("python", "fail", "no python3: cgpu's in-container probe cannot run in this image", fix,
-                 required=False)
+            return Check(
+                "python",
+                "fail",
+                f"/{candidate} is Python {version.group(1)}; the probe needs 3.8+",
+                fix,
+                required=False,
+            )
+        return Check(
+            "python", "pass", f"/{candidate} -> /{real} (Python {version.group(1)}) runs cgpu's probe", required=False
+        )
+    return Check(
+        "python", "fail", "no python3: cgpu's in-container probe cannot run in this image", fix, required=False
+    )

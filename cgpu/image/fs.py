@@ -16,8 +16,9 @@ import os
 import posixpath
 import stat
 import tarfile
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import IO, Iterator
+from typing import IO
 
 HEAD_BYTES = 64  # enough for an ELF header's class, endianness and machine
 
@@ -234,14 +235,19 @@ class LayerTree(Tree):
         finally:
             archive.close()
         if removed or opaque:
-            self.entries = {
-                path: entry for path, entry in self.entries.items() if not _hidden(path, removed, opaque)
-            }
+            self.entries = {path: entry for path, entry in self.entries.items() if not _hidden(path, removed, opaque)}
         self.entries.update(layer)
         self._children = None
 
-    def _add_member(self, archive: tarfile.TarFile, member: tarfile.TarInfo, layer_name: str,
-                    layer: dict[str, Entry], removed: set[str], opaque: set[str]) -> None:
+    def _add_member(
+        self,
+        archive: tarfile.TarFile,
+        member: tarfile.TarInfo,
+        layer_name: str,
+        layer: dict[str, Entry],
+        removed: set[str],
+        opaque: set[str],
+    ) -> None:
         budget = self._budget
         budget.members += 1
         budget.total += max(member.size, 0)
@@ -254,8 +260,12 @@ class LayerTree(Tree):
             self.problems.append(("warning", f"layer {layer_name}: member {member.name!r} is {note}; ignored"))
             return
         if note == "absolute":
-            self.problems.append(("info", f"layer {layer_name}: member {member.name!r} has an absolute name;"
-                                          " read relative to the image root"))
+            self.problems.append(
+                (
+                    "info",
+                    f"layer {layer_name}: member {member.name!r} has an absolute name; read relative to the image root",
+                )
+            )
         if not path:
             return
         parent, base = posixpath.split(path)
@@ -270,9 +280,10 @@ class LayerTree(Tree):
         elif member.issym():
             entry = Entry("symlink", target=member.linkname)
         elif member.islnk():
-            entry = self._hardlink(member, path, layer_name, layer)
-            if entry is None:
+            hardlink = self._hardlink(member, path, layer_name, layer)
+            if hardlink is None:
                 return
+            entry = hardlink
         elif member.isfile():
             entry = self._file(archive, member, path)
         else:
@@ -288,8 +299,9 @@ class LayerTree(Tree):
         budget = self._budget
         keep = keep_content(path) and member.size <= budget.limits.max_file_bytes
         if keep and budget.kept + member.size > budget.limits.max_kept_bytes:
-            self.problems.append(("warning", f"/{path}: not read, the image's config files exceed "
-                                             f"{budget.limits.max_kept_bytes} bytes"))
+            self.problems.append(
+                ("warning", f"/{path}: not read, the image's config files exceed {budget.limits.max_kept_bytes} bytes")
+            )
             keep = False
         source = archive.extractfile(member)
         if source is None:
@@ -302,17 +314,22 @@ class LayerTree(Tree):
             entry.head = source.read(HEAD_BYTES)
         return entry
 
-    def _hardlink(self, member: tarfile.TarInfo, path: str, layer_name: str,
-                  layer: dict[str, Entry]) -> Entry | None:
+    def _hardlink(self, member: tarfile.TarInfo, path: str, layer_name: str, layer: dict[str, Entry]) -> Entry | None:
         target, note = normalize_member(member.linkname)
         source = None if not target else layer.get(target) or self.entries.get(target)
         if target is None:
-            self.problems.append(("warning", f"layer {layer_name}: hardlink /{path} -> {member.linkname!r} "
-                                             f"is {note}; ignored"))
+            self.problems.append(
+                ("warning", f"layer {layer_name}: hardlink /{path} -> {member.linkname!r} is {note}; ignored")
+            )
             return None
         if source is None or source.kind != "file":
-            self.problems.append(("warning", f"layer {layer_name}: hardlink /{path} -> {member.linkname!r} "
-                                             "names no earlier file in the image; ignored"))
+            self.problems.append(
+                (
+                    "warning",
+                    f"layer {layer_name}: hardlink /{path} -> {member.linkname!r} "
+                    "names no earlier file in the image; ignored",
+                )
+            )
             return None
         return Entry("file", size=source.size, data=source.data, head=source.head)
 

@@ -62,7 +62,7 @@ def parse_rpm_header(blob: bytes, *, with_files: bool = False) -> Package:
     data_start = 8 + 16 * il
     if len(blob) < data_start + dl:
         raise RpmHeaderError(f"rpm header is {len(blob)} bytes, shorter than the {data_start + dl} it claims")
-    data = blob[data_start:data_start + dl]
+    data = blob[data_start : data_start + dl]
     index: dict[int, tuple[int, int, int]] = {}
     for number in range(il):
         tag, kind, offset, count = struct.unpack_from(">iiii", blob, 8 + 16 * number)
@@ -103,15 +103,20 @@ def parse_rpm_header(blob: bytes, *, with_files: bool = False) -> Package:
         raise RpmHeaderError("rpm header has no NAME")
     epochs = int32s(TAG_EPOCH)
     package = Package(
-        name=name, version=string(TAG_VERSION), release=string(TAG_RELEASE),
-        epoch=epochs[0] if epochs else None, arch=string(TAG_ARCH), vendor=string(TAG_VENDOR),
-        packager=string(TAG_PACKAGER), buildhost=string(TAG_BUILDHOST),
+        name=name,
+        version=string(TAG_VERSION),
+        release=string(TAG_RELEASE),
+        epoch=epochs[0] if epochs else None,
+        arch=string(TAG_ARCH),
+        vendor=string(TAG_VENDOR),
+        packager=string(TAG_PACKAGER),
+        buildhost=string(TAG_BUILDHOST),
     )
     if with_files:
         dirs, bases, where = strings(TAG_DIRNAMES), strings(TAG_BASENAMES), int32s(TAG_DIRINDEXES)
         if len(where) != len(bases) or any(not 0 <= i < len(dirs) for i in where):
             raise RpmHeaderError(f"{name}: the file list's directory indexes do not match its names")
-        package.files = [dirs[i] + base for i, base in zip(where, bases)]
+        package.files = [dirs[i] + base for i, base in zip(where, bases, strict=False)]
     return package
 
 
@@ -162,8 +167,15 @@ def read_dpkg_status(text: str) -> list[Package]:
             upstream, _, revision = fields.get("version", "").rpartition("-")
             if not upstream:
                 upstream, revision = revision, ""
-            packages.append(Package(name=fields["package"], version=upstream, release=revision,
-                                    arch=fields.get("architecture", ""), vendor=fields.get("maintainer", "")))
+            packages.append(
+                Package(
+                    name=fields["package"],
+                    version=upstream,
+                    release=revision,
+                    arch=fields.get("architecture", ""),
+                    vendor=fields.get("maintainer", ""),
+                )
+            )
     return packages
 
 
@@ -236,8 +248,11 @@ def read_versionlock_toml(text: str) -> list[Lock]:
                 locks[-1].name = value
             elif condition is not None and key in ("key", "comparator", "value"):
                 condition[key] = value
-                locks[-1].conditions[-1] = (condition.get("key", ""), condition.get("comparator", ""),
-                                            condition.get("value", ""))
+                locks[-1].conditions[-1] = (
+                    condition.get("key", ""),
+                    condition.get("comparator", ""),
+                    condition.get("value", ""),
+                )
     return [lock for lock in locks if lock.name]
 
 

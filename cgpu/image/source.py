@@ -23,9 +23,10 @@ import re
 import shutil
 import tarfile
 import tempfile
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import IO, Any, Callable, Iterator
+from typing import IO, Any
 
 from cgpu.files import NotRegularFileError, open_regular
 from cgpu.image.fs import DirTree, ImageReadError, LayerTree, Limits, Tree, normalize_member
@@ -33,8 +34,7 @@ from cgpu.run import CommandError, decode, run
 
 DEFAULT_TIMEOUT = 300.0  # exporting a multi-GB image from engine storage takes a while
 _DIGEST = re.compile(r"^([a-z0-9]+(?:[+._-][a-z0-9]+)*):([a-zA-Z0-9=_-]{32,})$")
-_INDEX_TYPES = ("application/vnd.oci.image.index.v1+json",
-                "application/vnd.docker.distribution.manifest.list.v2+json")
+_INDEX_TYPES = ("application/vnd.oci.image.index.v1+json", "application/vnd.docker.distribution.manifest.list.v2+json")
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 _META_LIMIT = 16 * 1024**2  # manifest, index and config JSON
 _NOT_HERE = "has no such local image"
@@ -65,8 +65,13 @@ class OpenedImage:
 
 
 @contextmanager
-def open_image(ref: str, *, timeout: float | None = None, limits: Limits | None = None,
-               progress: Callable[[str], None] | None = None) -> Iterator[OpenedImage]:
+def open_image(
+    ref: str,
+    *,
+    timeout: float | None = None,
+    limits: Limits | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> Iterator[OpenedImage]:
     """Read REF into an OpenedImage; ImageReadError when it cannot be read. Temp files go on exit."""
     say = progress or (lambda message: None)
     transport, _, rest = ref.partition(":")
@@ -84,16 +89,17 @@ def open_image(ref: str, *, timeout: float | None = None, limits: Limits | None 
         engines = {"containers-storage": ("podman",), "docker-daemon": ("docker",)}.get(transport)
         name = rest if engines else ref
         with tempfile.TemporaryDirectory(prefix="cgpu-image-") as tmp:
-            archive, source = _export(name, engines or ("podman", "docker"), tmp,
-                                      timeout or DEFAULT_TIMEOUT, say)
+            archive, source = _export(name, engines or ("podman", "docker"), tmp, timeout or DEFAULT_TIMEOUT, say)
             with _TarBlobs(archive) as blobs:
                 yield _read_docker_archive(blobs, source, limits, say)
 
 
 # --- exporting from an engine -------------------------------------------------------------
 
-def _export(name: str, engines: tuple[str, ...], tmp: str, timeout: float,
-            say: Callable[[str], None]) -> tuple[str, str]:
+
+def _export(
+    name: str, engines: tuple[str, ...], tmp: str, timeout: float, say: Callable[[str], None]
+) -> tuple[str, str]:
     """Save a local image to a docker-archive in tmp; returns (path, what was read)."""
     archive = os.path.join(tmp, "image.tar")
     tried: list[str] = []
@@ -108,8 +114,7 @@ def _export(name: str, engines: tuple[str, ...], tmp: str, timeout: float,
     raise ImageReadError(f"image {name!r} could not be read: {'; '.join(tried)}{hint}")
 
 
-def _podman_save(name: str, archive: str, timeout: float, say: Callable[[str], None],
-                 tried: list[str]) -> bool:
+def _podman_save(name: str, archive: str, timeout: float, say: Callable[[str], None], tried: list[str]) -> bool:
     podman = shutil.which("podman")
     if podman is None:
         tried.append("podman is not installed")
@@ -126,14 +131,15 @@ def _podman_save(name: str, archive: str, timeout: float, say: Callable[[str], N
         return False
     if exists.returncode != 0 or done.returncode != 0:
         failed = exists if exists.returncode != 0 else done
-        tried.append(f"`podman {failed.argv[1]}` exited {failed.returncode}: "
-                     f"{(decode(failed.stderr).strip().splitlines() or [''])[-1][:300]}")
+        tried.append(
+            f"`podman {failed.argv[1]}` exited {failed.returncode}: "
+            f"{(decode(failed.stderr).strip().splitlines() or [''])[-1][:300]}"
+        )
         return False
     return True
 
 
-def _docker_save(name: str, archive: str, timeout: float, say: Callable[[str], None],
-                 tried: list[str]) -> bool:
+def _docker_save(name: str, archive: str, timeout: float, say: Callable[[str], None], tried: list[str]) -> bool:
     host = os.environ.get("DOCKER_HOST")
     if not host and not os.path.exists("/var/run/docker.sock"):
         tried.append("no Docker daemon (DOCKER_HOST unset, no /var/run/docker.sock)")
@@ -165,6 +171,7 @@ def _docker_save(name: str, archive: str, timeout: float, say: Callable[[str], N
 
 # --- blob stores: a tar archive or a directory ----------------------------------------------
 
+
 class _TarBlobs:
     """The files of an outer archive by name; nothing is extracted."""
 
@@ -174,7 +181,7 @@ class _TarBlobs:
         self._tar: tarfile.TarFile | None = None
         self._members: dict[str, tarfile.TarInfo] = {}
 
-    def __enter__(self) -> "_TarBlobs":
+    def __enter__(self) -> _TarBlobs:
         try:
             self._file = _open_regular(self.path)
             self._tar = tarfile.open(fileobj=self._file, mode="r:*")
@@ -203,8 +210,9 @@ class _TarBlobs:
         for _ in range(8):  # `docker save` links a repeated layer to its first copy
             if member is None or member.isfile():
                 break
-            target = posixpath.join(posixpath.dirname(path or ""), member.linkname) if member.issym() \
-                else member.linkname
+            target = (
+                posixpath.join(posixpath.dirname(path or ""), member.linkname) if member.issym() else member.linkname
+            )
             path = posixpath.normpath(target)
             member = None if path.startswith("../") else self._members.get(path)
         stream = self._tar.extractfile(member) if member is not None and member.isfile() else None
@@ -244,8 +252,9 @@ def _open_regular(path: str) -> IO[bytes]:
     try:
         return open_regular(path)
     except NotRegularFileError:
-        raise ImageReadError(f"{path}: not a regular file (a directory, FIFO, socket or device); cgpu does not "
-                             "read it") from None
+        raise ImageReadError(
+            f"{path}: not a regular file (a directory, FIFO, socket or device); cgpu does not read it"
+        ) from None
 
 
 def _json(blobs: _TarBlobs | _DirBlobs, name: str, what: str) -> Any:
@@ -268,8 +277,10 @@ def _blob_name(digest: Any) -> str:
 
 # --- the two archive layouts ---------------------------------------------------------------
 
-def _read_docker_archive(blobs: _TarBlobs | _DirBlobs, source: str, limits: Limits | None,
-                         say: Callable[[str], None]) -> OpenedImage:
+
+def _read_docker_archive(
+    blobs: _TarBlobs | _DirBlobs, source: str, limits: Limits | None, say: Callable[[str], None]
+) -> OpenedImage:
     manifest = _json(blobs, "manifest.json", "docker-archive manifest")
     if not isinstance(manifest, list) or not manifest or not isinstance(manifest[0], dict):
         raise ImageReadError(f"{source}: manifest.json is not a list of images")
@@ -278,8 +289,11 @@ def _read_docker_archive(blobs: _TarBlobs | _DirBlobs, source: str, limits: Limi
         notes.append(("info", f"{source} holds {len(manifest)} images; checked the first"))
     entry = manifest[0]
     layers = entry.get("Layers")
-    if not isinstance(entry.get("Config"), str) or not isinstance(layers, list) \
-            or not all(isinstance(layer, str) for layer in layers):
+    if (
+        not isinstance(entry.get("Config"), str)
+        or not isinstance(layers, list)
+        or not all(isinstance(layer, str) for layer in layers)
+    ):
         raise ImageReadError(f"{source}: manifest.json lacks Config or Layers")
     config = _json(blobs, entry["Config"], "image config")
     tree = _apply_layers(blobs, [(layer, "") for layer in layers], limits, say)
@@ -289,15 +303,19 @@ def _read_docker_archive(blobs: _TarBlobs | _DirBlobs, source: str, limits: Limi
     return OpenedImage(tree, source, config if isinstance(config, dict) else {}, notes + tree.problems)
 
 
-def _read_layout(blobs: _TarBlobs | _DirBlobs, source: str, limits: Limits | None,
-                 say: Callable[[str], None]) -> OpenedImage:
+def _read_layout(
+    blobs: _TarBlobs | _DirBlobs, source: str, limits: Limits | None, say: Callable[[str], None]
+) -> OpenedImage:
     index = _json(blobs, "index.json", "OCI index")
     notes: list[tuple[str, str]] = []
     manifest = _pick_manifest(blobs, index, notes, depth=0)
     config_desc = manifest.get("config")
     layers = manifest.get("layers")
-    if not isinstance(config_desc, dict) or not isinstance(layers, list) \
-            or not all(isinstance(layer, dict) for layer in layers):
+    if (
+        not isinstance(config_desc, dict)
+        or not isinstance(layers, list)
+        or not all(isinstance(layer, dict) for layer in layers)
+    ):
         raise ImageReadError(f"{source}: the image manifest lacks config or layers")
     config = _json(blobs, _blob_name(config_desc.get("digest")), "image config")
     names = [(_blob_name(layer.get("digest")), str(layer.get("mediaType", ""))) for layer in layers]
@@ -305,22 +323,35 @@ def _read_layout(blobs: _TarBlobs | _DirBlobs, source: str, limits: Limits | Non
     return OpenedImage(tree, source, config if isinstance(config, dict) else {}, notes + tree.problems)
 
 
-def _pick_manifest(blobs: _TarBlobs | _DirBlobs, index: Any, notes: list[tuple[str, str]],
-                   depth: int) -> dict[str, Any]:
+def _pick_manifest(
+    blobs: _TarBlobs | _DirBlobs, index: Any, notes: list[tuple[str, str]], depth: int
+) -> dict[str, Any]:
     """The image manifest for linux/arm64 (what a krunkit VM runs), else the first one."""
     descriptors = index.get("manifests") if isinstance(index, dict) else None
     if not isinstance(descriptors, list) or not descriptors or depth > 4:
         raise ImageReadError("the OCI index lists no image manifest")
     descriptors = [d for d in descriptors if isinstance(d, dict)]
-    chosen = next((d for d in descriptors if isinstance(d.get("platform"), dict)
-                   and d["platform"].get("os") == "linux" and d["platform"].get("architecture") == "arm64"),
-                  descriptors[0] if descriptors else None)
+    chosen = next(
+        (
+            d
+            for d in descriptors
+            if isinstance(d.get("platform"), dict)
+            and d["platform"].get("os") == "linux"
+            and d["platform"].get("architecture") == "arm64"
+        ),
+        descriptors[0] if descriptors else None,
+    )
     if chosen is None:
         raise ImageReadError("the OCI index lists no image manifest")
     if len(descriptors) > 1:
         platform = chosen.get("platform") or {}
-        notes.append(("info", f"the index lists {len(descriptors)} manifests; checked "
-                              f"{platform.get('os', '?')}/{platform.get('architecture', '?')}"))
+        notes.append(
+            (
+                "info",
+                f"the index lists {len(descriptors)} manifests; checked "
+                f"{platform.get('os', '?')}/{platform.get('architecture', '?')}",
+            )
+        )
     document = _json(blobs, _blob_name(chosen.get("digest")), "manifest")
     if not isinstance(document, dict):
         raise ImageReadError("an OCI manifest is not a JSON object")
@@ -329,16 +360,19 @@ def _pick_manifest(blobs: _TarBlobs | _DirBlobs, index: Any, notes: list[tuple[s
     return document
 
 
-def _apply_layers(blobs: _TarBlobs | _DirBlobs, layers: list[tuple[str, str]], limits: Limits | None,
-                  say: Callable[[str], None]) -> LayerTree:
+def _apply_layers(
+    blobs: _TarBlobs | _DirBlobs, layers: list[tuple[str, str]], limits: Limits | None, say: Callable[[str], None]
+) -> LayerTree:
     tree = LayerTree(limits)
     if sum(blobs.size(name) for name, _ in layers) > 256 * 1024**2:
         say(f"reading {len(layers)} layers")
     for number, (name, media_type) in enumerate(layers, 1):
         label = f"{number}/{len(layers)} ({name})"
         if "zstd" in media_type:
-            raise ImageReadError(f"layer {label} is zstd-compressed, which this Python cannot read; "
-                                 "re-save the image with gzip layers or uncompressed")
+            raise ImageReadError(
+                f"layer {label} is zstd-compressed, which this Python cannot read; "
+                "re-save the image with gzip layers or uncompressed"
+            )
         with blobs.open(name) as stream:
             if stream.read(4) == _ZSTD_MAGIC:
                 raise ImageReadError(f"layer {label} is zstd-compressed, which this Python cannot read")

@@ -64,10 +64,11 @@ ALL_FIELDS = textwrap.dedent("""\
     """)
 
 
-def minimal(kind: str = "example.com/gpu", names: tuple[str, ...] = ("gpu0",), version: str = "0.3.0",
-            env: str = "A=1") -> str:
-    devices = "".join(f"- name: \"{name}\"\n  containerEdits:\n    env: [\"{env}\"]\n" for name in names)
-    return f"cdiVersion: \"{version}\"\nkind: {kind}\ndevices:\n{devices}"
+def minimal(
+    kind: str = "example.com/gpu", names: tuple[str, ...] = ("gpu0",), version: str = "0.3.0", env: str = "A=1"
+) -> str:
+    devices = "".join(f'- name: "{name}"\n  containerEdits:\n    env: ["{env}"]\n' for name in names)
+    return f'cdiVersion: "{version}"\nkind: {kind}\ndevices:\n{devices}'
 
 
 @pytest.fixture(autouse=True)

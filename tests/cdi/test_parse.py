@@ -12,34 +12,45 @@ from cgpu.cdi.parse import MAX_SPEC_BYTES, SpecError, parse_spec, resolve_plain
 from .conftest import ALL_FIELDS, minimal, parse, rejection
 
 
-def device_spec(edits: str, *, version: str = "0.3.0", kind: str = "example.com/gpu", name: str = "gpu0",
-                extra: str = "") -> str:
+def device_spec(
+    edits: str, *, version: str = "0.3.0", kind: str = "example.com/gpu", name: str = "gpu0", extra: str = ""
+) -> str:
     """A spec with one device whose containerEdits body is `edits` (YAML, 4-space indented)."""
-    return (f"cdiVersion: \"{version}\"\nkind: {kind}\n{extra}devices:\n- name: \"{name}\"\n"
-            f"  containerEdits:\n{edits}")
+    return f'cdiVersion: "{version}"\nkind: {kind}\n{extra}devices:\n- name: "{name}"\n  containerEdits:\n{edits}'
 
 
 # --- accepted specs -------------------------------------------------------------------------
 
+
 def test_minimal_spec_fields():
     spec = parse(minimal(names=("gpu0", "gpu1")), path="/etc/cdi/a.yaml")
     assert (spec.path, spec.version, spec.kind, spec.vendor, spec.device_class) == (
-        "/etc/cdi/a.yaml", "0.3.0", "example.com/gpu", "example.com", "gpu")
+        "/etc/cdi/a.yaml",
+        "0.3.0",
+        "example.com/gpu",
+        "example.com",
+        "gpu",
+    )
     assert [device.name for device in spec.devices] == ["gpu0", "gpu1"]
     assert spec.devices[0].edits.env == ("A=1",)
     assert spec.warnings == ()
 
 
 def test_json_is_read_as_yaml_with_comments():
-    text = "# header comment\n" + json.dumps({
-        "cdiVersion": "0.3.0", "kind": "vendor.com/device",
-        "devices": [{"name": "myDevice", "containerEdits": {"deviceNodes": [{"path": "/dev/card1"}]}}]})
+    text = "# header comment\n" + json.dumps(
+        {
+            "cdiVersion": "0.3.0",
+            "kind": "vendor.com/device",
+            "devices": [{"name": "myDevice", "containerEdits": {"deviceNodes": [{"path": "/dev/card1"}]}}],
+        }
+    )
     spec = parse_spec(text.encode(), path="/etc/cdi/x.json", priority=3)
     assert spec.priority == 3 and spec.devices[0].edits.device_nodes[0].path == "/dev/card1"
 
 
-@pytest.mark.parametrize("version", ["0.3.0", "0.4.0", "0.5.0", "0.6.0", "0.7.0", "0.8.0", "1.0.0", "1.1.0",
-                                     "v0.5.0", "v1.1.0"])
+@pytest.mark.parametrize(
+    "version", ["0.3.0", "0.4.0", "0.5.0", "0.6.0", "0.7.0", "0.8.0", "1.0.0", "1.1.0", "v0.5.0", "v1.1.0"]
+)
 def test_every_known_version_is_accepted(version):
     assert parse(minimal(version=version)).version == version.removeprefix("v")
 
@@ -47,16 +58,39 @@ def test_every_known_version_is_accepted(version):
 def test_all_fields_are_read():
     spec = parse(ALL_FIELDS)
     node = spec.devices[0].edits.device_nodes[0]
-    assert (node.path, node.host_path, node.type, node.major, node.minor, node.file_mode, node.permissions,
-            node.uid, node.gid) == ("/dev/card1", "/vendor/card1", "c", 226, 1, 432, "rw", 0, 44)
+    assert (
+        node.path,
+        node.host_path,
+        node.type,
+        node.major,
+        node.minor,
+        node.file_mode,
+        node.permissions,
+        node.uid,
+        node.gid,
+    ) == ("/dev/card1", "/vendor/card1", "c", 226, 1, 432, "rw", 0, 44)
     hook = spec.edits.hooks[0]
     assert (hook.hook_name, hook.path, hook.args, hook.env, hook.timeout) == (
-        "createContainer", "/bin/hook", ("hook", "x"), ("H=1",), 5)
+        "createContainer",
+        "/bin/hook",
+        ("hook", "x"),
+        ("H=1",),
+        5,
+    )
     mount = spec.edits.mounts[0]
     assert (mount.host_path, mount.container_path, mount.type, mount.options) == (
-        "tmpfs", "/tmp/data", "tmpfs", ("nosuid", "size=1k"))
-    assert spec.edits.intel_rdt == {"closID": "clos", "l3CacheSchema": "L3:0=f", "memBwSchema": "MB:0=50",
-                                    "schemata": ["x"], "enableMonitoring": True}
+        "tmpfs",
+        "/tmp/data",
+        "tmpfs",
+        ("nosuid", "size=1k"),
+    )
+    assert spec.edits.intel_rdt == {
+        "closID": "clos",
+        "l3CacheSchema": "L3:0=f",
+        "memBwSchema": "MB:0=50",
+        "schemata": ["x"],
+        "enableMonitoring": True,
+    }
     assert spec.edits.net_devices == ({"hostInterfaceName": "eth1", "name": "net0"},)
     assert spec.edits.additional_gids == (44, 0)
     assert spec.annotations == {"a": "b"} and spec.devices[0].annotations == {"k": "v"}
@@ -88,21 +122,54 @@ def test_benign_aliases_are_expanded():
 
 # --- YAML 1.1 scalars where the target is a string (sigs.k8s.io/yaml) -------------------------
 
-@pytest.mark.parametrize(("written", "name"), [
-    ("0", "0"), ("'0'", "0"), ("yes", "true"), ("y", "true"), ("off", "false"), ("1:0", "1:0"),
-    ("010", "8"), ("0x1F", "31"), ("1_000", "1000"), ("1.50", "1.5"), ("1.0", "1"), ("09", "9"),
-    ("2001-12-14", "2001-12-14"), ("!!str 010", "010"), ("'yes'", "yes"),
-])
+
+@pytest.mark.parametrize(
+    ("written", "name"),
+    [
+        ("0", "0"),
+        ("'0'", "0"),
+        ("yes", "true"),
+        ("y", "true"),
+        ("off", "false"),
+        ("1:0", "1:0"),
+        ("010", "8"),
+        ("0x1F", "31"),
+        ("1_000", "1000"),
+        ("1.50", "1.5"),
+        ("1.0", "1"),
+        ("09", "9"),
+        ("2001-12-14", "2001-12-14"),
+        ("!!str 010", "010"),
+        ("'yes'", "yes"),
+    ],
+)
 def test_scalars_become_strings_like_the_library(written, name):
-    assert parse(device_spec("    env: [A=1]\n", version="0.5.0", name="x").replace('"x"', written)
-                 ).devices[0].name == name
+    assert (
+        parse(device_spec("    env: [A=1]\n", version="0.5.0", name="x").replace('"x"', written)).devices[0].name
+        == name
+    )
 
 
-@pytest.mark.parametrize(("text", "value"), [
-    ("~", None), ("", None), ("Null", None), ("true", True), ("NO", False), ("12", 12), ("-0b101", -5),
-    ("0o17", 15), ("+12", 12), (".5", 0.5), ("1e3", 1000.0), ("abc", "abc"), ("1.5.3", "1.5.3"),
-    ("18446744073709551615", 2**64 - 1), ("+18446744073709551615", 1.8446744073709552e19),
-])
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("~", None),
+        ("", None),
+        ("Null", None),
+        ("true", True),
+        ("NO", False),
+        ("12", 12),
+        ("-0b101", -5),
+        ("0o17", 15),
+        ("+12", 12),
+        (".5", 0.5),
+        ("1e3", 1000.0),
+        ("abc", "abc"),
+        ("1.5.3", "1.5.3"),
+        ("18446744073709551615", 2**64 - 1),
+        ("+18446744073709551615", 1.8446744073709552e19),
+    ],
+)
 def test_resolve_plain_like_go_yaml_v2(text, value):
     assert resolve_plain(text) == value and type(resolve_plain(text)) is type(value)
 
@@ -111,8 +178,7 @@ def test_numbers_in_env_and_annotations_become_strings():
     annotations = "annotations: {num: 1, b: yes, f: 0.5, e: 12345678.0, x: .nan, n: 1}\n"
     spec = parse(device_spec("    env: [A=1]\n", version="0.6.0", extra=annotations))
     # the key n is the YAML 1.1 boolean false, stringified as "false"
-    assert spec.annotations == {"num": "1", "b": "true", "f": "0.5", "e": "1.2345678e+07", "x": "NaN",
-                                "false": "1"}
+    assert spec.annotations == {"num": "1", "b": "true", "f": "0.5", "e": "1.2345678e+07", "x": "NaN", "false": "1"}
 
 
 def test_float_with_integer_value_fits_an_integer_field():
@@ -121,6 +187,7 @@ def test_float_with_integer_value_fits_an_integer_field():
 
 
 # --- versions --------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("written", ['"1.2.0"', '"0.0.0"', '""', '"0.5"', "0.5", '"V0.5.0"'])
 def test_unknown_versions_are_invalid(written):
@@ -133,23 +200,33 @@ def test_unknown_versions_are_invalid(written):
 def test_pre_release_versions_need_0_3_0(version):
     assert rejection(minimal(version=version)) == (
         f"the spec version must be at least v0.3.0 (0.3.0 is the earliest version the CDI library accepts) "
-        f"but declares {version}")
+        f"but declares {version}"
+    )
 
 
-@pytest.mark.parametrize(("text", "required", "reason"), [
-    (device_spec("    mounts: [{hostPath: /a, containerPath: /a, type: bind}]\n"), "0.4.0", "mounts[].type"),
-    (device_spec("    deviceNodes: [{path: /dev/x, hostPath: /dev/x}]\n"), "0.5.0", "deviceNodes[].hostPath"),
-    (device_spec("    env: [A=1]\n", name="0"), "0.5.0", 'device name "0", which does not start with a letter'),
-    (device_spec("    env: [A=1]\n", extra="annotations: {a: b}\n"), "0.6.0", "annotations"),
-    (device_spec("    env: [A=1]\n", kind="nvidia.com/gpu.coherent"), "0.6.0",
-     'a dot in the class of kind "nvidia.com/gpu.coherent"'),
-    (device_spec("    intelRdt: {closID: x}\n"), "0.7.0", "intelRdt"),
-    (device_spec("    additionalGids: [44]\n"), "0.7.0", "additionalGids"),
-    (device_spec("    netDevices: [{hostInterfaceName: eth0, name: n0}]\n"), "1.1.0", "netDevices"),
-    (device_spec("    intelRdt: {schemata: []}\n"), "1.1.0", "intelRdt.schemata or intelRdt.enableMonitoring"),
-    (device_spec("    intelRdt: {enableMonitoring: true}\n"), "1.1.0",
-     "intelRdt.schemata or intelRdt.enableMonitoring"),
-])
+@pytest.mark.parametrize(
+    ("text", "required", "reason"),
+    [
+        (device_spec("    mounts: [{hostPath: /a, containerPath: /a, type: bind}]\n"), "0.4.0", "mounts[].type"),
+        (device_spec("    deviceNodes: [{path: /dev/x, hostPath: /dev/x}]\n"), "0.5.0", "deviceNodes[].hostPath"),
+        (device_spec("    env: [A=1]\n", name="0"), "0.5.0", 'device name "0", which does not start with a letter'),
+        (device_spec("    env: [A=1]\n", extra="annotations: {a: b}\n"), "0.6.0", "annotations"),
+        (
+            device_spec("    env: [A=1]\n", kind="nvidia.com/gpu.coherent"),
+            "0.6.0",
+            'a dot in the class of kind "nvidia.com/gpu.coherent"',
+        ),
+        (device_spec("    intelRdt: {closID: x}\n"), "0.7.0", "intelRdt"),
+        (device_spec("    additionalGids: [44]\n"), "0.7.0", "additionalGids"),
+        (device_spec("    netDevices: [{hostInterfaceName: eth0, name: n0}]\n"), "1.1.0", "netDevices"),
+        (device_spec("    intelRdt: {schemata: []}\n"), "1.1.0", "intelRdt.schemata or intelRdt.enableMonitoring"),
+        (
+            device_spec("    intelRdt: {enableMonitoring: true}\n"),
+            "1.1.0",
+            "intelRdt.schemata or intelRdt.enableMonitoring",
+        ),
+    ],
+)
 def test_minimum_version_implied_by_fields(text, required, reason):
     assert rejection(text) == f"the spec version must be at least v{required} (it uses {reason}) but declares 0.3.0"
     assert parse(text.replace('"0.3.0"', f'"{required}"')).version == required
@@ -157,9 +234,11 @@ def test_minimum_version_implied_by_fields(text, required, reason):
 
 def test_minimum_version_cases_of_the_reference():  # cdi.md ยง8 case 15
     assert rejection(device_spec("    env: [A=1]\n", version="0.4.0", name="0")).startswith(
-        "the spec version must be at least v0.5.0")
+        "the spec version must be at least v0.5.0"
+    )
     assert rejection(device_spec("    env: [A=1]\n", version="0.5.0", kind="nvidia.com/gpu.coherent")).startswith(
-        "the spec version must be at least v0.6.0")
+        "the spec version must be at least v0.6.0"
+    )
 
 
 def test_empty_annotations_and_null_intel_rdt_need_no_newer_version():
@@ -169,96 +248,135 @@ def test_empty_annotations_and_null_intel_rdt_need_no_newer_version():
 
 # --- strict fields, case-insensitive keys, duplicate keys -------------------------------------
 
-@pytest.mark.parametrize(("text", "message"), [
-    (minimal() + "foo: bar\n", 'unknown field "foo" at the top level'),
-    (device_spec("    intelRdt: {closID: x, enableCMT: true}\n", version="1.0.0"),
-     'unknown field "enableCMT" in devices[0].containerEdits.intelRdt'),
-    (device_spec("    deviceNodes: [{path: /dev/x, hostPaths: /dev/x}]\n"),
-     'unknown field "hostPaths" in devices[0].containerEdits.deviceNodes[0]'),
-    (device_spec("    env: [A=1]\n") + "  extra: 1\n", 'unknown field "extra" in devices[0]'),
-    (minimal() + "1: x\n", 'unknown field "1" at the top level'),
-])
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (minimal() + "foo: bar\n", 'unknown field "foo" at the top level'),
+        (
+            device_spec("    intelRdt: {closID: x, enableCMT: true}\n", version="1.0.0"),
+            'unknown field "enableCMT" in devices[0].containerEdits.intelRdt',
+        ),
+        (
+            device_spec("    deviceNodes: [{path: /dev/x, hostPaths: /dev/x}]\n"),
+            'unknown field "hostPaths" in devices[0].containerEdits.deviceNodes[0]',
+        ),
+        (device_spec("    env: [A=1]\n") + "  extra: 1\n", 'unknown field "extra" in devices[0]'),
+        (minimal() + "1: x\n", 'unknown field "1" at the top level'),
+    ],
+)
 def test_unknown_fields_reject_the_file(text, message):
     assert rejection(text) == message
 
 
 def test_case_variant_keys_are_accepted_with_a_warning():
-    spec = parse(device_spec("    deviceNodes: [{path: /dev/x, hostpath: /dev/y}]\n    additionalGIDs: [44]\n",
-                             version="0.7.0").replace("kind:", "KIND:"))
+    spec = parse(
+        device_spec(
+            "    deviceNodes: [{path: /dev/x, hostpath: /dev/y}]\n    additionalGIDs: [44]\n", version="0.7.0"
+        ).replace("kind:", "KIND:")
+    )
     assert spec.kind == "example.com/gpu"
     assert spec.devices[0].edits.device_nodes[0].host_path == "/dev/y"
     assert spec.devices[0].edits.additional_gids == (44,)
-    assert len(spec.warnings) == 1 and "devices[0].containerEdits.deviceNodes[0].hostpath (for hostPath)" in \
-        spec.warnings[0] and "KIND (for kind)" in spec.warnings[0]
+    assert (
+        len(spec.warnings) == 1
+        and "devices[0].containerEdits.deviceNodes[0].hostpath (for hostPath)" in spec.warnings[0]
+        and "KIND (for kind)" in spec.warnings[0]
+    )
 
 
 def test_non_ascii_key_folding_follows_go():
     # U+017F (long s) folds to S in encoding/json; U+FB01 (fi ligature) does not fold to "fi"
     assert parse(minimal().replace("kind:", "\u017find:".replace("\u017f", "k").replace("k", "\u212a", 1))).kind
-    assert rejection(device_spec("    deviceNodes: [{path: /dev/x, \ufb01leMode: 1}]\n")).startswith(
-        "unknown field")
+    assert rejection(device_spec("    deviceNodes: [{path: /dev/x, \ufb01leMode: 1}]\n")).startswith("unknown field")
 
 
 def test_two_keys_for_one_field_the_later_in_byte_order_wins():
     # json.Marshal sorts keys: "Kind" < "kind", so "kind" is decoded last and wins
-    spec = parse("cdiVersion: 0.3.0\nkind: example.com/lower\nKind: example.com/upper\n"
-                 "devices: [{name: a, containerEdits: {env: [A=1]}}]\n")
+    spec = parse(
+        "cdiVersion: 0.3.0\nkind: example.com/lower\nKind: example.com/upper\n"
+        "devices: [{name: a, containerEdits: {env: [A=1]}}]\n"
+    )
     assert spec.kind == "example.com/lower"
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    (minimal() + "kind: example.com/other\n", 'line 7: key "kind" is already set on line 2'),
-    (device_spec("    env: [A=1]\n    env: [B=1]\n"), 'line 7: key "env" is already set on line 6'),
-    (device_spec("    env: [A=1]\n", extra="annotations: {a: b, a: c}\n", version="0.6.0"),
-     'key "a" is already set'),
-])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (minimal() + "kind: example.com/other\n", 'line 7: key "kind" is already set on line 2'),
+        (device_spec("    env: [A=1]\n    env: [B=1]\n"), 'line 7: key "env" is already set on line 6'),
+        (
+            device_spec("    env: [A=1]\n", extra="annotations: {a: b, a: c}\n", version="0.6.0"),
+            'key "a" is already set',
+        ),
+    ],
+)
 def test_duplicate_keys_reject_the_file(text, message):
     assert message in rejection(text)
 
 
 # --- types -----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("text", "message"), [
-    (minimal().replace("kind: example.com/gpu", "kind: [a]"), "kind: expected a string, found a list"),
-    (device_spec('    deviceNodes: [{path: /dev/x, major: "226"}]\n'),
-     'devices[0].containerEdits.deviceNodes[0].major: expected an integer (int64), found the string "226"'),
-    (device_spec("    deviceNodes: [{path: /dev/x, uid: -1}]\n"),
-     "devices[0].containerEdits.deviceNodes[0].uid: -1 does not fit a uint32"),
-    (device_spec("    deviceNodes: [{path: /dev/x, major: 1.5}]\n"),
-     "devices[0].containerEdits.deviceNodes[0].major: expected an integer (int64), found the number 1.5"),
-    (device_spec("    deviceNodes: [{path: /dev/x, major: .inf}]\n"), "cannot be written as JSON"),
-    (device_spec("    intelRdt: {enableMonitoring: 1}\n", version="1.1.0"), "expected true or false"),
-    (device_spec("    env: A=1\n"), 'devices[0].containerEdits.env: expected a list, found the string "A=1"'),
-    (minimal().replace("devices:\n", "devices: {}\n", 1).split("- name")[0], "devices: expected a list"),
-    (device_spec("    env: [A=1]\n", extra="annotations: {a: [1]}\n", version="0.6.0"),
-     "annotations.a: expected a string, found a list"),
-    ("- a\n- b\n", "the document: expected a mapping, found a list"),
-    ("just text\n", 'the document: expected a mapping, found the string "just text"'),
-    (device_spec("    deviceNodes: [~]\n"), "devices[0].containerEdits.deviceNodes[0] is null"),
-    (device_spec("    mounts: [~]\n"), "devices[0].containerEdits.mounts[0] is null"),
-    (device_spec("    env: [A=1]\n") + "x: !!int abc\n", "cannot decode `abc` as a !!int"),
-])
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (minimal().replace("kind: example.com/gpu", "kind: [a]"), "kind: expected a string, found a list"),
+        (
+            device_spec('    deviceNodes: [{path: /dev/x, major: "226"}]\n'),
+            'devices[0].containerEdits.deviceNodes[0].major: expected an integer (int64), found the string "226"',
+        ),
+        (
+            device_spec("    deviceNodes: [{path: /dev/x, uid: -1}]\n"),
+            "devices[0].containerEdits.deviceNodes[0].uid: -1 does not fit a uint32",
+        ),
+        (
+            device_spec("    deviceNodes: [{path: /dev/x, major: 1.5}]\n"),
+            "devices[0].containerEdits.deviceNodes[0].major: expected an integer (int64), found the number 1.5",
+        ),
+        (device_spec("    deviceNodes: [{path: /dev/x, major: .inf}]\n"), "cannot be written as JSON"),
+        (device_spec("    intelRdt: {enableMonitoring: 1}\n", version="1.1.0"), "expected true or false"),
+        (device_spec("    env: A=1\n"), 'devices[0].containerEdits.env: expected a list, found the string "A=1"'),
+        (minimal().replace("devices:\n", "devices: {}\n", 1).split("- name")[0], "devices: expected a list"),
+        (
+            device_spec("    env: [A=1]\n", extra="annotations: {a: [1]}\n", version="0.6.0"),
+            "annotations.a: expected a string, found a list",
+        ),
+        ("- a\n- b\n", "the document: expected a mapping, found a list"),
+        ("just text\n", 'the document: expected a mapping, found the string "just text"'),
+        (device_spec("    deviceNodes: [~]\n"), "devices[0].containerEdits.deviceNodes[0] is null"),
+        (device_spec("    mounts: [~]\n"), "devices[0].containerEdits.mounts[0] is null"),
+        (device_spec("    env: [A=1]\n") + "x: !!int abc\n", "cannot decode `abc` as a !!int"),
+    ],
+)
 def test_type_errors(text, message):
     assert message in rejection(text)
 
 
 # --- names -----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("kind", "message"), [
-    ("nvidia", 'invalid vendor. empty name (kind "nvidia" must be vendor/class)'),
-    ("nvidia.com/gpu/extra", "invalid class. invalid character '/' in name \"gpu/extra\""),
-    ("-nvidia.com/gpu", 'invalid vendor. "-nvidia.com", should start with letter'),
-])
+
+@pytest.mark.parametrize(
+    ("kind", "message"),
+    [
+        ("nvidia", 'invalid vendor. empty name (kind "nvidia" must be vendor/class)'),
+        ("nvidia.com/gpu/extra", "invalid class. invalid character '/' in name \"gpu/extra\""),
+        ("-nvidia.com/gpu", 'invalid vendor. "-nvidia.com", should start with letter'),
+    ],
+)
 def test_bad_kinds_reject_the_file(kind, message):
     assert message in rejection(minimal(kind=kind))
 
 
-@pytest.mark.parametrize(("name", "message"), [
-    ("a b", "failed add device \"a b\": invalid character ' ' in device name \"a b\""),
-    ("x:", 'failed add device "x:": invalid name "x:", should end with a letter or digit'),
-    ("../../etc", 'failed add device "../../etc": invalid class "../../etc", should start with a letter or digit'),
-    ("", 'failed add device "": invalid (empty) device name'),
-])
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("a b", 'failed add device "a b": invalid character \' \' in device name "a b"'),
+        ("x:", 'failed add device "x:": invalid name "x:", should end with a letter or digit'),
+        ("../../etc", 'failed add device "../../etc": invalid class "../../etc", should start with a letter or digit'),
+        ("", 'failed add device "": invalid (empty) device name'),
+    ],
+)
 def test_bad_device_names_reject_the_file(name, message):
     assert rejection(minimal(names=(name,), version="0.5.0")) == message
 
@@ -272,56 +390,79 @@ def test_one_character_vendor_or_class_is_read_with_a_warning(kind):  # cdi.md ย
 
 # --- containerEdits and devices ---------------------------------------------------------------
 
-@pytest.mark.parametrize(("edits", "message"), [
-    ("    env: [NOEQUALS]\n", 'invalid container edits: invalid environment variable "NOEQUALS"'),
-    ("    env: [=x]\n", 'invalid container edits: invalid environment variable "=x"'),
-    ("    deviceNodes: [{path: ''}]\n", "invalid (empty) device path"),
-    ("    deviceNodes: [{path: /dev/x, type: z}]\n", 'device "/dev/x": invalid type "z"'),
-    ("    deviceNodes: [{path: /dev/x, permissions: rwx}]\n", 'device "/dev/x": invalid permissions "rwx"'),
-    ("    hooks: [{hookName: onStart, path: /bin/x}]\n", 'invalid hook name "onStart"'),
-    ("    hooks: [{hookName: createContainer, path: ''}]\n", 'invalid hook "createContainer" with empty path'),
-    ("    hooks: [{hookName: poststop, path: /x, env: [BAD]}]\n",
-     'invalid hook "poststop": invalid environment variable "BAD"'),
-    ("    hooks: [~]\n", "invalid (nil) hook"),
-    ("    mounts: [{hostPath: '', containerPath: /x}]\n", "invalid mount, empty host path"),
-    ("    mounts: [{hostPath: /x, containerPath: ''}]\n", "invalid mount, empty container path"),
-    ("    intelRdt: {closID: ..}\n", "invalid ClosID"),
-    ("    intelRdt: {closID: a/b}\n", "invalid ClosID"),
-])
+
+@pytest.mark.parametrize(
+    ("edits", "message"),
+    [
+        ("    env: [NOEQUALS]\n", 'invalid container edits: invalid environment variable "NOEQUALS"'),
+        ("    env: [=x]\n", 'invalid container edits: invalid environment variable "=x"'),
+        ("    deviceNodes: [{path: ''}]\n", "invalid (empty) device path"),
+        ("    deviceNodes: [{path: /dev/x, type: z}]\n", 'device "/dev/x": invalid type "z"'),
+        ("    deviceNodes: [{path: /dev/x, permissions: rwx}]\n", 'device "/dev/x": invalid permissions "rwx"'),
+        ("    hooks: [{hookName: onStart, path: /bin/x}]\n", 'invalid hook name "onStart"'),
+        ("    hooks: [{hookName: createContainer, path: ''}]\n", 'invalid hook "createContainer" with empty path'),
+        (
+            "    hooks: [{hookName: poststop, path: /x, env: [BAD]}]\n",
+            'invalid hook "poststop": invalid environment variable "BAD"',
+        ),
+        ("    hooks: [~]\n", "invalid (nil) hook"),
+        ("    mounts: [{hostPath: '', containerPath: /x}]\n", "invalid mount, empty host path"),
+        ("    mounts: [{hostPath: /x, containerPath: ''}]\n", "invalid mount, empty container path"),
+        ("    intelRdt: {closID: ..}\n", "invalid ClosID"),
+        ("    intelRdt: {closID: a/b}\n", "invalid ClosID"),
+    ],
+)
 def test_invalid_device_edits(edits, message):
     version = "0.7.0" if "intelRdt" in edits else "0.3.0"
-    assert rejection(device_spec(edits, version=version)) == f'failed add device "gpu0": invalid device "gpu0": {message}'
+    assert (
+        rejection(device_spec(edits, version=version)) == f'failed add device "gpu0": invalid device "gpu0": {message}'
+    )
 
 
-@pytest.mark.parametrize(("edits", "message"), [
-    ("    netDevices: [{hostInterfaceName: '', name: n}]\n", "invalid linux net device, empty HostInterfaceName"),
-    ("    netDevices: [{hostInterfaceName: e, name: ''}]\n", "invalid linux net device, empty Name"),
-    ("    netDevices: [{hostInterfaceName: e, name: a}, {hostInterfaceName: e, name: b}]\n",
-     'invalid linux net device, duplicate HostInterfaceName "e" with names "b" and "a"'),
-    ("    netDevices: [{hostInterfaceName: e, name: a}, {hostInterfaceName: f, name: a}]\n",
-     'invalid linux net device, duplicate Name "a" with HostInterfaceName "f" and "e"'),
-])
+@pytest.mark.parametrize(
+    ("edits", "message"),
+    [
+        ("    netDevices: [{hostInterfaceName: '', name: n}]\n", "invalid linux net device, empty HostInterfaceName"),
+        ("    netDevices: [{hostInterfaceName: e, name: ''}]\n", "invalid linux net device, empty Name"),
+        (
+            "    netDevices: [{hostInterfaceName: e, name: a}, {hostInterfaceName: e, name: b}]\n",
+            'invalid linux net device, duplicate HostInterfaceName "e" with names "b" and "a"',
+        ),
+        (
+            "    netDevices: [{hostInterfaceName: e, name: a}, {hostInterfaceName: f, name: a}]\n",
+            'invalid linux net device, duplicate Name "a" with HostInterfaceName "f" and "e"',
+        ),
+    ],
+)
 def test_invalid_net_devices(edits, message):
     assert message in rejection(device_spec(edits, version="1.1.0"))
 
 
-@pytest.mark.parametrize("edits", [
-    "    deviceNodes: [{path: /dev/x, permissions: rrw}]\n", "    deviceNodes: [{path: /dev/x, permissions: none}]\n",
-    "    deviceNodes: [{path: dev/relative, type: p}]\n", "    env: ['A B=1', 'LD_PRELOAD=/x.so']\n",
-    "    mounts: [{hostPath: /, containerPath: ../../etc}]\n",
-    "    hooks: [{hookName: prestart, path: sh, args: [sh, -c, x]}]\n",
-])
+@pytest.mark.parametrize(
+    "edits",
+    [
+        "    deviceNodes: [{path: /dev/x, permissions: rrw}]\n",
+        "    deviceNodes: [{path: /dev/x, permissions: none}]\n",
+        "    deviceNodes: [{path: dev/relative, type: p}]\n",
+        "    env: ['A B=1', 'LD_PRELOAD=/x.so']\n",
+        "    mounts: [{hostPath: /, containerPath: ../../etc}]\n",
+        "    hooks: [{hookName: prestart, path: sh, args: [sh, -c, x]}]\n",
+    ],
+)
 def test_edits_the_library_accepts(edits):
     assert parse(device_spec(edits)).devices[0].name == "gpu0"
 
 
 def test_closid_slash_means_the_root_clos():
-    assert parse(device_spec("    intelRdt: {closID: /}\n", version="0.7.0")).devices[0].edits.intel_rdt == {"closID": "/"}
+    assert parse(device_spec("    intelRdt: {closID: /}\n", version="0.7.0")).devices[0].edits.intel_rdt == {
+        "closID": "/"
+    }
 
 
 def test_spec_level_edits_are_validated():
     assert rejection(minimal() + "containerEdits:\n  env: [BAD]\n") == (
-        'spec-level containerEdits: invalid container edits: invalid environment variable "BAD"')
+        'spec-level containerEdits: invalid container edits: invalid environment variable "BAD"'
+    )
 
 
 @pytest.mark.parametrize("edits", ["  containerEdits: {}\n", "  containerEdits: ~\n", ""])
@@ -338,19 +479,23 @@ def test_duplicate_device_name_rejects_the_file():  # case 19
     assert rejection(minimal(names=("0", "0"), version="0.5.0")) == 'invalid spec, multiple device "0"'
 
 
-@pytest.mark.parametrize(("text", "message"), [  # case 20
-    ("", "no Spec data (the file is empty or holds only null)"),
-    ("# only a comment\n", "no Spec data (the file is empty or holds only null)"),
-    ("null\n", "no Spec data (the file is empty or holds only null)"),
-    ("{}", 'invalid version ""'),
-    ("cdiVersion: 0.3.0\nkind: example.com/gpu\ndevices: []\n", "invalid spec, no devices"),
-    ("cdiVersion: 0.3.0\nkind: example.com/gpu\n", "invalid spec, no devices"),
-])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [  # case 20
+        ("", "no Spec data (the file is empty or holds only null)"),
+        ("# only a comment\n", "no Spec data (the file is empty or holds only null)"),
+        ("null\n", "no Spec data (the file is empty or holds only null)"),
+        ("{}", 'invalid version ""'),
+        ("cdiVersion: 0.3.0\nkind: example.com/gpu\ndevices: []\n", "invalid spec, no devices"),
+        ("cdiVersion: 0.3.0\nkind: example.com/gpu\n", "invalid spec, no devices"),
+    ],
+)
 def test_empty_specs(text, message):
     assert rejection(text).startswith(message)
 
 
 # --- bad input guards -------------------------------------------------------------------------
+
 
 def test_size_cap():
     data = minimal().encode() + b"#" * MAX_SPEC_BYTES
@@ -367,8 +512,9 @@ def test_alias_bomb_stops_fast():
     assert "alias bomb" in caught.value.message and not caught.value.by_library
 
 
-@pytest.mark.parametrize("text", ["[" * 5000 + "]" * 5000, "a:\n" + "".join(" " * i + "b:\n" for i in range(1, 1500)),
-                                  "x: " + "{a: " * 2000])
+@pytest.mark.parametrize(
+    "text", ["[" * 5000 + "]" * 5000, "a:\n" + "".join(" " * i + "b:\n" for i in range(1, 1500)), "x: " + "{a: " * 2000]
+)
 def test_deep_nesting_is_a_spec_error(text):
     assert "not valid YAML" in rejection(text.encode())
 
@@ -405,8 +551,7 @@ def test_recursive_alias(text):
     assert rejection(text) == "line 1: a YAML anchor's value contains an alias to itself"
 
 
-@pytest.mark.parametrize("text", ["x: *nope\n", "a: b: c\n", "key: 'open\n", "? [a]\n: b\n", "~: x\n",
-                                  "<<: {a: 1}\n"])
+@pytest.mark.parametrize("text", ["x: *nope\n", "a: b: c\n", "key: 'open\n", "? [a]\n: b\n", "~: x\n", "<<: {a: 1}\n"])
 def test_malformed_yaml(text):
     assert rejection(text)
 

@@ -53,15 +53,21 @@ def test_random_bytes_only_raise_spec_error(data):
 
 
 @SETTINGS
-@given(st.text(alphabet=st.sampled_from(list("{}[]:,-?&*!|>'\"%@`#\n\t =~.0aykv/\\") + ["\x00", "é", "\u2028"]),
-               max_size=300))
+@given(
+    st.text(
+        alphabet=st.sampled_from(list("{}[]:,-?&*!|>'\"%@`#\n\t =~.0aykv/\\") + ["\x00", "é", "\u2028"]), max_size=300
+    )
+)
 def test_random_yaml_punctuation_only_raises_spec_error(text):
     read(text.encode("utf-8", "surrogatepass"))
 
 
-mutation = st.tuples(st.integers(0, len(SEED)), st.integers(0, 8),
-                     st.binary(max_size=6) | st.sampled_from([b"- ", b": ", b"{", b"[", b"&x ", b"*a", b"\n  ",
-                                                              b"!!int ", b"<<: ", b"~", b"yes", b"---\n"]))
+mutation = st.tuples(
+    st.integers(0, len(SEED)),
+    st.integers(0, 8),
+    st.binary(max_size=6)
+    | st.sampled_from([b"- ", b": ", b"{", b"[", b"&x ", b"*a", b"\n  ", b"!!int ", b"<<: ", b"~", b"yes", b"---\n"]),
+)
 
 
 @SETTINGS
@@ -69,7 +75,7 @@ mutation = st.tuples(st.integers(0, len(SEED)), st.integers(0, 8),
 def test_mutated_specs_only_raise_spec_error(mutations):
     data = SEED
     for at, cut, insert in mutations:
-        data = data[:at] + insert + data[at + cut:]
+        data = data[:at] + insert + data[at + cut :]
     read(data)
 
 
@@ -78,49 +84,94 @@ def test_mutated_specs_only_raise_spec_error(mutations):
 yaml_text = st.characters(blacklist_categories=("Cc", "Cs", "Zl", "Zp"))
 device_names = st.from_regex(names.DEVICE_NAME, fullmatch=True).filter(lambda n: len(n) <= 20)
 vendor = st.from_regex(names.VENDOR_OR_CLASS, fullmatch=True).filter(lambda n: 1 < len(n) <= 20)
-env = st.tuples(st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,10}", fullmatch=True), st.text(yaml_text, max_size=20)).map("=".join)
+env = st.tuples(st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,10}", fullmatch=True), st.text(yaml_text, max_size=20)).map(
+    "=".join
+)
 paths = st.text(yaml_text, min_size=1, max_size=30)
-node = st.fixed_dictionaries({"path": paths}, optional={
-    "hostPath": paths, "type": st.sampled_from(["b", "c", "u", "p"]), "major": st.integers(1, 2**40),
-    "minor": st.integers(1, 2**40), "fileMode": st.integers(0, 2**32 - 1), "permissions": st.sampled_from(["r", "rw", "rwm"]),
-    "uid": st.integers(0, 2**32 - 1), "gid": st.integers(0, 2**32 - 1)})
-mount = st.fixed_dictionaries({"hostPath": paths, "containerPath": paths},
-                              optional={"type": st.sampled_from(["bind", "tmpfs"]), "options": st.lists(st.text(yaml_text, max_size=8))})
-hook = st.fixed_dictionaries({"hookName": st.sampled_from(["createContainer", "prestart", "poststop"]), "path": paths},
-                             optional={"args": st.lists(st.text(yaml_text, max_size=8)), "env": st.lists(env, max_size=2),
-                                       "timeout": st.integers(1, 100)})
-edits = st.fixed_dictionaries({}, optional={"env": st.lists(env, max_size=3), "deviceNodes": st.lists(node, max_size=2),
-                                            "mounts": st.lists(mount, max_size=2), "hooks": st.lists(hook, max_size=2),
-                                            "additionalGids": st.lists(st.integers(1, 2**32 - 1), max_size=2)})
-spec_documents = st.fixed_dictionaries({
-    "cdiVersion": st.sampled_from(["1.1.0", "v1.0.0", "0.7.0"]),
-    "kind": st.tuples(vendor, vendor).map("/".join),
-    "devices": st.lists(st.tuples(device_names, edits.filter(lambda e: any(e.values()))), min_size=1, max_size=3,
-                        unique_by=lambda item: item[0]).map(
-        lambda items: [{"name": name, "containerEdits": body} for name, body in items]),
-}, optional={"containerEdits": edits,
-             "annotations": st.dictionaries(st.text(yaml_text, max_size=8), st.text(yaml_text, max_size=8), max_size=2)})
+node = st.fixed_dictionaries(
+    {"path": paths},
+    optional={
+        "hostPath": paths,
+        "type": st.sampled_from(["b", "c", "u", "p"]),
+        "major": st.integers(1, 2**40),
+        "minor": st.integers(1, 2**40),
+        "fileMode": st.integers(0, 2**32 - 1),
+        "permissions": st.sampled_from(["r", "rw", "rwm"]),
+        "uid": st.integers(0, 2**32 - 1),
+        "gid": st.integers(0, 2**32 - 1),
+    },
+)
+mount = st.fixed_dictionaries(
+    {"hostPath": paths, "containerPath": paths},
+    optional={"type": st.sampled_from(["bind", "tmpfs"]), "options": st.lists(st.text(yaml_text, max_size=8))},
+)
+hook = st.fixed_dictionaries(
+    {"hookName": st.sampled_from(["createContainer", "prestart", "poststop"]), "path": paths},
+    optional={
+        "args": st.lists(st.text(yaml_text, max_size=8)),
+        "env": st.lists(env, max_size=2),
+        "timeout": st.integers(1, 100),
+    },
+)
+edits = st.fixed_dictionaries(
+    {},
+    optional={
+        "env": st.lists(env, max_size=3),
+        "deviceNodes": st.lists(node, max_size=2),
+        "mounts": st.lists(mount, max_size=2),
+        "hooks": st.lists(hook, max_size=2),
+        "additionalGids": st.lists(st.integers(1, 2**32 - 1), max_size=2),
+    },
+)
+spec_documents = st.fixed_dictionaries(
+    {
+        "cdiVersion": st.sampled_from(["1.1.0", "v1.0.0", "0.7.0"]),
+        "kind": st.tuples(vendor, vendor).map("/".join),
+        "devices": st.lists(
+            st.tuples(device_names, edits.filter(lambda e: any(e.values()))),
+            min_size=1,
+            max_size=3,
+            unique_by=lambda item: item[0],
+        ).map(lambda items: [{"name": name, "containerEdits": body} for name, body in items]),
+    },
+    optional={
+        "containerEdits": edits,
+        "annotations": st.dictionaries(st.text(yaml_text, max_size=8), st.text(yaml_text, max_size=8), max_size=2),
+    },
+)
 
 
 def expected_edits(raw):
-    return (tuple(raw.get("env", ())), [(n["path"], n.get("hostPath"), n.get("major"), n.get("uid"))
-                                        for n in raw.get("deviceNodes", ())],
-            [(m["hostPath"], m["containerPath"], m.get("type"), tuple(m.get("options", ()))) for m in raw.get("mounts", ())],
-            [(h["hookName"], h["path"], tuple(h.get("args", ())), h.get("timeout")) for h in raw.get("hooks", ())],
-            tuple(raw.get("additionalGids", ())))
+    return (
+        tuple(raw.get("env", ())),
+        [(n["path"], n.get("hostPath"), n.get("major"), n.get("uid")) for n in raw.get("deviceNodes", ())],
+        [
+            (m["hostPath"], m["containerPath"], m.get("type"), tuple(m.get("options", ())))
+            for m in raw.get("mounts", ())
+        ],
+        [(h["hookName"], h["path"], tuple(h.get("args", ())), h.get("timeout")) for h in raw.get("hooks", ())],
+        tuple(raw.get("additionalGids", ())),
+    )
 
 
 def actual_edits(edits):
-    return (edits.env, [(n.path, n.host_path, n.major, n.uid) for n in edits.device_nodes],
-            [(m.host_path, m.container_path, m.type, m.options) for m in edits.mounts],
-            [(h.hook_name, h.path, h.args, h.timeout) for h in edits.hooks], edits.additional_gids)
+    return (
+        edits.env,
+        [(n.path, n.host_path, n.major, n.uid) for n in edits.device_nodes],
+        [(m.host_path, m.container_path, m.type, m.options) for m in edits.mounts],
+        [(h.hook_name, h.path, h.args, h.timeout) for h in edits.hooks],
+        edits.additional_gids,
+    )
 
 
 @SETTINGS
 @given(spec_documents, st.sampled_from(["yaml", "json"]))
 def test_valid_specs_round_trip(document, form):
-    text = (yaml.safe_dump(document, default_style='"', allow_unicode=True) if form == "yaml"
-            else json.dumps(document, ensure_ascii=False))  # YAML has no UTF-16 surrogate escapes
+    text = (
+        yaml.safe_dump(document, default_style='"', allow_unicode=True)
+        if form == "yaml"
+        else json.dumps(document, ensure_ascii=False)
+    )  # YAML has no UTF-16 surrogate escapes
     spec = parse_spec(text.encode(), path=f"/etc/cdi/x.{form}", priority=0)
     assert spec.version == document["cdiVersion"].removeprefix("v")
     assert spec.kind == document["kind"] and spec.annotations == document.get("annotations", {})

@@ -22,12 +22,21 @@ ACCEPTED = {
     "lf-edge-eve_jetson-thor_jp7_csv-mode.yaml": ("nvidia.com/gpu", "0.5.0", ["0", "all"]),
     "lf-edge-eve_jetson-xavier-nx_jp5_csv-mode.yaml": ("nvidia.com/xavier-gpu", "0.5.0", ["0", "all"]),
     "nvidia-ctk-1.17.8_nvml_x86_64_driver-575.64.03.yaml": (
-        "nvidia.com/gpu", "0.5.0", ["0", "GPU-520e01f2-cf30-6396-abef-e8e9a5233b0e", "all"]),
+        "nvidia.com/gpu",
+        "0.5.0",
+        ["0", "GPU-520e01f2-cf30-6396-abef-e8e9a5233b0e", "all"],
+    ),
     "nvidia-ctk_wsl_nvmdi_embedded-in-buildx-driver-code.yaml": ("nvidia.com/gpu", "0.3.0", ["all"]),
     "ramalama-testdata_nvml_trimmed.json": (
-        "nvidia.com/gpu", "0.5.0", ["0", "GPU-08b3c2e8-cb7b-ea3f-7711-a042c580b3e8", "all"]),
+        "nvidia.com/gpu",
+        "0.5.0",
+        ["0", "GPU-08b3c2e8-cb7b-ea3f-7711-a042c580b3e8", "all"],
+    ),
     "ramalama-testdata_nvml_trimmed.yaml": (
-        "nvidia.com/gpu", "0.5.0", ["0", "GPU-08b3c2e8-cb7b-ea3f-7711-a042c580b3e8", "all"]),
+        "nvidia.com/gpu",
+        "0.5.0",
+        ["0", "GPU-08b3c2e8-cb7b-ea3f-7711-a042c580b3e8", "all"],
+    ),
     "ramalama-testdata_wsl_trimmed.json": ("nvidia.com/gpu", "0.3.0", ["all"]),
     "ramalama-testdata_wsl_trimmed.yaml": ("nvidia.com/gpu", "0.3.0", ["all"]),
 }
@@ -81,7 +90,11 @@ def test_templated(name):
 def test_real_nvidia_spec_content():
     spec = parse_spec(read("nvidia-ctk-1.17.8_nvml_x86_64_driver-575.64.03.yaml"), path="x", priority=0)
     assert [node.path for node in spec.edits.device_nodes] == [
-        "/dev/nvidia-modeset", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidiactl"]
+        "/dev/nvidia-modeset",
+        "/dev/nvidia-uvm",
+        "/dev/nvidia-uvm-tools",
+        "/dev/nvidiactl",
+    ]
     assert any(m.container_path.endswith("libcuda.so.575.64.03") for m in spec.edits.mounts)
     assert {hook.hook_name for hook in spec.edits.hooks} == {"createContainer"}
     assert "NVIDIA_VISIBLE_DEVICES=void" in spec.edits.env

@@ -9,8 +9,13 @@ from cgpu.cdi.scan import scan_spec_dirs
 BROKEN = Path(__file__).resolve().parents[2] / "cdi-samples" / "broken"
 
 RESOLVABLE = [
-    "example.com/case-variant=gpu0", "example.com/first-document=first", "example.com/gpu=0",
-    "example.com/gpu=all", "example.com/venus=venus", "example.net/g=gpu0", "example.org/accel=a",
+    "example.com/case-variant=gpu0",
+    "example.com/first-document=first",
+    "example.com/gpu=0",
+    "example.com/gpu=all",
+    "example.com/venus=venus",
+    "example.net/g=gpu0",
+    "example.org/accel=a",
     "example.org/accel=b",
 ]
 # file -> a piece of the error message it gets
@@ -55,7 +60,10 @@ def test_broken_samples():
 
 def test_every_sample_is_named_in_this_test():
     on_disk = {path.name for path in BROKEN.iterdir() if path.suffix in (".json", ".yaml")}
-    accepted = {"good-example.com-gpu.yaml", "yaml-content-in-json-file-valid.json",
-                "multiple-documents-first-counts.yaml"}
+    accepted = {
+        "good-example.com-gpu.yaml",
+        "yaml-content-in-json-file-valid.json",
+        "multiple-documents-first-counts.yaml",
+    }
     assert on_disk == set(ERRORS) | set(WARNINGS) | accepted
     assert (BROKEN / "ignored-extension.yml").is_file()

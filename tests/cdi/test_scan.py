@@ -44,14 +44,18 @@ def test_invalid_file_loses_only_its_own_devices(tmp_path):  # case 18, 23
     result = scan_spec_dirs([str(etc)])
     assert sorted(result.devices) == ["example.com/good=gpu0"]
     assert errors_for(result, bad) == [
-        'the CDI library rejects this file: line 7: key "kind" is already set on line 2 (duplicate keys are an error)']
+        'the CDI library rejects this file: line 7: key "kind" is already set on line 2 (duplicate keys are an error)'
+    ]
     assert len(errors_for(result, etc / "broken.json")) == 1
 
 
 def test_later_dir_wins(tmp_path):  # case 12
     etc, run = tmp_path / "etc", tmp_path / "run"
-    write(etc, "nvidia.yaml", minimal(kind="nvidia.com/gpu", names=("0", "GPU-old", "all"), version="0.5.0",
-                                      env="STALE=1"))
+    write(
+        etc,
+        "nvidia.yaml",
+        minimal(kind="nvidia.com/gpu", names=("0", "GPU-old", "all"), version="0.5.0", env="STALE=1"),
+    )
     write(run, "nvidia.yaml", minimal(kind="nvidia.com/gpu", names=("0", "all"), version="0.5.0", env="FRESH=1"))
     result = scan_spec_dirs([str(etc), str(run)])
     assert result.devices["nvidia.com/gpu=0"].spec.path == str(run / "nvidia.yaml")
@@ -68,8 +72,10 @@ def test_same_dir_conflict_removes_the_name_with_an_error_on_both_files(tmp_path
     json_path = write(etc, "nvidia.json", minimal(kind="nvidia.com/gpu", names=("all",), version="0.5.0"))
     result = scan_spec_dirs([str(etc)])
     assert sorted(result.devices) == ["nvidia.com/gpu=0"]
-    expected = (f'conflicting device "nvidia.com/gpu=all" (specs "{yaml_path}", "{json_path}"): two files in the '
-                "same spec dir define it, so engines drop it entirely")
+    expected = (
+        f'conflicting device "nvidia.com/gpu=all" (specs "{yaml_path}", "{json_path}"): two files in the '
+        "same spec dir define it, so engines drop it entirely"
+    )
     assert errors_for(result, yaml_path) == [expected] and errors_for(result, json_path) == [expected]
 
 
@@ -103,7 +109,8 @@ def test_spec_above_the_engine_maximum_is_dropped(tmp_path):
     assert [spec.path for spec in result.specs] == [str(etc / "old.yaml")]
     assert errors_for(result, new) == [
         "cdiVersion 0.6.0 is newer than podman 4.3.1 accepts (at most 0.5.0): podman 4.3.1 ignores this file, "
-        "so its devices are unresolvable there"]
+        "so its devices are unresolvable there"
+    ]
     assert sorted(scan_spec_dirs([str(etc)]).devices) == ["example.com/new=gpu0", "example.com/old=gpu0"]
 
 
@@ -180,7 +187,8 @@ def test_oversized_file_is_not_read(tmp_path):
         handle.truncate(5 * 1024 * 1024)
     result = scan_spec_dirs([str(etc)])
     assert errors_for(result, path) == [
-        "cgpu cannot read this file: the file is 5,242,880 bytes; cgpu reads spec files up to 4 MiB"]
+        "cgpu cannot read this file: the file is 5,242,880 bytes; cgpu reads spec files up to 4 MiB"
+    ]
 
 
 def test_spec_dir_that_is_a_file(tmp_path):
@@ -220,6 +228,7 @@ def test_parse_cache_is_bounded(tmp_path, monkeypatch):
 
 
 # --- the reading parts of cdi.md §8 with the published specs ----------------------------------
+
 
 @pytest.fixture
 def real(request):
@@ -276,8 +285,10 @@ def test_case_11_the_ramalama_yaml_and_json_twins_conflict(real, tmp_path):
         shutil.copy(real / name, etc / name)
     result = scan_spec_dirs([str(etc)])
     assert result.devices == {}
-    assert {p for s, p, _ in result.problems if s == "error"} == {str(etc / "ramalama-testdata_nvml_trimmed.yaml"),
-                                                                 str(etc / "ramalama-testdata_nvml_trimmed.json")}
+    assert {p for s, p, _ in result.problems if s == "error"} == {
+        str(etc / "ramalama-testdata_nvml_trimmed.yaml"),
+        str(etc / "ramalama-testdata_nvml_trimmed.json"),
+    }
 
 
 def test_permission_errors_as_root_would_not_see_them(tmp_path, monkeypatch):
@@ -301,7 +312,10 @@ def test_permission_errors_as_root_would_not_see_them(tmp_path, monkeypatch):
 
 def test_case_4_opencl_icd_mount_is_read(tmp_path):
     etc = tmp_path / "etc"
-    write(etc, "nvidia.yaml", """\
+    write(
+        etc,
+        "nvidia.yaml",
+        """\
         cdiVersion: 0.5.0
         kind: nvidia.com/gpu
         devices:
@@ -313,7 +327,8 @@ def test_case_4_opencl_icd_mount_is_read(tmp_path):
           - hostPath: /etc/OpenCL/vendors/nvidia.icd
             containerPath: /etc/OpenCL/vendors/nvidia.icd
             options: [ro, nosuid, nodev, rbind, rprivate]
-        """)
+        """,
+    )
     edits = scan_spec_dirs([str(etc)]).devices["nvidia.com/gpu=0"].edits()
     assert [mount.container_path for mount in edits.mounts] == ["/etc/OpenCL/vendors/nvidia.icd"]
     assert [node.path for node in edits.device_nodes] == ["/dev/nvidia0"]

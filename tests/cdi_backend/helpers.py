@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import shutil
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import pytest
 
@@ -16,8 +17,10 @@ SAMPLES = REPO / "cdi-samples"
 HOSTS = SAMPLES / "hosts"
 REAL = SHARED / "reference" / "cdi-real"
 
-NVRM_580 = ("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.82.07  Release Build  "
-            "(dvs-builder@U22-I3-AE18-23-3)  Wed Sep  3 20:05:39 UTC 2025\n")
+NVRM_580 = (
+    "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.82.07  Release Build  "
+    "(dvs-builder@U22-I3-AE18-23-3)  Wed Sep  3 20:05:39 UTC 2025\n"
+)
 
 
 def probe(spec_dirs: Iterable[Path | str], root: Path | str, **options: Any) -> dict[str, Any]:
@@ -30,8 +33,14 @@ def probe(spec_dirs: Iterable[Path | str], root: Path | str, **options: Any) -> 
     return report
 
 
-def make_host(root: Path, paths: Iterable[str] = (), *, files: dict[str, str] | None = None,
-              render: dict[str, str] | None = None, nvidia_version: str | None = None) -> Path:
+def make_host(
+    root: Path,
+    paths: Iterable[str] = (),
+    *,
+    files: dict[str, str] | None = None,
+    render: dict[str, str] | None = None,
+    nvidia_version: str | None = None,
+) -> Path:
     """A fake host tree: empty placeholder files at `paths`, given file contents, DRM vendors, a driver."""
     for path in paths:
         target = root / path.lstrip("/")

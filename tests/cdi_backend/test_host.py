@@ -40,10 +40,14 @@ def test_symlink_loops_end(tmp_path: Path):
 
 
 def test_driver_version_and_render_vendor(tmp_path: Path):
-    root = make_host(tmp_path / "root", files={
-        "/proc/driver/nvidia/version": "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.82.07  "
-                                       "Release Build  (dvs-builder@U22)  Wed Sep  3 20:05:39 UTC 2025\n"},
-                     render={"renderD128": "0x10DE", "renderD129": "garbage"})
+    root = make_host(
+        tmp_path / "root",
+        files={
+            "/proc/driver/nvidia/version": "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.82.07  "
+            "Release Build  (dvs-builder@U22)  Wed Sep  3 20:05:39 UTC 2025\n"
+        },
+        render={"renderD128": "0x10DE", "renderD129": "garbage"},
+    )
     host = HostFS(str(root))
     assert host.nvidia_driver_version() == ("580.82.07", "/proc/driver/nvidia/version")
     assert host.render_node_vendor("renderD128") == "0x10de"

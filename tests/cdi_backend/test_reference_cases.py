@@ -50,7 +50,8 @@ def test_case2_uuid_alias_is_identical_and_a_missing_index_is_unresolvable():
     by_index = probe([NVIDIA_1_17], HOSTS / "nvidia-575", devices=["nvidia.com/gpu=0"])
     assert by_uuid["containers"] == by_index["containers"] == ["cuda", "vulkan"]
     assert by_uuid["evidence"]["cuda"].replace(UUID, "X") == by_index["evidence"]["cuda"].replace(
-        "nvidia.com/gpu=0", "X")
+        "nvidia.com/gpu=0", "X"
+    )
     missing = probe([NVIDIA_1_17], HOSTS / "nvidia-575", devices=["nvidia.com/gpu=1"])
     assert missing["containers"] == [] and missing["devices"] == []
     assert [p["severity"] for p in missing["problems"]] == ["error"]
@@ -123,8 +124,9 @@ def test_case7_disable_hook_all_leaves_libcuda_unloadable(tmp_path: Path):
 def test_case8_jetson_icd_comes_from_a_hook_link(tmp_path: Path):
     spec = _real("lf-edge-eve_jetson-thor_jp7_csv-mode.yaml")
     icd = '{"file_format_version": "1.0.0", "ICD": {"library_path": "libGLX_nvidia.so.0", "api_version": "1.4.312"}}'
-    root = make_host(tmp_path / "root", host_paths(spec),
-                     files={"/usr/lib/aarch64-linux-gnu/nvidia/nvidia_icd.json": icd})
+    root = make_host(
+        tmp_path / "root", host_paths(spec), files={"/usr/lib/aarch64-linux-gnu/nvidia/nvidia_icd.json": icd}
+    )
     report = probe([spec_dir(tmp_path, real("lf-edge-eve_jetson-thor_jp7_csv-mode.yaml"))], root)
     assert report["containers"] == ["cuda", "vulkan"]
     assert "libcuda.so.1.1" in report["evidence"]["cuda"]
@@ -134,21 +136,35 @@ def test_case8_jetson_icd_comes_from_a_hook_link(tmp_path: Path):
     assert "mounts no libnvidia-opencl" in report["evidence"]["opencl"]
     xavier = _real("lf-edge-eve_jetson-xavier-nx_jp5_csv-mode.yaml")
     assert xavier["kind"] == "nvidia.com/xavier-gpu"
-    other = probe([spec_dir(tmp_path, real("lf-edge-eve_jetson-xavier-nx_jp5_csv-mode.yaml"), name="jp5")],
-                  make_host(tmp_path / "jp5-root"), devices=["nvidia.com/gpu=all"])
+    other = probe(
+        [spec_dir(tmp_path, real("lf-edge-eve_jetson-xavier-nx_jp5_csv-mode.yaml"), name="jp5")],
+        make_host(tmp_path / "jp5-root"),
+        devices=["nvidia.com/gpu=all"],
+    )
     assert other["containers"] == [] and "unresolvable CDI devices nvidia.com/gpu=all" in json.dumps(other["problems"])
 
 
 def test_case9_amd_gives_rocm_vulkan_opencl_from_the_image(tmp_path: Path):
-    report = probe([spec_dir(tmp_path, real("DERIVED_amd-ctk_shape-from-source_NOT-PUBLISHED.json"))],
-                   HOSTS / "amd", devices=["amd.com/gpu=0"])
+    report = probe(
+        [spec_dir(tmp_path, real("DERIVED_amd-ctk_shape-from-source_NOT-PUBLISHED.json"))],
+        HOSTS / "amd",
+        devices=["amd.com/gpu=0"],
+    )
     assert report["containers"] == ["rocm", "vulkan", "opencl"]
     assert "the image brings the ROCm runtime" in report["evidence"]["rocm"]
     assert "vendor 0x1002" in report["evidence"]["rocm"]
     assert "Mesa RADV" in report["evidence"]["vulkan"] and "ROCm's OpenCL" in report["evidence"]["opencl"]
     assert "no NVIDIA device node" in report["evidence"]["cuda"] and "no /dev/dxg" in report["evidence"]["directml"]
-    without_kfd = {"cdiVersion": "0.5.0", "kind": "amd.com/gpu", "devices": [{"name": "0", "containerEdits": {
-        "deviceNodes": [{"path": "/dev/dri/card0"}, {"path": "/dev/dri/renderD128"}]}}]}
+    without_kfd = {
+        "cdiVersion": "0.5.0",
+        "kind": "amd.com/gpu",
+        "devices": [
+            {
+                "name": "0",
+                "containerEdits": {"deviceNodes": [{"path": "/dev/dri/card0"}, {"path": "/dev/dri/renderD128"}]},
+            }
+        ],
+    }
     root = make_host(tmp_path / "root", ["/dev/dri/card0", "/dev/dri/renderD128"], render={"renderD128": "0x1002"})
     graphics = probe([spec_dir(tmp_path, name="nokfd", texts={"amd.yaml": yaml.safe_dump(without_kfd)})], root)
     assert graphics["containers"] == ["vulkan"]
@@ -168,8 +184,11 @@ def test_case10_intel_gives_vulkan_and_opencl_from_the_image():
 
 
 def test_case12_fresh_dynamic_spec_wins_but_an_old_uuid_drags_the_stale_spec_in(tmp_path: Path):
-    old = (NVIDIA_1_17 / "nvidia.yaml").read_text().replace(
-        "GPU-520e01f2-cf30-6396-abef-e8e9a5233b0e", "GPU-0ld00000-0000-0000-0000-000000000000")
+    old = (
+        (NVIDIA_1_17 / "nvidia.yaml")
+        .read_text()
+        .replace("GPU-520e01f2-cf30-6396-abef-e8e9a5233b0e", "GPU-0ld00000-0000-0000-0000-000000000000")
+    )
     etc = spec_dir(tmp_path, name="etc-cdi", texts={"nvidia.yaml": old})
     run = spec_dir(tmp_path, SAMPLES / "nvidia-current/spec/nvidia.yaml", name="run-cdi")
     report = probe([etc, run], HOSTS / "nvidia-580")
@@ -183,13 +202,27 @@ def test_case12_fresh_dynamic_spec_wins_but_an_old_uuid_drags_the_stale_spec_in(
 
 def test_case25_hostile_edits_are_flagged_and_hooks_never_run(tmp_path: Path):
     canary = tmp_path / "hook-ran"
-    hostile = {"cdiVersion": "0.5.0", "kind": "evil.example.com/gpu", "devices": [{"name": "x", "containerEdits": {
-        "mounts": [{"hostPath": "/", "containerPath": "/host", "options": ["rw", "rbind"]},
-                   {"hostPath": "/tmp/x.so", "containerPath": "/etc/ld.so.preload"},
-                   {"hostPath": "/etc", "containerPath": "../../etc"}],
-        "env": ["LD_PRELOAD=/tmp/x.so", "A B=1"],
-        "deviceNodes": [{"path": "dev/nvidia0", "permissions": "none"}],
-        "hooks": [{"hookName": "createContainer", "path": "/bin/sh", "args": ["sh", "-c", f"touch {canary}"]}]}}]}
+    hostile = {
+        "cdiVersion": "0.5.0",
+        "kind": "evil.example.com/gpu",
+        "devices": [
+            {
+                "name": "x",
+                "containerEdits": {
+                    "mounts": [
+                        {"hostPath": "/", "containerPath": "/host", "options": ["rw", "rbind"]},
+                        {"hostPath": "/tmp/x.so", "containerPath": "/etc/ld.so.preload"},
+                        {"hostPath": "/etc", "containerPath": "../../etc"},
+                    ],
+                    "env": ["LD_PRELOAD=/tmp/x.so", "A B=1"],
+                    "deviceNodes": [{"path": "dev/nvidia0", "permissions": "none"}],
+                    "hooks": [
+                        {"hookName": "createContainer", "path": "/bin/sh", "args": ["sh", "-c", f"touch {canary}"]}
+                    ],
+                },
+            }
+        ],
+    }
     root = make_host(tmp_path / "root", ["/tmp/x.so", "/etc/hosts", "/bin/sh", "/dev/nvidia0"])
     report = probe([spec_dir(tmp_path, texts={"evil.yaml": json.dumps(hostile)})], root)
     assert not canary.exists()
@@ -205,10 +238,16 @@ def test_case25_hostile_edits_are_flagged_and_hooks_never_run(tmp_path: Path):
 def test_case26_missing_hook_binary_blocks_the_device(tmp_path: Path):
     spec = yaml.safe_load((NVIDIA_1_17 / "nvidia.yaml").read_text())
     text = (NVIDIA_1_17 / "nvidia.yaml").read_text().replace("/usr/bin/nvidia-cdi-hook", "/usr/bin/nvidia-ctk")
-    root = make_host(tmp_path / "root", [p for p in host_paths(spec) if not p.endswith("nvidia-cdi-hook")],
-                     files={"/usr/share/vulkan/icd.d/nvidia_icd.json": (HOSTS / "nvidia-575/usr/share/vulkan/icd.d/"
-                                                                        "nvidia_icd.json").read_text()},
-                     nvidia_version="575.64.03")
+    root = make_host(
+        tmp_path / "root",
+        [p for p in host_paths(spec) if not p.endswith("nvidia-cdi-hook")],
+        files={
+            "/usr/share/vulkan/icd.d/nvidia_icd.json": (
+                HOSTS / "nvidia-575/usr/share/vulkan/icd.d/nvidia_icd.json"
+            ).read_text()
+        },
+        nvidia_version="575.64.03",
+    )
     report = probe([spec_dir(tmp_path, texts={"nvidia.yaml": text})], root)
     assert report["containers"] == []
     assert all(d["status"] == "blocked" for d in report["devices"])
@@ -222,8 +261,11 @@ def test_case27_missing_render_node_blocks_unless_fully_specified(tmp_path: Path
     node = {"path": "/dev/dri/renderD129"}
     if fully_specified:
         node.update(type="c", major=226, minor=129)
-    spec = {"cdiVersion": "0.5.0", "kind": "intel.com/gpu", "devices": [{"name": "gpu1", "containerEdits": {
-        "deviceNodes": [{"path": "/dev/dri/card1"}, node]}}]}
+    spec = {
+        "cdiVersion": "0.5.0",
+        "kind": "intel.com/gpu",
+        "devices": [{"name": "gpu1", "containerEdits": {"deviceNodes": [{"path": "/dev/dri/card1"}, node]}}],
+    }
     root = make_host(tmp_path / "root", ["/dev/dri/card1", "/dev/dri/renderD128"], render={"renderD129": "0x8086"})
     report = probe([spec_dir(tmp_path, texts={"intel.yaml": yaml.safe_dump(spec)})], root)
     if fully_specified:  # the engine creates the node, but no GPU is behind it on this host
@@ -243,8 +285,9 @@ def test_case28_old_engine_drops_a_newer_spec(tmp_path: Path):
     message = report["problems"][0]["message"]
     assert "0.7.0" in message and "podman 4.9.3" in message
     assert "the engine ignores the spec that defines nvidia.com/gpu=0" in report["evidence"]["cuda"]
-    one = probe([SAMPLES / "nvidia-current/spec"], HOSTS / "nvidia-580", engine="podman@4.9.3",
-                devices=["nvidia.com/gpu=all"])
+    one = probe(
+        [SAMPLES / "nvidia-current/spec"], HOSTS / "nvidia-580", engine="podman@4.9.3", devices=["nvidia.com/gpu=all"]
+    )
     assert [d["name"] for d in one["devices"]] == ["nvidia.com/gpu=all"]
     assert not any(p["message"].startswith("unresolvable CDI devices") for p in one["problems"])
     assert probe([SAMPLES / "nvidia-current/spec"], HOSTS / "nvidia-580", engine="docker@28.2.0")["containers"]
@@ -254,8 +297,9 @@ def test_case31_mixed_request_across_specs_is_the_union(tmp_path: Path):
     root = tmp_path / "root"
     for host in ("nvidia-580", "amd"):
         shutil.copytree(HOSTS / host, root, dirs_exist_ok=True)
-    report = probe([SAMPLES / "nvidia-current/spec", SAMPLES / "amd/spec"], root,
-                   devices=["nvidia.com/gpu=0", "amd.com/gpu=0"])
+    report = probe(
+        [SAMPLES / "nvidia-current/spec", SAMPLES / "amd/spec"], root, devices=["nvidia.com/gpu=0", "amd.com/gpu=0"]
+    )
     assert report["containers"] == ["cuda", "rocm", "vulkan", "opencl"]
     assert [d["name"] for d in report["devices"]] == ["nvidia.com/gpu=0", "amd.com/gpu=0"]
     assert report["evidence"]["rocm"].startswith("amd.com/gpu=0 gets /dev/kfd")

@@ -73,11 +73,17 @@ CHANGES = {
     # with a missing versioned library the spec reads as stale, and the message names the host's driver
     "the driver upgraded, same file size": (lambda root: (root / LIBCUDA).unlink(), upgrade_driver, True),
     "the driver version unreadable": (stale_spec, unreadable_driver_version, True),
-    "a render node's vendor changed": (None, lambda root: (root / "sys/class/drm/renderD128/device/vendor").write_text(
-        "0x1002\n"), True),
+    "a render node's vendor changed": (
+        None,
+        lambda root: (root / "sys/class/drm/renderD128/device/vendor").write_text("0x1002\n"),
+        True,
+    ),
     "the ICD file emptied": (None, lambda root: (root / "etc/OpenCL/vendors/nvidia.icd").write_text(""), True),
     "a folder of nodes moved away": (
-        None, lambda root: (root / "dev/nvidia-caps").rename(root / "dev/nvidia-caps-gone"), True),
+        None,
+        lambda root: (root / "dev/nvidia-caps").rename(root / "dev/nvidia-caps-gone"),
+        True,
+    ),
 }
 
 

@@ -33,9 +33,12 @@ def _hook(*args: str, path: str = HOOK) -> dict:
 
 
 def _nvidia(mounts: list[dict], hooks: list[dict] = (), env: list[str] = (), nodes: list[str] = NODES) -> dict:
-    return {"cdiVersion": "0.5.0", "kind": "nvidia.com/gpu", "devices": [{"name": "0", "containerEdits": {
-        "deviceNodes": [{"path": p} for p in nodes]}}],
-            "containerEdits": {"mounts": list(mounts), "hooks": list(hooks), "env": list(env)}}
+    return {
+        "cdiVersion": "0.5.0",
+        "kind": "nvidia.com/gpu",
+        "devices": [{"name": "0", "containerEdits": {"deviceNodes": [{"path": p} for p in nodes]}}],
+        "containerEdits": {"mounts": list(mounts), "hooks": list(hooks), "env": list(env)},
+    }
 
 
 def _answer(doc: dict, root: Path) -> dict:
@@ -57,10 +60,17 @@ def test_cuda_linkable_by_each_route(tmp_path: Path):
     lib = f"{LIB}/libcuda.so.580.82.07"
     routes = {
         "update-ldcache hook over": [_hook("update-ldcache", "--folder", LIB)],
-        "by the create-symlinks hook": [_hook("create-symlinks", "--link",
-                                              f"libcuda.so.580.82.07::{LIB}/libcuda.so.1")],
-        "linked as": [_hook("hook", "create-symlinks", f"--link=libcuda.so.580.82.07::{LIB}/libcuda.so.1",
-                            path="/usr/bin/nvidia-ctk")],
+        "by the create-symlinks hook": [
+            _hook("create-symlinks", "--link", f"libcuda.so.580.82.07::{LIB}/libcuda.so.1")
+        ],
+        "linked as": [
+            _hook(
+                "hook",
+                "create-symlinks",
+                f"--link=libcuda.so.580.82.07::{LIB}/libcuda.so.1",
+                path="/usr/bin/nvidia-ctk",
+            )
+        ],
     }
     for phrase, hooks in routes.items():
         doc = _nvidia([_mount(lib)], hooks)
@@ -68,15 +78,23 @@ def test_cuda_linkable_by_each_route(tmp_path: Path):
     as_soname = _nvidia([_mount(lib, f"{LIB}/libcuda.so.1")])
     report = _answer(as_soname, _host(tmp_path / "soname", as_soname))
     assert report["containers"] == ["cuda"] and "mounted as libcuda.so.1" in report["evidence"]["cuda"]
-    unrelated = _nvidia([_mount(lib)], [_hook("update-ldcache", "--folder", "/opt/elsewhere"),
-                                        _hook("create-symlinks", "--link", f"libcuda.so.1::{LIB}/libcuda.so")])
+    unrelated = _nvidia(
+        [_mount(lib)],
+        [
+            _hook("update-ldcache", "--folder", "/opt/elsewhere"),
+            _hook("create-symlinks", "--link", f"libcuda.so.1::{LIB}/libcuda.so"),
+        ],
+    )
     report = _answer(unrelated, _host(tmp_path / "none", unrelated))
     assert report["containers"] == [] and "nothing makes libcuda.so.580.82.07 loadable" in report["evidence"]["cuda"]
 
 
 def test_cuda_needs_every_nvidia_node(tmp_path: Path):
-    doc = _nvidia([_mount(f"{LIB}/libcuda.so.580.82.07")], [_hook("update-ldcache", "--folder", LIB)],
-                  nodes=["/dev/nvidiactl", "/dev/nvidia0"])
+    doc = _nvidia(
+        [_mount(f"{LIB}/libcuda.so.580.82.07")],
+        [_hook("update-ldcache", "--folder", LIB)],
+        nodes=["/dev/nvidiactl", "/dev/nvidia0"],
+    )
     report = _answer(doc, _host(tmp_path, doc))
     assert report["containers"] == [] and "no /dev/nvidia-uvm" in report["evidence"]["cuda"]
 
@@ -93,16 +111,21 @@ def test_vulkan_icd_through_env_and_the_env_replacing_search_dirs(tmp_path: Path
     report = _answer(named, _host(tmp_path / "b", named, files))
     assert "vulkan" in report["containers"] and "/opt/nv/icd.json" in report["evidence"]["vulkan"]
     # VK_DRIVER_FILES replaces the search dirs: a manifest in /etc/vulkan/icd.d is then ignored.
-    elsewhere = _nvidia([_mount(lib), _mount("/usr/share/vulkan/icd.d/nvidia_icd.json", "/etc/vulkan/icd.d/nv.json")],
-                        hooks, env=["VK_DRIVER_FILES=/opt/other.json"])
+    elsewhere = _nvidia(
+        [_mount(lib), _mount("/usr/share/vulkan/icd.d/nvidia_icd.json", "/etc/vulkan/icd.d/nv.json")],
+        hooks,
+        env=["VK_DRIVER_FILES=/opt/other.json"],
+    )
     report = _answer(elsewhere, _host(tmp_path / "c", elsewhere, files))
     assert "vulkan" not in report["containers"]
 
 
 def test_vulkan_icd_naming_another_library_does_not_count(tmp_path: Path):
     lib = f"{LIB}/libGLX_nvidia.so.580.82.07"
-    doc = _nvidia([_mount(lib), _mount("/usr/share/vulkan/icd.d/nvidia_icd.json", "/etc/vulkan/icd.d/nvidia_icd.json")],
-                  [_hook("update-ldcache", "--folder", LIB)])
+    doc = _nvidia(
+        [_mount(lib), _mount("/usr/share/vulkan/icd.d/nvidia_icd.json", "/etc/vulkan/icd.d/nvidia_icd.json")],
+        [_hook("update-ldcache", "--folder", LIB)],
+    )
     other = json.dumps({"ICD": {"library_path": "libvulkan_radeon.so"}})
     report = _answer(doc, _host(tmp_path / "a", doc, {"/usr/share/vulkan/icd.d/nvidia_icd.json": other}))
     assert "vulkan" not in report["containers"]
@@ -120,18 +143,30 @@ def test_opencl_through_ocl_icd_filenames(tmp_path: Path):
 def test_opencl_icd_from_a_mounted_vendors_dir(tmp_path: Path):
     lib = f"{LIB}/libnvidia-opencl.so.580.82.07"
     doc = _nvidia([_mount(lib), _mount("/etc/OpenCL/vendors")], [_hook("update-ldcache", "--folder", LIB)])
-    root = make_host(tmp_path / "root", [*NODES, lib, HOOK],
-                     files={"/etc/OpenCL/vendors/nvidia.icd": "libnvidia-opencl.so.1\n"})
+    root = make_host(
+        tmp_path / "root", [*NODES, lib, HOOK], files={"/etc/OpenCL/vendors/nvidia.icd": "libnvidia-opencl.so.1\n"}
+    )
     report = _answer(doc, root)
     assert report["containers"] == ["opencl"]
 
 
 def test_render_nodes_by_vendor(tmp_path: Path):
     def render_only(kind: str, vendor: str | None) -> dict:
-        doc = {"cdiVersion": "0.5.0", "kind": kind, "devices": [{"name": "0", "containerEdits": {
-            "deviceNodes": [{"path": "/dev/dri/renderD128"}, {"path": "/dev/kfd"}]}}]}
-        root = make_host(tmp_path / f"{kind}-{vendor}", ["/dev/dri/renderD128", "/dev/kfd"],
-                         render={"renderD128": vendor} if vendor else None)
+        doc = {
+            "cdiVersion": "0.5.0",
+            "kind": kind,
+            "devices": [
+                {
+                    "name": "0",
+                    "containerEdits": {"deviceNodes": [{"path": "/dev/dri/renderD128"}, {"path": "/dev/kfd"}]},
+                }
+            ],
+        }
+        root = make_host(
+            tmp_path / f"{kind}-{vendor}",
+            ["/dev/dri/renderD128", "/dev/kfd"],
+            render={"renderD128": vendor} if vendor else None,
+        )
         return _answer(doc, root)
 
     assert render_only("amd.com/gpu", None)["containers"] == ["rocm", "vulkan", "opencl"]
@@ -148,10 +183,16 @@ def test_render_nodes_by_vendor(tmp_path: Path):
 
 def test_directml_needs_dxg_dxcore_and_d3d12(tmp_path: Path):
     wsl = "/usr/lib/wsl/lib"
-    doc = {"cdiVersion": "0.5.0", "kind": "microsoft.com/gpu", "devices": [{"name": "dxg", "containerEdits": {
-        "deviceNodes": [{"path": "/dev/dxg"}], "mounts": [_mount(wsl)]}}]}
-    root = make_host(tmp_path / "root", ["/dev/dxg", f"{wsl}/libdxcore.so", f"{wsl}/libd3d12.so",
-                                         f"{wsl}/libd3d12core.so"])
+    doc = {
+        "cdiVersion": "0.5.0",
+        "kind": "microsoft.com/gpu",
+        "devices": [
+            {"name": "dxg", "containerEdits": {"deviceNodes": [{"path": "/dev/dxg"}], "mounts": [_mount(wsl)]}}
+        ],
+    }
+    root = make_host(
+        tmp_path / "root", ["/dev/dxg", f"{wsl}/libdxcore.so", f"{wsl}/libd3d12.so", f"{wsl}/libd3d12core.so"]
+    )
     report = _answer(doc, root)
     assert report["containers"] == ["directml"]
     assert "libdxcore.so and libd3d12.so" in report["evidence"]["directml"]
@@ -159,24 +200,48 @@ def test_directml_needs_dxg_dxcore_and_d3d12(tmp_path: Path):
 
 def test_software_drivers_never_count_on_the_real_host(tmp_path: Path):
     """Mesa's lavapipe and PoCL as installed on this machine, mounted through CDI."""
-    icd = next((p for p in Path("/usr/share/vulkan/icd.d").glob("lvp_icd*.json")), None) \
-        if Path("/usr/share/vulkan/icd.d").is_dir() else None
+    icd = (
+        next((p for p in Path("/usr/share/vulkan/icd.d").glob("lvp_icd*.json")), None)
+        if Path("/usr/share/vulkan/icd.d").is_dir()
+        else None
+    )
     if icd is None or not Path("/etc/OpenCL/vendors/pocl.icd").exists():
         import pytest
 
         pytest.skip("needs mesa-vulkan-drivers (lavapipe) and pocl-opencl-icd installed")
     library = json.loads(icd.read_text())["ICD"]["library_path"]
-    doc = {"cdiVersion": "0.5.0", "kind": "example.com/gpu", "devices": [{"name": "cpu", "containerEdits": {
-        "mounts": [_mount(str(icd), f"/etc/vulkan/icd.d/{icd.name}"), _mount(library),
-                   _mount("/etc/OpenCL/vendors/pocl.icd")]}}]}
+    doc = {
+        "cdiVersion": "0.5.0",
+        "kind": "example.com/gpu",
+        "devices": [
+            {
+                "name": "cpu",
+                "containerEdits": {
+                    "mounts": [
+                        _mount(str(icd), f"/etc/vulkan/icd.d/{icd.name}"),
+                        _mount(library),
+                        _mount("/etc/OpenCL/vendors/pocl.icd"),
+                    ]
+                },
+            }
+        ],
+    }
     report = _answer(doc, Path("/"))
     assert report["containers"] == []
     assert "lavapipe" in report["evidence"]["vulkan"] and "PoCL" in report["evidence"]["opencl"]
 
 
 def test_tmpfs_mount_is_not_a_host_path(tmp_path: Path):
-    doc = {"cdiVersion": "0.5.0", "kind": "vendor.com/device", "devices": [{"name": "x", "containerEdits": {
-        "mounts": [{"hostPath": "tmpfs", "containerPath": "/scratch", "type": "tmpfs"}]}}]}
+    doc = {
+        "cdiVersion": "0.5.0",
+        "kind": "vendor.com/device",
+        "devices": [
+            {
+                "name": "x",
+                "containerEdits": {"mounts": [{"hostPath": "tmpfs", "containerPath": "/scratch", "type": "tmpfs"}]},
+            }
+        ],
+    }
     report = _answer(doc, make_host(tmp_path / "root"))
     assert report["devices"][0]["status"] == "ok" and report["problems"] == []
 
@@ -201,8 +266,9 @@ def test_answers_follow_host_changes_between_calls(tmp_path: Path):
 
 @given(st.lists(st.text(max_size=30), max_size=12), st.text(max_size=20))
 def test_hook_arguments_never_break_the_reading(args: list[str], path: str):
-    effects = hook_effects((Hook("createContainer", path or "/x", tuple(args)),
-                            Hook("createContainer", HOOK, ("nvidia-cdi-hook", *args))))
+    effects = hook_effects(
+        (Hook("createContainer", path or "/x", tuple(args)), Hook("createContainer", HOOK, ("nvidia-cdi-hook", *args)))
+    )
     assert all(link.startswith("/") for link in effects.links)
     assert all(folder.startswith("/") for folder in effects.ld_folders)
 
@@ -233,23 +299,74 @@ def test_engine_auto_asks_the_host_engine():
         assert newer["containers"] == ["cuda", "vulkan", "opencl"]
 
 
-_PATHS = st.sampled_from(["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia0", "/dev/dri/renderD128", "/dev/kfd",
-                          "/dev/dxg", f"{LIB}/libcuda.so.1", f"{LIB}/libGLX_nvidia.so.1.2", "/etc/vulkan/icd.d/x.json",
-                          "/etc/OpenCL/vendors/x.icd", "relative/path", "/", "/..", "/a/../../b", ""])
+_PATHS = st.sampled_from(
+    [
+        "/dev/nvidiactl",
+        "/dev/nvidia-uvm",
+        "/dev/nvidia0",
+        "/dev/dri/renderD128",
+        "/dev/kfd",
+        "/dev/dxg",
+        f"{LIB}/libcuda.so.1",
+        f"{LIB}/libGLX_nvidia.so.1.2",
+        "/etc/vulkan/icd.d/x.json",
+        "/etc/OpenCL/vendors/x.icd",
+        "relative/path",
+        "/",
+        "/..",
+        "/a/../../b",
+        "",
+    ]
+)
 
 
-@given(st.fixed_dictionaries({
-    "deviceNodes": st.lists(st.fixed_dictionaries({"path": _PATHS}, optional={
-        "hostPath": _PATHS, "type": st.sampled_from(["c", "b", "p", "u"]), "major": st.integers(0, 300),
-        "permissions": st.sampled_from(["rwm", "none"])}), max_size=4),
-    "mounts": st.lists(st.fixed_dictionaries({"hostPath": _PATHS, "containerPath": _PATHS},
-                                             optional={"type": st.sampled_from(["bind", "tmpfs"])}), max_size=4),
-    "hooks": st.lists(st.fixed_dictionaries({"hookName": st.just("createContainer"), "path": _PATHS,
-                                             "args": st.lists(st.one_of(_PATHS, st.text(max_size=40)), max_size=6)}),
-                      max_size=3),
-    "env": st.lists(st.sampled_from(["VK_DRIVER_FILES=/etc/vulkan/icd.d", "OCL_ICD_VENDORS=/",
-                                     "OCL_ICD_FILENAMES=libcuda.so.1:", "LD_PRELOAD=x", "A B=1"]), max_size=3),
-}), st.sampled_from(["nvidia.com/gpu", "amd.com/gpu", "intel.com/gpu", "example.com/gpu"]))
+@given(
+    st.fixed_dictionaries(
+        {
+            "deviceNodes": st.lists(
+                st.fixed_dictionaries(
+                    {"path": _PATHS},
+                    optional={
+                        "hostPath": _PATHS,
+                        "type": st.sampled_from(["c", "b", "p", "u"]),
+                        "major": st.integers(0, 300),
+                        "permissions": st.sampled_from(["rwm", "none"]),
+                    },
+                ),
+                max_size=4,
+            ),
+            "mounts": st.lists(
+                st.fixed_dictionaries(
+                    {"hostPath": _PATHS, "containerPath": _PATHS}, optional={"type": st.sampled_from(["bind", "tmpfs"])}
+                ),
+                max_size=4,
+            ),
+            "hooks": st.lists(
+                st.fixed_dictionaries(
+                    {
+                        "hookName": st.just("createContainer"),
+                        "path": _PATHS,
+                        "args": st.lists(st.one_of(_PATHS, st.text(max_size=40)), max_size=6),
+                    }
+                ),
+                max_size=3,
+            ),
+            "env": st.lists(
+                st.sampled_from(
+                    [
+                        "VK_DRIVER_FILES=/etc/vulkan/icd.d",
+                        "OCL_ICD_VENDORS=/",
+                        "OCL_ICD_FILENAMES=libcuda.so.1:",
+                        "LD_PRELOAD=x",
+                        "A B=1",
+                    ]
+                ),
+                max_size=3,
+            ),
+        }
+    ),
+    st.sampled_from(["nvidia.com/gpu", "amd.com/gpu", "intel.com/gpu", "example.com/gpu"]),
+)
 def test_any_edits_get_an_answer(edits: dict, kind: str):
     doc = {"cdiVersion": "0.5.0", "kind": kind, "devices": [{"name": "0", "containerEdits": edits}]}
     report = ReportBuilder("cdi")

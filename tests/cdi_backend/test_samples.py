@@ -27,8 +27,16 @@ CASES = [
 
 @pytest.mark.parametrize(("sample", "host", "expected", "phrase"), CASES, ids=[f"{c[0]}@{c[1]}" for c in CASES])
 def test_sample_json(run_cli, sample, host, expected, phrase):
-    code, out, err = run_cli("probe", "--backend", "cdi", "--spec-dir", f"cdi-samples/{sample}/spec",
-                             "--root", f"cdi-samples/hosts/{host}", "--json")
+    code, out, err = run_cli(
+        "probe",
+        "--backend",
+        "cdi",
+        "--spec-dir",
+        f"cdi-samples/{sample}/spec",
+        "--root",
+        f"cdi-samples/hosts/{host}",
+        "--json",
+    )
     assert code == 0, err
     report = json.loads(out)
     validate_report(report)
@@ -38,8 +46,15 @@ def test_sample_json(run_cli, sample, host, expected, phrase):
 
 
 def test_human_output_names_devices_apis_and_problems(run_cli):
-    code, out, err = run_cli("probe", "--backend", "cdi", "--spec-dir", "cdi-samples/nvidia-1.17/spec",
-                             "--root", "cdi-samples/hosts/nvidia-580")
+    code, out, err = run_cli(
+        "probe",
+        "--backend",
+        "cdi",
+        "--spec-dir",
+        "cdi-samples/nvidia-1.17/spec",
+        "--root",
+        "cdi-samples/hosts/nvidia-580",
+    )
     assert code == 0, err
     assert "nvidia.com/gpu=0" in out and "blocked" in out
     assert "containers get: none" in out
@@ -57,24 +72,46 @@ def test_every_sample_folder_is_tested_and_listed_in_the_readme():
 
 def test_bad_device_name_and_bad_engine_are_refused(run_cli):
     """Bad usage prints the reason and no report: an empty `containers` would pass for an answer."""
-    code, out, err = run_cli("probe", "--backend", "cdi", "--spec-dir", "cdi-samples/amd/spec", "--root",
-                             "cdi-samples/hosts/amd", "--device", "gpu=0", "--json")
+    code, out, err = run_cli(
+        "probe",
+        "--backend",
+        "cdi",
+        "--spec-dir",
+        "cdi-samples/amd/spec",
+        "--root",
+        "cdi-samples/hosts/amd",
+        "--device",
+        "gpu=0",
+        "--json",
+    )
     assert code == 2 and out == ""
     assert "not a CDI device name" in err
-    code, out, err = run_cli("probe", "--backend", "cdi", "--spec-dir", "cdi-samples/amd/spec", "--engine",
-                             "crio@1.0", "--json")
+    code, out, err = run_cli(
+        "probe", "--backend", "cdi", "--spec-dir", "cdi-samples/amd/spec", "--engine", "crio@1.0", "--json"
+    )
     assert code == 2 and out == "" and "crio" in err
 
 
 def test_missing_root_is_refused(run_cli, tmp_path):
-    code, out, err = run_cli("probe", "--backend", "cdi", "--spec-dir", "cdi-samples/amd/spec", "--root",
-                             str(tmp_path / "nope"), "--json")
+    code, out, err = run_cli(
+        "probe", "--backend", "cdi", "--spec-dir", "cdi-samples/amd/spec", "--root", str(tmp_path / "nope"), "--json"
+    )
     assert code == 2 and out == "" and "is not a directory" in err
 
 
 def test_a_spec_dir_given_that_does_not_exist_is_a_warning(run_cli, tmp_path):
-    code, out, _ = run_cli("probe", "--backend", "cdi", "--spec-dir", str(tmp_path / "nope"), "--spec-dir",
-                           "cdi-samples/amd/spec", "--root", "cdi-samples/hosts/amd", "--json")
+    code, out, _ = run_cli(
+        "probe",
+        "--backend",
+        "cdi",
+        "--spec-dir",
+        str(tmp_path / "nope"),
+        "--spec-dir",
+        "cdi-samples/amd/spec",
+        "--root",
+        "cdi-samples/hosts/amd",
+        "--json",
+    )
     report = json.loads(out)
     assert code == 0 and report["containers"] == ["rocm", "vulkan", "opencl"]
     assert [(p["severity"], p["source"]) for p in report["problems"]] == [("warning", str(tmp_path / "nope"))]
@@ -94,8 +131,10 @@ def test_a_fifo_where_the_spec_mounts_a_manifest_is_not_waited_on(run_cli, tmp_p
     (specs / "intel.yaml").write_text(
         "cdiVersion: 0.5.0\nkind: intel.com/gpu\ndevices:\n- name: gpu0\n  containerEdits:\n"
         "    deviceNodes: [{path: /dev/dri/renderD128, hostPath: /dev/dri/renderD128, type: c}]\n"
-        "    mounts: [{hostPath: /etc/icd.json, containerPath: /etc/vulkan/icd.d/x.json, options: [ro, bind]}]\n")
-    code, out, err = run_cli("probe", "--backend", "cdi", "--spec-dir", str(specs), "--root", str(root), "--json",
-                             timeout=30)
+        "    mounts: [{hostPath: /etc/icd.json, containerPath: /etc/vulkan/icd.d/x.json, options: [ro, bind]}]\n"
+    )
+    code, out, err = run_cli(
+        "probe", "--backend", "cdi", "--spec-dir", str(specs), "--root", str(root), "--json", timeout=30
+    )
     assert code == 0, err
     assert json.loads(out)["containers"] == ["vulkan", "opencl"]

@@ -13,8 +13,8 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
 
@@ -24,8 +24,10 @@ MARK_VAR = "CGPU_FAULT_MARK"
 INTERRUPTED = 130
 TERMINATED = 143
 # Ctrl-C, and SIGTERM (what `timeout`, systemd and container runtimes send): (signal, exit status, stderr)
-STOPS = [pytest.param(signal.SIGINT, INTERRUPTED, "cgpu: interrupted", id="ctrl-c"),
-         pytest.param(signal.SIGTERM, TERMINATED, "cgpu: terminated", id="sigterm")]
+STOPS = [
+    pytest.param(signal.SIGINT, INTERRUPTED, "cgpu: interrupted", id="ctrl-c"),
+    pytest.param(signal.SIGTERM, TERMINATED, "cgpu: terminated", id="sigterm"),
+]
 
 
 def marked_processes(mark: str) -> list[str]:
@@ -53,18 +55,29 @@ class Cli:
         self.mark = mark
         self.env = env
 
-    def popen(self, *args: str, env: dict[str, str] | None = None, wrapper: tuple[str, ...] = ()
-              ) -> subprocess.Popen:
+    def popen(self, *args: str, env: dict[str, str] | None = None, wrapper: tuple[str, ...] = ()) -> subprocess.Popen:
         """`wrapper` goes before the interpreter (e.g. setpriv to run as another user)."""
-        return subprocess.Popen([*wrapper, sys.executable, "-m", "cgpu", *args], cwd=REPO,
-                                env={**self.env, **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        return subprocess.Popen(
+            [*wrapper, sys.executable, "-m", "cgpu", *args],
+            cwd=REPO,
+            env={**self.env, **(env or {})},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
 
-    def __call__(self, *args: str, env: dict[str, str] | None = None, timeout: float = 120,
-                 wrapper: tuple[str, ...] = ()) -> tuple[int, str, str]:
+    def __call__(
+        self, *args: str, env: dict[str, str] | None = None, timeout: float = 120, wrapper: tuple[str, ...] = ()
+    ) -> tuple[int, str, str]:
         return self._collect(self.popen(*args, env=env, wrapper=wrapper), timeout)
 
-    def interrupt_when(self, ready: Callable[[], bool], *args: str, env: dict[str, str] | None = None,
-                       within: float = 60, signum: int = signal.SIGINT) -> tuple[int, str, str]:
+    def interrupt_when(
+        self,
+        ready: Callable[[], bool],
+        *args: str,
+        env: dict[str, str] | None = None,
+        within: float = 60,
+        signum: int = signal.SIGINT,
+    ) -> tuple[int, str, str]:
         """Start cgpu, send SIGINT (Ctrl-C) or `signum` once `ready()` holds, and return what it did."""
         proc = self.popen(*args, env=env)
         deadline = time.monotonic() + within
@@ -111,8 +124,14 @@ def cli(tmp_path, bin_dir) -> Cli:
     mark = uuid.uuid4().hex
     tmp = tmp_path / "tmp"
     tmp.mkdir()
-    env = {**os.environ, MARK_VAR: mark, "CGPU_CACHE_DIR": str(tmp_path / "cache"), "TMPDIR": str(tmp),
-           "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", "PYTHONPATH": str(REPO)}
+    env = {
+        **os.environ,
+        MARK_VAR: mark,
+        "CGPU_CACHE_DIR": str(tmp_path / "cache"),
+        "TMPDIR": str(tmp),
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+        "PYTHONPATH": str(REPO),
+    }
     yield Cli(mark, env)
     deadline = time.monotonic() + 5  # a killed process needs a moment to be reaped
     while (left := marked_processes(mark)) and time.monotonic() < deadline:
@@ -149,8 +168,13 @@ def nobody():
     need_root("only root can become another user")
     setpriv = need("setpriv")
     wrapper = (setpriv, "--reuid=65534", "--regid=65534", "--clear-groups")
-    can = subprocess.run([*wrapper, sys.executable, "-c", "import cgpu.cli"], capture_output=True, cwd="/",
-                         env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=60)
+    can = subprocess.run(
+        [*wrapper, sys.executable, "-c", "import cgpu.cli"],
+        capture_output=True,
+        cwd="/",
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        timeout=60,
+    )
     if can.returncode != 0:  # e.g. a checkout under /root, which only root may enter
         pytest.skip(f"user nobody cannot run cgpu from {REPO}: {can.stderr.decode(errors='replace')[-200:]}")
     folder = Path(tempfile.mkdtemp(prefix="cgpu-faults-"))
@@ -173,8 +197,9 @@ def mount_tmpfs(point: Path, options: str) -> Path:
     need_root("mounting a tmpfs")
     need("mount")
     point.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "cgpu-faults", str(point)],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", options, "cgpu-faults", str(point)], capture_output=True, text=True
+    )
     if done.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
     return point

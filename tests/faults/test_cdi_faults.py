@@ -41,9 +41,11 @@ def _hostile(name: str, spec_dir: Path) -> Path:
     elif name == "nul-and-utf16":
         path.write_bytes(b"\xff\xfe" + 'cdiVersion: "0.5.0"\x00kind: ../../etc/passwd\n'.encode("utf-16-le"))
     elif name == "hostile-names":
-        path.write_text('cdiVersion: "0.5.0"\nkind: "../../x.com/$(reboot)"\ndevices:\n'
-                        '  - name: "; rm -rf /"\n    containerEdits:\n'
-                        '      deviceNodes: [{path: "/dev/../../etc/shadow"}]\n')
+        path.write_text(
+            'cdiVersion: "0.5.0"\nkind: "../../x.com/$(reboot)"\ndevices:\n'
+            '  - name: "; rm -rf /"\n    containerEdits:\n'
+            '      deviceNodes: [{path: "/dev/../../etc/shadow"}]\n'
+        )
     elif name == "wrong-types":
         path.write_text('cdiVersion: 0.5\nkind: [1, 2]\ndevices: {name: 7}\ncontainerEdits: "x"\n')
     else:  # pragma: no cover - a typo in the parameter list
@@ -51,8 +53,18 @@ def _hostile(name: str, spec_dir: Path) -> Path:
     return path
 
 
-HOSTILE = ["random-bytes", "billion-laughs", "deep-nesting", "huge", "fifo", "dangling-symlink", "symlink-loop",
-           "nul-and-utf16", "hostile-names", "wrong-types"]
+HOSTILE = [
+    "random-bytes",
+    "billion-laughs",
+    "deep-nesting",
+    "huge",
+    "fifo",
+    "dangling-symlink",
+    "symlink-loop",
+    "nul-and-utf16",
+    "hostile-names",
+    "wrong-types",
+]
 
 
 @pytest.mark.parametrize("name", HOSTILE)
@@ -78,8 +90,11 @@ def test_an_unreadable_spec_is_named(cli, nobody):
     code, out, _ = cli("probe", "--backend", "cdi", "--json", *[a.format(specs=specs) for a in AMD], wrapper=wrapper)
     report = json.loads(out)
     assert code == 0 and report["containers"] == AMD_APIS
-    assert {"severity": "error", "source": str(secret),
-            "message": "cgpu cannot read this file: Permission denied"} in report["problems"]
+    assert {
+        "severity": "error",
+        "source": str(secret),
+        "message": "cgpu cannot read this file: Permission denied",
+    } in report["problems"]
 
 
 def test_an_unlistable_spec_dir_is_a_warning(cli, nobody):
@@ -97,8 +112,18 @@ def test_an_unlistable_spec_dir_is_a_warning(cli, nobody):
 def test_a_hung_engine_is_stopped_at_the_timeout(cli, bin_dir):
     hung(bin_dir, "podman")
     hung(bin_dir, "docker")
-    code, out, _ = cli("probe", "--backend", "cdi", "--json", "--engine", "auto", "--timeout", "1",
-                       *[a.format(specs=SAMPLES / "amd" / "spec") for a in AMD], timeout=30)
+    code, out, _ = cli(
+        "probe",
+        "--backend",
+        "cdi",
+        "--json",
+        "--engine",
+        "auto",
+        "--timeout",
+        "1",
+        *[a.format(specs=SAMPLES / "amd" / "spec") for a in AMD],
+        timeout=30,
+    )
     report = json.loads(out)
     assert code == 0 and report["containers"] == AMD_APIS  # judged by the newest rules, and said so
     [warning] = [p for p in report["problems"] if p["source"] == "--engine auto"]
@@ -108,8 +133,15 @@ def test_a_hung_engine_is_stopped_at_the_timeout(cli, bin_dir):
 def test_a_refusing_engine_is_quoted(cli, bin_dir):
     stand_in(bin_dir, "podman", 'echo "Error: cannot connect: permission denied" >&2\nexit 125\n')
     stand_in(bin_dir, "docker", "exit 1\n")
-    code, out, _ = cli("probe", "--backend", "cdi", "--json", "--engine", "auto",
-                       *[a.format(specs=SAMPLES / "amd" / "spec") for a in AMD])
+    code, out, _ = cli(
+        "probe",
+        "--backend",
+        "cdi",
+        "--json",
+        "--engine",
+        "auto",
+        *[a.format(specs=SAMPLES / "amd" / "spec") for a in AMD],
+    )
     report = json.loads(out)
     assert code == 0 and report["containers"] == AMD_APIS
     [warning] = [p for p in report["problems"] if p["source"] == "--engine auto"]
@@ -119,8 +151,16 @@ def test_a_refusing_engine_is_quoted(cli, bin_dir):
 @pytest.mark.parametrize("signum, status, said", STOPS)
 def test_ctrl_c_while_asking_the_engine(cli, bin_dir, signum, status, said):
     hung(bin_dir, "podman")
-    code, out, err = cli.interrupt_when(lambda: cli.running("sleep 600"), "probe", "--backend", "cdi", "--engine",
-                                        "auto", *[a.format(specs=SAMPLES / "amd" / "spec") for a in AMD], signum=signum)
+    code, out, err = cli.interrupt_when(
+        lambda: cli.running("sleep 600"),
+        "probe",
+        "--backend",
+        "cdi",
+        "--engine",
+        "auto",
+        *[a.format(specs=SAMPLES / "amd" / "spec") for a in AMD],
+        signum=signum,
+    )
     assert code == status and out == "" and said in err
 
 

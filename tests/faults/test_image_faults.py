@@ -21,8 +21,9 @@ def fifo(tmp_path) -> str:
     return str(path)
 
 
-@pytest.mark.parametrize("ref", ["oci-archive:{fifo}", "docker-archive:{fifo}", "oci-archive:/dev/zero",
-                                 "docker-archive:{tmp}"])
+@pytest.mark.parametrize(
+    "ref", ["oci-archive:{fifo}", "docker-archive:{fifo}", "oci-archive:/dev/zero", "docker-archive:{tmp}"]
+)
 def test_an_archive_that_is_not_a_file_is_refused_without_reading(cli, fifo, tmp_path, ref):
     ref = ref.format(fifo=fifo, tmp=tmp_path)
     code, out, _ = cli("image", "check", ref, "--json", timeout=30)
@@ -48,8 +49,9 @@ def test_a_fifo_blob_in_an_oci_layout_is_refused(cli, tmp_path):
 
 def test_a_hung_engine_is_stopped_at_the_timeout(cli, bin_dir):
     hung(bin_dir, "podman")
-    code, out, _ = cli("image", "check", "localhost/cgpu-faults:none", "--json", "--timeout", "1",
-                       env={"DOCKER_HOST": ""}, timeout=30)
+    code, out, _ = cli(
+        "image", "check", "localhost/cgpu-faults:none", "--json", "--timeout", "1", env={"DOCKER_HOST": ""}, timeout=30
+    )
     result = json.loads(out)
     assert code == 1 and "no answer within 1 s; it was stopped" in result["reason"]
 
@@ -57,10 +59,15 @@ def test_a_hung_engine_is_stopped_at_the_timeout(cli, bin_dir):
 @pytest.mark.parametrize("signum, status, said", STOPS)
 def test_ctrl_c_while_the_engine_exports_leaves_no_partial_archive(cli, bin_dir, signum, status, said):
     """`podman save` has written half an archive into cgpu's temp folder when Ctrl-C comes."""
-    stand_in(bin_dir, "podman", 'case "$1 $2" in\n'
-                                '  "image exists") exit 0;;\n'
-                                '  "save --format") head -c 100000 /dev/urandom > "$5"; exec sleep 600;;\n'
-                                "esac\nexit 125\n")
-    code, out, err = cli.interrupt_when(lambda: cli.running("sleep 600"), "image", "check", "localhost/x:1",
-                                        signum=signum)
+    stand_in(
+        bin_dir,
+        "podman",
+        'case "$1 $2" in\n'
+        '  "image exists") exit 0;;\n'
+        '  "save --format") head -c 100000 /dev/urandom > "$5"; exec sleep 600;;\n'
+        "esac\nexit 125\n",
+    )
+    code, out, err = cli.interrupt_when(
+        lambda: cli.running("sleep 600"), "image", "check", "localhost/x:1", signum=signum
+    )
     assert code == status and out == "" and said in err

@@ -47,8 +47,9 @@ def tmpfs(tmp_path):
 
 
 def _probe(cli, disk, cache: Path) -> tuple[int, dict]:
-    code, out, _ = cli("probe", "--backend", "krunkit", "--json", "--vm-image", disk,
-                       env={"CGPU_CACHE_DIR": str(cache)}, timeout=60)
+    code, out, _ = cli(
+        "probe", "--backend", "krunkit", "--json", "--vm-image", disk, env={"CGPU_CACHE_DIR": str(cache)}, timeout=60
+    )
     return code, json.loads(out)
 
 
@@ -64,8 +65,9 @@ def test_read_only_cache_dir_still_answers(cli, krunkit, disk, tmpfs):
 def _logs_went_to_a_temp_folder(report: dict) -> None:
     """The VM's folder could not go into the cache: it went to a temp folder, which the report
     names (its logs are kept for the user, so the test removes it)."""
-    [logs] = [p["source"] for p in report["problems"]
-              if "logs (krunkit.log, console.log) are kept here" in p["message"]]
+    [logs] = [
+        p["source"] for p in report["problems"] if "logs (krunkit.log, console.log) are kept here" in p["message"]
+    ]
     assert Path(logs).name.startswith("cgpu-krunkit-vm-")
     assert any(f"using {logs} instead" in p["message"] for p in report["problems"] if p["severity"] == "warning")
     shutil.rmtree(logs)
@@ -105,6 +107,7 @@ def test_hung_podman_machine_is_stopped_at_the_timeout(cli, bin_dir, krunkit):
 @pytest.mark.parametrize("signum, status, said", STOPS)
 def test_ctrl_c_while_podman_machine_answers(cli, bin_dir, krunkit, signum, status, said):
     hung(bin_dir, "podman")
-    code, out, err = cli.interrupt_when(lambda: cli.running("sleep 600"), "probe", "--backend", "krunkit",
-                                        signum=signum)
+    code, out, err = cli.interrupt_when(
+        lambda: cli.running("sleep 600"), "probe", "--backend", "krunkit", signum=signum
+    )
     assert code == status and out == "" and said in err

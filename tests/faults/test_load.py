@@ -35,8 +35,9 @@ def probe_images_made_here():
     def images() -> set[str]:
         if shutil.which("podman") is None:
             return set()
-        done = subprocess.run(["podman", "images", "-q", "localhost/cgpu-probe"], capture_output=True, text=True,
-                              timeout=60)
+        done = subprocess.run(
+            ["podman", "images", "-q", "localhost/cgpu-probe"], capture_output=True, text=True, timeout=60
+        )
         return set(done.stdout.split())
 
     before = images()

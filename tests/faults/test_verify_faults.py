@@ -19,7 +19,7 @@ pytestmark = pytest.mark.podman
 
 
 @pytest.fixture
-def device(cdi_spec, tmp_path):  # noqa: F811
+def device(cdi_spec, tmp_path):
     if shutil.which("podman") is None:
         pytest.skip("podman is not installed (.ci/run installs podman, runc and busybox-static)")
     return f"{cdi_spec(_lvp_spec(tmp_path))}=dev0"
@@ -35,7 +35,7 @@ def _probe_container_running(image: str) -> bool:
 
 
 @pytest.fixture
-def no_new_containers(stand_in_image):  # noqa: F811
+def no_new_containers(stand_in_image):
     yield
     left = _probe_containers(stand_in_image, "-a")
     if left:
@@ -47,12 +47,23 @@ def _service(cli) -> list[int]:
     return [int(line.split(":")[0]) for line in marked_processes(cli.mark) if "system service" in line]
 
 
-def test_the_service_dies_mid_call(cli, device, stand_in_image, no_new_containers):  # noqa: F811
+def test_the_service_dies_mid_call(cli, device, stand_in_image, no_new_containers):
     """The podman service cgpu started is killed while the probe container runs: the device's
     check fails with the engine named, the run still answers, and the container is removed
     through the CLI."""
-    proc = cli.popen("probe", "--backend", "cdi", "--json", "--verify", "--device", device,
-                     "--probe-image", stand_in_image, "--timeout", "120")
+    proc = cli.popen(
+        "probe",
+        "--backend",
+        "cdi",
+        "--json",
+        "--verify",
+        "--device",
+        device,
+        "--probe-image",
+        stand_in_image,
+        "--timeout",
+        "120",
+    )
     try:
         import time
 
@@ -82,11 +93,27 @@ def test_the_service_dies_mid_call(cli, device, stand_in_image, no_new_container
 
 
 @pytest.mark.parametrize("signum, status, said", STOPS)
-def test_ctrl_c_during_the_probe_container(cli, device, stand_in_image, no_new_containers,  # noqa: F811
-                                           signum, status, said):
-    code, out, err = cli.interrupt_when(lambda: _probe_container_running(stand_in_image), "probe", "--backend",
-                                        "cdi", "--verify", "--device", device, "--probe-image", stand_in_image,
-                                        signum=signum)
+def test_ctrl_c_during_the_probe_container(
+    cli,
+    device,
+    stand_in_image,
+    no_new_containers,
+    signum,
+    status,
+    said,
+):
+    code, out, err = cli.interrupt_when(
+        lambda: _probe_container_running(stand_in_image),
+        "probe",
+        "--backend",
+        "cdi",
+        "--verify",
+        "--device",
+        device,
+        "--probe-image",
+        stand_in_image,
+        signum=signum,
+    )
     assert code == status and said in err
     assert not _probe_container_running(stand_in_image)
 
@@ -96,20 +123,27 @@ def test_ctrl_c_while_the_service_starts(cli, bin_dir, device, signum, status, s
     """A podman whose `system service` never opens its socket: Ctrl-C stops it, and its socket folder goes."""
     real = cli.env["PATH"].split(os.pathsep, 1)[1]
     (bin_dir / "podman").write_text(
-        "#!/bin/sh\n"
-        'case "$*" in *"system service"*) exec sleep 600;; esac\n'
-        f'PATH="{real}" exec podman "$@"\n'
+        f'#!/bin/sh\ncase "$*" in *"system service"*) exec sleep 600;; esac\nPATH="{real}" exec podman "$@"\n'
     )
     (bin_dir / "podman").chmod(0o755)
-    code, _, err = cli.interrupt_when(lambda: cli.running("sleep 600"), "probe", "--backend", "cdi", "--verify",
-                                      "--device", device, signum=signum)
+    code, _, err = cli.interrupt_when(
+        lambda: cli.running("sleep 600"), "probe", "--backend", "cdi", "--verify", "--device", device, signum=signum
+    )
     assert code == status and said in err
 
 
 def test_no_engine_at_all(cli, bin_dir, device):
     """No podman, no Docker: the static answer stands and --verify says why it could not run."""
-    code, out, _ = cli("probe", "--backend", "cdi", "--json", "--verify", "--device", device,
-                       env={"PATH": f"{bin_dir}:/usr/bin/nonexistent", "DOCKER_HOST": "unix:///nonexistent.sock"})
+    code, out, _ = cli(
+        "probe",
+        "--backend",
+        "cdi",
+        "--json",
+        "--verify",
+        "--device",
+        device,
+        env={"PATH": f"{bin_dir}:/usr/bin/nonexistent", "DOCKER_HOST": "unix:///nonexistent.sock"},
+    )
     report = json.loads(out)
     assert code == 0
     [error] = [p for p in report["problems"] if p["source"] == "--verify"]
@@ -123,8 +157,19 @@ def test_an_engine_that_never_answers_is_bounded_by_timeout(cli, bin_dir, device
     import time
 
     started = time.monotonic()
-    code, out, _ = cli("probe", "--backend", "cdi", "--json", "--verify", "--device", device, "--timeout", "2",
-                       env={"DOCKER_HOST": "unix:///nonexistent.sock"}, timeout=100)
+    code, out, _ = cli(
+        "probe",
+        "--backend",
+        "cdi",
+        "--json",
+        "--verify",
+        "--device",
+        device,
+        "--timeout",
+        "2",
+        env={"DOCKER_HOST": "unix:///nonexistent.sock"},
+        timeout=100,
+    )
     report = json.loads(out)
     assert code == 0
     [error] = [p for p in report["problems"] if p["source"] == "--verify"]
@@ -154,9 +199,10 @@ def test_ctrl_c_while_the_probe_image_is_built(cli, bin_dir, device, signum, sta
     """A `dpkg-query` that names packages of versions no image was built from (so cgpu builds
     one) and then hangs listing their files: Ctrl-C stops the build, the service and removes
     the build's temp folder."""
-    _fake_dpkg_query(bin_dir, listing='exec sleep 600')
-    code, _, err = cli.interrupt_when(lambda: cli.running("sleep 600"), "probe", "--backend", "cdi", "--verify",
-                                      "--device", device, signum=signum)
+    _fake_dpkg_query(bin_dir, listing="exec sleep 600")
+    code, _, err = cli.interrupt_when(
+        lambda: cli.running("sleep 600"), "probe", "--backend", "cdi", "--verify", "--device", device, signum=signum
+    )
     assert code == status and said in err
     assert "building the probe image localhost/cgpu-probe:" in err
 
@@ -164,7 +210,7 @@ def test_ctrl_c_while_the_probe_image_is_built(cli, bin_dir, device, signum, sta
 def test_a_package_listing_that_fails_builds_no_image(cli, bin_dir, device):
     """`dpkg-query -L` fails: no probe image is made (it would be kept and reused under the
     packages' versions), and --verify says why."""
-    _fake_dpkg_query(bin_dir, listing='echo "dpkg-query: package \'libc6\' is not installed" >&2; exit 1')
+    _fake_dpkg_query(bin_dir, listing="echo \"dpkg-query: package 'libc6' is not installed\" >&2; exit 1")
     before = set(podman("images", "-q", "localhost/cgpu-probe").stdout.split())
     try:
         code, out, _ = cli("probe", "--backend", "cdi", "--json", "--verify", "--device", device)

@@ -34,16 +34,31 @@ from tests.image.trees import (
 # name: (builds the root tree, image config arch, verdict, the check that decides, words in its evidence)
 VARIANTS = {
     "good": (fedora_tree, "arm64", "yes", "mesa-build", "the libkrun build"),
-    "stock": (lambda r: fedora_tree(r, mesa=mesa_header(STOCK_VENDOR, "1.fc44"), lock=False),
-              "arm64", "no", "mesa-build", "vendor 'Fedora Project'): stock Mesa"),
+    "stock": (
+        lambda r: fedora_tree(r, mesa=mesa_header(STOCK_VENDOR, "1.fc44"), lock=False),
+        "arm64",
+        "no",
+        "mesa-build",
+        "vendor 'Fedora Project'): stock Mesa",
+    ),
     "no-loader": (lambda r: fedora_tree(r, loader=False), "arm64", "no", "vulkan-loader", "no libvulkan.so.1"),
     "musl": (alpine_tree, "arm64", "no", "libc", "musl (/lib/ld-musl-aarch64.so.1)"),
-    "broken-manifest": (lambda r: fedora_tree(r, manifest='{"ICD": {"library_path": '), "arm64", "no",
-                        "venus-icd", "virtio_icd.aarch64.json is not valid JSON"),
+    "broken-manifest": (
+        lambda r: fedora_tree(r, manifest='{"ICD": {"library_path": '),
+        "arm64",
+        "no",
+        "venus-icd",
+        "virtio_icd.aarch64.json is not valid JSON",
+    ),
     "debian": (debian_tree, "arm64", "no", "mesa-build", "mesa-vulkan-drivers-22.3.6-1+deb12u1"),
     "amd64": (lambda r: fedora_tree(r, machine=X86_64), "amd64", "no", "architecture", "krunkit VMs run arm64 only"),
-    "other-copr": (lambda r: fedora_tree(r, mesa=mesa_header("Fedora Project COPR (someone/mesa-test)")),
-                   "arm64", "unknown", "mesa-build", "a copr build, but not slp/mesa-libkrun-vulkan"),
+    "other-copr": (
+        lambda r: fedora_tree(r, mesa=mesa_header("Fedora Project COPR (someone/mesa-test)")),
+        "arm64",
+        "unknown",
+        "mesa-build",
+        "a copr build, but not slp/mesa-libkrun-vulkan",
+    ),
 }
 EXIT = {"yes": ExitCode.OK, "no": ExitCode.IMAGE_NO, "unknown": ExitCode.IMAGE_UNKNOWN}
 
@@ -57,8 +72,16 @@ def roots(tmp_path_factory):
 def assert_answer(result: dict, code: int, variant: str) -> None:
     _, _, verdict, check_name, words = VARIANTS[variant]
     checks = {c["name"]: c for c in result["checks"]}
-    assert list(checks) == ["architecture", "libc", "vulkan-loader", "venus-icd", "other-icds", "mesa-build",
-                            "version-lock", "python"]
+    assert list(checks) == [
+        "architecture",
+        "libc",
+        "vulkan-loader",
+        "venus-icd",
+        "other-icds",
+        "mesa-build",
+        "version-lock",
+        "python",
+    ]
     assert (result["verdict"], code) == (verdict, EXIT[verdict]), render_image_check(result)
     decisive = checks[check_name]
     assert words in decisive["evidence"], decisive
@@ -85,6 +108,7 @@ def test_hand_made_archives(roots, variant, tmp_path):
 
 # --- through the real engine ----------------------------------------------------------------
 
+
 def _podman_works() -> str:
     if shutil.which("podman") is None:
         return "podman is not installed"
@@ -105,13 +129,18 @@ def podman_images(roots, tmp_path_factory):
             tar = base / f"{name}.tar"
             tar.write_bytes(layer_tar(roots[name]))
             ref = f"{repo}:{name}"
-            subprocess.run(["podman", "import", "--arch", arch, str(tar), ref], check=True, capture_output=True,
-                           timeout=120)
+            subprocess.run(
+                ["podman", "import", "--arch", arch, str(tar), ref], check=True, capture_output=True, timeout=120
+            )
             made[name] = {"engine": ref}
             for fmt in ("oci-archive", "docker-archive"):
                 out = base / f"{name}.{fmt}"
-                subprocess.run(["podman", "save", "--format", fmt, "-o", str(out), ref], check=True,
-                               capture_output=True, timeout=120)
+                subprocess.run(
+                    ["podman", "save", "--format", fmt, "-o", str(out), ref],
+                    check=True,
+                    capture_output=True,
+                    timeout=120,
+                )
                 made[name][fmt] = f"{fmt}:{out}"
         yield made
     finally:
@@ -141,16 +170,21 @@ def test_absolute_symlinks_in_an_engine_image_stay_inside_it(tmp_path):
     os.symlink("/etc/passwd", manifest)  # the host has one; the image does not
     (tmp_path / "l.tar").write_bytes(layer_tar(root))
     ref = f"localhost/cgpu-test-image-{uuid.uuid4().hex[:8]}:abs-symlink"
-    subprocess.run(["podman", "import", "--arch", "arm64", str(tmp_path / "l.tar"), ref], check=True,
-                   capture_output=True, timeout=120)
+    subprocess.run(
+        ["podman", "import", "--arch", "arm64", str(tmp_path / "l.tar"), ref],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     try:
         result, code = check_image(ref)
     finally:
         subprocess.run(["podman", "rmi", "-f", ref], capture_output=True, timeout=120)
     venus = next(c for c in result["checks"] if c["name"] == "venus-icd")
     assert code == ExitCode.IMAGE_NO and venus["status"] == "fail"
-    assert venus["evidence"] == ("/usr/share/vulkan/icd.d/virtio_icd.aarch64.json points to /etc/passwd, "
-                                 "which does not exist in the image")
+    assert venus["evidence"] == (
+        "/usr/share/vulkan/icd.d/virtio_icd.aarch64.json points to /etc/passwd, which does not exist in the image"
+    )
 
 
 def test_a_missing_local_image_is_could_not_run_and_never_pulled():
@@ -163,22 +197,26 @@ def test_a_missing_local_image_is_could_not_run_and_never_pulled():
 
 # --- hostile and odd archives ---------------------------------------------------------------
 
+
 def test_hostile_layer_gives_problems_and_writes_nothing(roots, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    hostile = layer_tar(extra=[
-        member("../../escape.json", b"{}"),
-        member("/etc/motd", b"hello\n"),
-        member("usr/share/vulkan/icd.d/virtio_icd.aarch64.json", kind=tarfile.SYMTYPE, link="/etc/shadow"),
-        member("usr/lib64/stolen", kind=tarfile.LNKTYPE, link="../../../../etc/passwd"),
-    ])
+    hostile = layer_tar(
+        extra=[
+            member("../../escape.json", b"{}"),
+            member("/etc/motd", b"hello\n"),
+            member("usr/share/vulkan/icd.d/virtio_icd.aarch64.json", kind=tarfile.SYMTYPE, link="/etc/shadow"),
+            member("usr/lib64/stolen", kind=tarfile.LNKTYPE, link="../../../../etc/passwd"),
+        ]
+    )
     archive = docker_archive(tmp_path / "h.tar", [layer_tar(roots["good"]), hostile])
     before = set(tmp_path.parent.rglob("escape*"))
     result, code = check_image(f"docker-archive:{archive}")
     assert set(tmp_path.parent.rglob("escape*")) == before and not Path("/escape.json").exists()
     venus = next(c for c in result["checks"] if c["name"] == "venus-icd")
     assert code == ExitCode.IMAGE_NO
-    assert venus["evidence"] == ("/usr/share/vulkan/icd.d/virtio_icd.aarch64.json points to /etc/shadow, "
-                                 "which does not exist in the image")
+    assert venus["evidence"] == (
+        "/usr/share/vulkan/icd.d/virtio_icd.aarch64.json points to /etc/shadow, which does not exist in the image"
+    )
     messages = [p["message"] for p in result["problems"]]
     assert any("'../../escape.json' is a name that climbs out of the root" in m for m in messages)
     assert any("hardlink /usr/lib64/stolen -> '../../../../etc/passwd'" in m for m in messages)
@@ -187,15 +225,20 @@ def test_hostile_layer_gives_problems_and_writes_nothing(roots, tmp_path, monkey
 
 def test_whiteout_in_an_upper_layer_removes_the_venus_driver(roots, tmp_path):
     upper = layer_tar(extra=[member("usr/share/vulkan/icd.d/.wh.virtio_icd.aarch64.json")])
-    result, code = check_image(f"docker-archive:{docker_archive(tmp_path / 'w.tar', [layer_tar(roots['good']), upper])}")
+    result, code = check_image(
+        f"docker-archive:{docker_archive(tmp_path / 'w.tar', [layer_tar(roots['good']), upper])}"
+    )
     venus = next(c for c in result["checks"] if c["name"] == "venus-icd")
     assert code == ExitCode.IMAGE_NO and venus["status"] == "fail"
     assert venus["evidence"].startswith("no Venus ICD manifest (virtio_icd*.json) in /etc/xdg/vulkan/icd.d")
 
 
 def test_icd_env_in_the_image_config_that_hides_venus(roots, tmp_path):
-    archive = docker_archive(tmp_path / "e.tar", [layer_tar(roots["good"])],
-                             env=["VK_ICD_FILENAMES=/usr/share/vulkan/icd.d/lvp_icd.aarch64.json"])
+    archive = docker_archive(
+        tmp_path / "e.tar",
+        [layer_tar(roots["good"])],
+        env=["VK_ICD_FILENAMES=/usr/share/vulkan/icd.d/lvp_icd.aarch64.json"],
+    )
     result, code = check_image(f"docker-archive:{archive}")
     venus = next(c for c in result["checks"] if c["name"] == "venus-icd")
     assert code == ExitCode.IMAGE_NO
@@ -222,11 +265,14 @@ def test_unpinned_libkrun_build_is_yes_with_an_advisory_failure(tmp_path):
     assert lock["fix"].startswith("`dnf versionlock add mesa-vulkan-drivers-25.3.6-102.fc44`")
 
 
-@pytest.mark.parametrize("ref, words", [
-    ("docker-archive:/nonexistent/cgpu.tar", "not a readable tar archive"),
-    ("oci-archive:", "give a path after 'oci-archive:'"),
-    ("dir:/nonexistent/cgpu-root", "is not a directory"),
-])
+@pytest.mark.parametrize(
+    "ref, words",
+    [
+        ("docker-archive:/nonexistent/cgpu.tar", "not a readable tar archive"),
+        ("oci-archive:", "give a path after 'oci-archive:'"),
+        ("dir:/nonexistent/cgpu-root", "is not a directory"),
+    ],
+)
 def test_unreadable_refs_are_could_not_run(ref, words):
     result, code = check_image(ref)
     assert code == ExitCode.COULD_NOT_RUN and words in result["reason"]
@@ -236,8 +282,10 @@ def test_unreadable_refs_are_could_not_run(ref, words):
 def test_archive_that_points_outside_itself(tmp_path):
     bad = tmp_path / "bad.tar"
     with tarfile.open(bad, "w") as tar:
-        for name, data in {"manifest.json": json.dumps([{"Config": "c.json", "Layers": ["../../../etc/passwd"]}]),
-                           "c.json": "{}"}.items():
+        for name, data in {
+            "manifest.json": json.dumps([{"Config": "c.json", "Layers": ["../../../etc/passwd"]}]),
+            "c.json": "{}",
+        }.items():
             info = tarfile.TarInfo(name)
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data.encode()))
@@ -262,9 +310,11 @@ def test_random_archive_bytes_are_unreadable_never_a_crash(tmp_path, data, kind)
     assert code == ExitCode.COULD_NOT_RUN, result
 
 
-_json = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=20),
-                     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4),
-                     max_leaves=12)
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4),
+    max_leaves=12,
+)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -281,12 +331,23 @@ def test_any_manifest_json_gives_an_answer(tmp_path, document):
 
 # --- the command line -------------------------------------------------------------------------
 
+
 def test_cli_json_and_exit_codes(run_cli, roots):
     code, out, err = run_cli("image", "check", "--json", f"dir:{roots['good']}")
     report = json.loads(out)
     assert code == 0 and "Traceback" not in err
-    assert set(report) == {"image", "source", "os", "architecture", "verdict", "reason", "checks", "problems",
-                           "cgpu_version", "checked_at"}
+    assert set(report) == {
+        "image",
+        "source",
+        "os",
+        "architecture",
+        "verdict",
+        "reason",
+        "checks",
+        "problems",
+        "cgpu_version",
+        "checked_at",
+    }
     assert all(set(c) == {"name", "status", "evidence", "fix", "required"} for c in report["checks"])
     assert run_cli("image", "check", f"dir:{roots['stock']}")[0] == ExitCode.IMAGE_NO
     assert run_cli("image", "check", f"dir:{roots['other-copr']}")[0] == ExitCode.IMAGE_UNKNOWN
@@ -297,7 +358,11 @@ def test_cli_human_output_names_the_fix(run_cli, roots):
     code, out, err = run_cli("image", "check", f"dir:{roots['stock']}")
     assert code == ExitCode.IMAGE_NO and "Traceback" not in err
     assert "FAIL mesa-build" in out and "dnf -y copr enable slp/mesa-libkrun-vulkan" in out
-    assert out.rstrip().splitlines()[-1].startswith("vulkan under krunkit: NO: mesa-build failed; apply each failed check's fix")
+    assert (
+        out.rstrip()
+        .splitlines()[-1]
+        .startswith("vulkan under krunkit: NO: mesa-build failed; apply each failed check's fix")
+    )
 
 
 def test_machine_that_cannot_probe_keeps_the_file_verdict_and_exits_1(run_cli, roots):
@@ -305,16 +370,23 @@ def test_machine_that_cannot_probe_keeps_the_file_verdict_and_exits_1(run_cli, r
         pytest.skip("podman is not installed")
     ref = f"localhost/cgpu-test-image-{uuid.uuid4().hex[:8]}:machine"
     (Path(roots["good"]).parent / "m.tar").write_bytes(layer_tar(roots["good"]))
-    subprocess.run(["podman", "import", "--arch", "arm64", str(Path(roots["good"]).parent / "m.tar"), ref],
-                   check=True, capture_output=True, timeout=120)
+    subprocess.run(
+        ["podman", "import", "--arch", "arm64", str(Path(roots["good"]).parent / "m.tar"), ref],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     try:
         code, out, err = run_cli("image", "check", "--json", "--machine", "cgpu-test-no-such-vm", ref)
     finally:
         subprocess.run(["podman", "rmi", "-f", ref], capture_output=True, timeout=120)
     report = json.loads(out)
     assert code == ExitCode.COULD_NOT_RUN and report["verdict"] == "yes" and "Traceback" not in err
-    assert report["problems"][-1] == {"severity": "error", "source": "--machine cgpu-test-no-such-vm", "message":
-                                      "the probe did not run in the VM; the verdict above is from the image's files only"}
+    assert report["problems"][-1] == {
+        "severity": "error",
+        "source": "--machine cgpu-test-no-such-vm",
+        "message": "the probe did not run in the VM; the verdict above is from the image's files only",
+    }
 
 
 def test_machine_needs_an_image_name_not_an_archive(roots):
@@ -323,9 +395,15 @@ def test_machine_needs_an_image_name_not_an_archive(roots):
     assert "give the image's name there" in result["problems"][-1]["message"]
 
 
-@pytest.mark.parametrize("static, probed, verdict, warned", [
-    ("yes", True, "yes", False), ("yes", False, "no", True), ("no", True, "yes", True), ("unknown", False, "no", False),
-])
+@pytest.mark.parametrize(
+    "static, probed, verdict, warned",
+    [
+        ("yes", True, "yes", False),
+        ("yes", False, "no", True),
+        ("no", True, "yes", True),
+        ("unknown", False, "no", False),
+    ],
+)
 def test_a_probe_that_ran_decides(static, probed, verdict, warned):
     from cgpu.image_check import merge_machine_probe
     from cgpu.report import ReportBuilder
@@ -395,5 +473,8 @@ def test_oci_layout_dir_and_multi_platform_index(roots, tmp_path):
     (layout / "index.json").write_text(json.dumps(index))
     result, code = check_image(f"oci:{layout}")
     assert_answer(result, code, "good")
-    assert {"severity": "info", "source": f"OCI layout {layout}",
-            "message": "the index lists 2 manifests; checked linux/arm64"} in result["problems"]
+    assert {
+        "severity": "info",
+        "source": f"OCI layout {layout}",
+        "message": "the index lists 2 manifests; checked linux/arm64",
+    } in result["problems"]

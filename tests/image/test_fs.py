@@ -35,19 +35,24 @@ def test_whiteouts_and_opaque_dirs_hide_lower_layers_only():
 
 
 def test_a_file_or_symlink_over_a_directory_hides_what_was_below():
-    tree = tree_of([member("lib/libc.so.6", b"old")],
-                   [member("lib", kind=SYM, link="usr/lib"), member("usr/lib/libc.so.6", b"new")])
+    tree = tree_of(
+        [member("lib/libc.so.6", b"old")],
+        [member("lib", kind=SYM, link="usr/lib"), member("usr/lib/libc.so.6", b"new")],
+    )
     assert tree.read("lib/libc.so.6", 100) == b"new"
 
 
 def test_symlinks_resolve_inside_the_root_never_on_the_host():
     assert os.path.exists("/etc/passwd")  # the host has one; the image does not
-    tree = tree_of([
-        member("etc/vulkan/icd.d/virtio_icd.json", kind=SYM, link="/etc/passwd"),
-        member("usr/share/vulkan/icd.d/up.json", kind=SYM, link="../../../../../../../../etc/hostname"),
-        member("etc/hostname", b"image-host\n"),
-        member("loop/a", kind=SYM, link="b"), member("loop/b", kind=SYM, link="a"),
-    ])
+    tree = tree_of(
+        [
+            member("etc/vulkan/icd.d/virtio_icd.json", kind=SYM, link="/etc/passwd"),
+            member("usr/share/vulkan/icd.d/up.json", kind=SYM, link="../../../../../../../../etc/hostname"),
+            member("etc/hostname", b"image-host\n"),
+            member("loop/a", kind=SYM, link="b"),
+            member("loop/b", kind=SYM, link="a"),
+        ]
+    )
     assert tree.lookup("etc/vulkan/icd.d/virtio_icd.json") == ("etc/passwd", None)
     assert tree.read("usr/share/vulkan/icd.d/up.json") == b"image-host\n"  # `..` stops at the image root
     assert tree.lookup("loop/a")[1] is None
@@ -56,15 +61,17 @@ def test_symlinks_resolve_inside_the_root_never_on_the_host():
 
 
 def test_hostile_member_names_become_problems_not_paths():
-    tree = tree_of([
-        member("../../escape.json", b"{}"),
-        member("usr/../../escape2", b"x"),
-        member("/etc/os-release", b"ID=fedora\n"),
-        member("usr/lib64/libc.so.6", b"\x7fELF"),
-        member("usr/lib64/hard-ok", kind=LNK, link="usr/lib64/libc.so.6"),
-        member("usr/lib64/hard-out", kind=LNK, link="../../../etc/shadow"),
-        member("usr/lib64/hard-none", kind=LNK, link="usr/lib64/not-there"),
-    ])
+    tree = tree_of(
+        [
+            member("../../escape.json", b"{}"),
+            member("usr/../../escape2", b"x"),
+            member("/etc/os-release", b"ID=fedora\n"),
+            member("usr/lib64/libc.so.6", b"\x7fELF"),
+            member("usr/lib64/hard-ok", kind=LNK, link="usr/lib64/libc.so.6"),
+            member("usr/lib64/hard-out", kind=LNK, link="../../../etc/shadow"),
+            member("usr/lib64/hard-none", kind=LNK, link="usr/lib64/not-there"),
+        ]
+    )
     assert set(tree.entries) == {"etc/os-release", "usr/lib64/libc.so.6", "usr/lib64/hard-ok"}
     assert tree.read("etc/os-release") == b"ID=fedora\n"
     assert tree.head("usr/lib64/hard-ok") == b"\x7fELF"
@@ -84,8 +91,9 @@ def test_limits_stop_a_huge_or_crowded_layer():
 
 
 def test_kept_content_is_capped():
-    tree = tree_of([member("etc/os-release", b"x" * 500), member("etc/ld.so.conf", b"y" * 500)],
-                   limits=Limits(max_kept_bytes=600))
+    tree = tree_of(
+        [member("etc/os-release", b"x" * 500), member("etc/ld.so.conf", b"y" * 500)], limits=Limits(max_kept_bytes=600)
+    )
     assert tree.read("etc/os-release") == b"x" * 500
     with pytest.raises(ImageReadError, match="does not keep"):
         tree.read("etc/ld.so.conf")
@@ -128,8 +136,14 @@ def test_random_layer_bytes_give_only_image_read_errors(data):
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.lists(st.tuples(st.text(min_size=1, max_size=40), st.sampled_from([tarfile.REGTYPE, DIR, SYM, LNK]),
-                          st.text(max_size=40)), max_size=12))
+@given(
+    st.lists(
+        st.tuples(
+            st.text(min_size=1, max_size=40), st.sampled_from([tarfile.REGTYPE, DIR, SYM, LNK]), st.text(max_size=40)
+        ),
+        max_size=12,
+    )
+)
 def test_random_member_names_and_links_never_escape(items):
     members = []
     for name, kind, link in items:

@@ -28,7 +28,11 @@ from tests.image.trees import COPR_VENDOR, mesa_header, rpm_header, write_rpmdb
 def test_rpm_header_fields_and_file_list():
     package = parse_rpm_header(mesa_header(), with_files=True)
     assert (package.name, package.version, package.release, package.arch) == (
-        "mesa-vulkan-drivers", "25.3.6", "102.fc44", "aarch64")
+        "mesa-vulkan-drivers",
+        "25.3.6",
+        "102.fc44",
+        "aarch64",
+    )
     assert package.vendor == COPR_VENDOR
     assert package.epoch is None and package.nevr == "mesa-vulkan-drivers-25.3.6-102.fc44"
     assert "/usr/lib64/libvulkan_virtio.so" in package.files
@@ -36,15 +40,18 @@ def test_rpm_header_fields_and_file_list():
     assert with_epoch.evr == "3:1-2"
 
 
-@pytest.mark.parametrize("blob, message", [
-    (b"\x00\x00", "shorter than its 8-byte preamble"),
-    (struct.pack(">ii", 0x7FFFFFFF, 10), "claims"),
-    (struct.pack(">ii", 1, 100), "shorter than the"),
-    (struct.pack(">ii", 1, 4) + struct.pack(">iiii", 1000, 6, 0, 1) + b"abcd", "string runs past"),
-    (struct.pack(">ii", 1, 4) + struct.pack(">iiii", 1000, 6, 99, 1) + b"ab\0\0", "points outside"),
-    (struct.pack(">ii", 1, 4) + struct.pack(">iiii", 1000, 4, 0, 1) + b"\0\0\0\1", "not a string"),
-    (struct.pack(">ii", 1, 4) + struct.pack(">iiii", 1001, 6, 0, 1) + b"ab\0\0", "no NAME"),
-])
+@pytest.mark.parametrize(
+    "blob, message",
+    [
+        (b"\x00\x00", "shorter than its 8-byte preamble"),
+        (struct.pack(">ii", 0x7FFFFFFF, 10), "claims"),
+        (struct.pack(">ii", 1, 100), "shorter than the"),
+        (struct.pack(">ii", 1, 4) + struct.pack(">iiii", 1000, 6, 0, 1) + b"abcd", "string runs past"),
+        (struct.pack(">ii", 1, 4) + struct.pack(">iiii", 1000, 6, 99, 1) + b"ab\0\0", "points outside"),
+        (struct.pack(">ii", 1, 4) + struct.pack(">iiii", 1000, 4, 0, 1) + b"\0\0\0\1", "not a string"),
+        (struct.pack(">ii", 1, 4) + struct.pack(">iiii", 1001, 6, 0, 1) + b"ab\0\0", "no NAME"),
+    ],
+)
 def test_malformed_rpm_headers_are_named(blob, message):
     with pytest.raises(RpmHeaderError, match=message):
         parse_rpm_header(blob)
@@ -82,8 +89,9 @@ def test_rpmdb_sqlite_reads_every_package_and_reports_bad_headers(tmp_path):
         read_rpmdb(b"SQLite format 3\0" + b"\xff" * 200)
 
 
-needs_rpm = pytest.mark.skipif(not (shutil.which("rpm") and shutil.which("rpmbuild")),
-                               reason="rpm/rpmbuild not installed (apt-get install rpm)")
+needs_rpm = pytest.mark.skipif(
+    not (shutil.which("rpm") and shutil.which("rpmbuild")), reason="rpm/rpmbuild not installed (apt-get install rpm)"
+)
 
 
 @needs_rpm
@@ -91,11 +99,19 @@ def test_rpm_itself_reads_the_headers_these_tests_write(tmp_path):
     write_rpmdb(tmp_path / "rpmdb.sqlite", [mesa_header()])
     # rpm wants its index tables too; --rebuilddb makes them from the headers, and drops any it finds bad
     subprocess.run(["rpm", "--dbpath", str(tmp_path), "--rebuilddb"], check=True, capture_output=True, timeout=60)
-    out = subprocess.run(["rpm", "--dbpath", str(tmp_path), "-qa", "--qf", "%{NAME}|%{VERSION}-%{RELEASE}|%{VENDOR}\\n"],
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        ["rpm", "--dbpath", str(tmp_path), "-qa", "--qf", "%{NAME}|%{VERSION}-%{RELEASE}|%{VENDOR}\\n"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.stdout.strip() == f"mesa-vulkan-drivers|25.3.6-102.fc44|{COPR_VENDOR}", out.stderr
-    files = subprocess.run(["rpm", "--dbpath", str(tmp_path), "-qa", "--qf", "[%{FILENAMES}\\n]"],
-                           capture_output=True, text=True, timeout=60)
+    files = subprocess.run(
+        ["rpm", "--dbpath", str(tmp_path), "-qa", "--qf", "[%{FILENAMES}\\n]"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert "/usr/lib64/libvulkan_virtio.so" in files.stdout.split()
 
 
@@ -106,17 +122,26 @@ def test_reads_a_database_rpm_wrote_for_a_package_rpmbuild_built(tmp_path):
         "Name: mesa-vulkan-drivers\nVersion: 25.3.6\nRelease: 102.fc44\nSummary: t\nLicense: MIT\n"
         f"Vendor: {COPR_VENDOR}\nBuildArch: noarch\n%description\nt\n%install\n"
         "mkdir -p %{buildroot}/usr/lib64\necho x > %{buildroot}/usr/lib64/libvulkan_virtio.so\n"
-        "%files\n/usr/lib64/libvulkan_virtio.so\n")
+        "%files\n/usr/lib64/libvulkan_virtio.so\n"
+    )
     top, db = tmp_path / "top", tmp_path / "db"
-    subprocess.run(["rpmbuild", "-bb", "--define", f"_topdir {top}", str(spec)], check=True, capture_output=True,
-                   timeout=120)
+    subprocess.run(
+        ["rpmbuild", "-bb", "--define", f"_topdir {top}", str(spec)], check=True, capture_output=True, timeout=120
+    )
     built = next(top.rglob("*.rpm"))
     subprocess.run(["rpm", "--dbpath", str(db), "--initdb"], check=True, timeout=60)
-    subprocess.run(["rpm", "--dbpath", str(db), "-i", "--justdb", "--nodeps", "--ignorearch", "--ignoreos",
-                    str(built)], check=True, capture_output=True, timeout=60)
+    subprocess.run(
+        ["rpm", "--dbpath", str(db), "-i", "--justdb", "--nodeps", "--ignorearch", "--ignoreos", str(built)],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
     wal = db / "rpmdb.sqlite-wal"
-    packages, bad = read_rpmdb((db / "rpmdb.sqlite").read_bytes(), wal.read_bytes() if wal.exists() else None,
-                               files_with=b"libvulkan_virtio.so")
+    packages, bad = read_rpmdb(
+        (db / "rpmdb.sqlite").read_bytes(),
+        wal.read_bytes() if wal.exists() else None,
+        files_with=b"libvulkan_virtio.so",
+    )
     assert not bad
     [package] = packages
     assert (package.nevr, package.vendor) == ("mesa-vulkan-drivers-25.3.6-102.fc44", COPR_VENDOR)
@@ -124,8 +149,10 @@ def test_reads_a_database_rpm_wrote_for_a_package_rpmbuild_built(tmp_path):
 
 
 def test_dpkg_status_installed_only():
-    text = ("Package: mesa-vulkan-drivers\nStatus: install ok installed\nVersion: 1:22.3.6-1+deb12u1\n"
-            "Description: x\n continued: line\n\nPackage: gone\nStatus: deinstall ok config-files\nVersion: 1\n")
+    text = (
+        "Package: mesa-vulkan-drivers\nStatus: install ok installed\nVersion: 1:22.3.6-1+deb12u1\n"
+        "Description: x\n continued: line\n\nPackage: gone\nStatus: deinstall ok config-files\nVersion: 1\n"
+    )
     [package] = read_dpkg_status(text)
     assert (package.name, package.version, package.release) == ("mesa-vulkan-drivers", "1:22.3.6", "1+deb12u1")
 
@@ -142,7 +169,8 @@ def test_dnf5_versionlock_toml():
     locks = read_versionlock_toml(
         'version = "1.0"\n[[packages]]\nname = "mesa-vulkan-drivers" # pinned\n'
         '[[packages.conditions]]\nkey = "evr"\ncomparator = "="\nvalue = "0:25.3.6-102.fc44"\n'
-        '[[packages]]\nname = "*nvidia*"\n[[packages.conditions]]\nkey = "evr"\ncomparator = ">="\nvalue = "3:570"\n')
+        '[[packages]]\nname = "*nvidia*"\n[[packages.conditions]]\nkey = "evr"\ncomparator = ">="\nvalue = "3:570"\n'
+    )
     assert [lock.name for lock in locks] == ["mesa-vulkan-drivers", "*nvidia*"]
     assert lock_matches(locks, MESA) == (True, "mesa-vulkan-drivers = 0:25.3.6-102.fc44")
     held, why = lock_matches(locks, Package("mesa-vulkan-drivers", "25.3.7", "1.fc44"))
@@ -150,8 +178,9 @@ def test_dnf5_versionlock_toml():
 
 
 def test_dnf4_versionlock_list():
-    locks = read_versionlock_list("# comment\n!mesa-vulkan-drivers-0:24.0.0-1.fc40.*\n"
-                                  "mesa-vulkan-drivers-0:25.3.6-102.fc44.*\n")
+    locks = read_versionlock_list(
+        "# comment\n!mesa-vulkan-drivers-0:24.0.0-1.fc40.*\nmesa-vulkan-drivers-0:25.3.6-102.fc44.*\n"
+    )
     assert lock_matches(locks, MESA)[0]
     assert lock_matches([], MESA) == (False, "")
 

@@ -23,10 +23,20 @@ STOCK_VENDOR = "Fedora Project"
 
 # rpm tag numbers and types (rpm's rpmtag.h)
 _STRING, _INT32, _STRING_ARRAY, _BIN = 6, 4, 8, 7
-_TAGS = {"NAME": (1000, _STRING), "VERSION": (1001, _STRING), "RELEASE": (1002, _STRING),
-         "EPOCH": (1003, _INT32), "BUILDTIME": (1006, _INT32), "BUILDHOST": (1007, _STRING), "VENDOR": (1011, _STRING),
-         "PACKAGER": (1015, _STRING), "ARCH": (1022, _STRING), "DIRINDEXES": (1116, _INT32),
-         "BASENAMES": (1117, _STRING_ARRAY), "DIRNAMES": (1118, _STRING_ARRAY)}
+_TAGS = {
+    "NAME": (1000, _STRING),
+    "VERSION": (1001, _STRING),
+    "RELEASE": (1002, _STRING),
+    "EPOCH": (1003, _INT32),
+    "BUILDTIME": (1006, _INT32),
+    "BUILDHOST": (1007, _STRING),
+    "VENDOR": (1011, _STRING),
+    "PACKAGER": (1015, _STRING),
+    "ARCH": (1022, _STRING),
+    "DIRINDEXES": (1116, _INT32),
+    "BASENAMES": (1117, _STRING_ARRAY),
+    "DIRNAMES": (1118, _STRING_ARRAY),
+}
 
 
 def elf(machine: int = AARCH64) -> bytes:
@@ -85,10 +95,20 @@ def write_rpmdb(path: Path, headers: list[bytes]) -> None:
 
 
 def mesa_header(vendor: str = COPR_VENDOR, release: str = "102.fc44", version: str = "25.3.6") -> bytes:
-    return rpm_header(NAME="mesa-vulkan-drivers", VERSION=version, RELEASE=release, ARCH="aarch64",
-                      VENDOR=vendor, PACKAGER="Copr" if "COPR" in vendor else "Fedora Project",
-                      BUILDHOST="builder", FILES=["/usr/lib64/libvulkan_virtio.so", "/usr/lib64/libvulkan_lvp.so",
-                                                  "/usr/share/vulkan/icd.d/virtio_icd.aarch64.json"])
+    return rpm_header(
+        NAME="mesa-vulkan-drivers",
+        VERSION=version,
+        RELEASE=release,
+        ARCH="aarch64",
+        VENDOR=vendor,
+        PACKAGER="Copr" if "COPR" in vendor else "Fedora Project",
+        BUILDHOST="builder",
+        FILES=[
+            "/usr/lib64/libvulkan_virtio.so",
+            "/usr/lib64/libvulkan_lvp.so",
+            "/usr/share/vulkan/icd.d/virtio_icd.aarch64.json",
+        ],
+    )
 
 
 def _put(root: Path, path: str, content: bytes | str) -> None:
@@ -107,11 +127,23 @@ def icd(library: str) -> str:
     return json.dumps({"file_format_version": "1.0.1", "ICD": {"library_path": library, "api_version": "1.4.318"}})
 
 
-def fedora_tree(root: Path, *, mesa: bytes | None = None, loader: bool = True, lock: bool = True,
-                python: bool = True, machine: int = AARCH64, manifest: str | None = None) -> Path:
+def fedora_tree(
+    root: Path,
+    *,
+    mesa: bytes | None = None,
+    loader: bool = True,
+    lock: bool = True,
+    python: bool = True,
+    machine: int = AARCH64,
+    manifest: str | None = None,
+) -> Path:
     """A Fedora 44 rootfs with (by default) the libkrun Mesa build, pinned: the good Venus image."""
-    for link, target in (("lib", "usr/lib"), ("lib64", "usr/lib64"), ("bin", "usr/bin"),
-                         ("var/lib/rpm", "../../usr/lib/sysimage/rpm")):
+    for link, target in (
+        ("lib", "usr/lib"),
+        ("lib64", "usr/lib64"),
+        ("bin", "usr/bin"),
+        ("var/lib/rpm", "../../usr/lib/sysimage/rpm"),
+    ):
         _link(root, link, target)
     _put(root, "etc/os-release", 'NAME="Fedora Linux"\nID=fedora\nPRETTY_NAME="Fedora Linux 44 (Container Image)"\n')
     _put(root, "usr/lib/ld-linux-aarch64.so.1", elf(machine))
@@ -122,22 +154,31 @@ def fedora_tree(root: Path, *, mesa: bytes | None = None, loader: bool = True, l
         _link(root, "usr/lib64/libvulkan.so.1", "libvulkan.so.1.4.313")
     _put(root, "usr/lib64/libvulkan_virtio.so", elf(machine))
     _put(root, "usr/lib64/libvulkan_lvp.so", elf(machine))
-    _put(root, "usr/share/vulkan/icd.d/virtio_icd.aarch64.json",
-         manifest if manifest is not None else icd("/usr/lib64/libvulkan_virtio.so"))
+    _put(
+        root,
+        "usr/share/vulkan/icd.d/virtio_icd.aarch64.json",
+        manifest if manifest is not None else icd("/usr/lib64/libvulkan_virtio.so"),
+    )
     _put(root, "usr/share/vulkan/icd.d/lvp_icd.aarch64.json", icd("/usr/lib64/libvulkan_lvp.so"))
     if python:
         _put(root, "usr/bin/python3.14", elf(machine))
         _link(root, "usr/bin/python3", "python3.14")
-    headers = [rpm_header(NAME="glibc", VERSION="2.42", RELEASE="5.fc44", ARCH="aarch64", VENDOR=STOCK_VENDOR),
-               mesa if mesa is not None else mesa_header()]
+    headers = [
+        rpm_header(NAME="glibc", VERSION="2.42", RELEASE="5.fc44", ARCH="aarch64", VENDOR=STOCK_VENDOR),
+        mesa if mesa is not None else mesa_header(),
+    ]
     if loader:
-        headers.append(rpm_header(NAME="vulkan-loader", VERSION="1.4.313.0", RELEASE="1.fc44", ARCH="aarch64",
-                                  VENDOR=STOCK_VENDOR))
+        headers.append(
+            rpm_header(NAME="vulkan-loader", VERSION="1.4.313.0", RELEASE="1.fc44", ARCH="aarch64", VENDOR=STOCK_VENDOR)
+        )
     write_rpmdb(root / "usr/lib/sysimage/rpm/rpmdb.sqlite", headers)
     if lock:
-        _put(root, "etc/dnf/versionlock.toml",
-             'version = "1.0"\n\n[[packages]]\nname = "mesa-vulkan-drivers"\ncomment = "added by dnf5"\n'
-             '[[packages.conditions]]\nkey = "evr"\ncomparator = "="\nvalue = "25.3.6-102.fc44"\n')
+        _put(
+            root,
+            "etc/dnf/versionlock.toml",
+            'version = "1.0"\n\n[[packages]]\nname = "mesa-vulkan-drivers"\ncomment = "added by dnf5"\n'
+            '[[packages.conditions]]\nkey = "evr"\ncomparator = "="\nvalue = "25.3.6-102.fc44"\n',
+        )
     return root
 
 
@@ -151,11 +192,14 @@ def debian_tree(root: Path) -> Path:
     _link(root, f"{lib}/libvulkan.so.1", "libvulkan.so.1.3.239")
     _put(root, f"{lib}/libvulkan_virtio.so", elf())
     _put(root, "usr/share/vulkan/icd.d/virtio_icd.json", icd(f"/{lib}/libvulkan_virtio.so"))
-    _put(root, "var/lib/dpkg/status",
-         "Package: libc6\nStatus: install ok installed\nArchitecture: arm64\nVersion: 2.36-9+deb12u10\n\n"
-         "Package: mesa-vulkan-drivers\nStatus: install ok installed\nArchitecture: arm64\n"
-         "Maintainer: Debian X Strike Force <debian-x@lists.debian.org>\nVersion: 22.3.6-1+deb12u1\n"
-         "Description: Mesa Vulkan graphics drivers\n multi-line\n\n")
+    _put(
+        root,
+        "var/lib/dpkg/status",
+        "Package: libc6\nStatus: install ok installed\nArchitecture: arm64\nVersion: 2.36-9+deb12u10\n\n"
+        "Package: mesa-vulkan-drivers\nStatus: install ok installed\nArchitecture: arm64\n"
+        "Maintainer: Debian X Strike Force <debian-x@lists.debian.org>\nVersion: 22.3.6-1+deb12u1\n"
+        "Description: Mesa Vulkan graphics drivers\n multi-line\n\n",
+    )
     return root
 
 
@@ -167,12 +211,16 @@ def alpine_tree(root: Path) -> Path:
     _link(root, "usr/lib/libvulkan.so.1", "libvulkan.so.1.4.313")
     _put(root, "usr/lib/libvulkan_virtio.so", elf())
     _put(root, "usr/share/vulkan/icd.d/virtio_icd.aarch64.json", icd("/usr/lib/libvulkan_virtio.so"))
-    _put(root, "lib/apk/db/installed", "C:Q1x\nP:mesa-vulkan-virtio\nV:25.1.9-r0\nA:aarch64\nF:usr/lib\n"
-                                        "R:libvulkan_virtio.so\n\n")
+    _put(
+        root,
+        "lib/apk/db/installed",
+        "C:Q1x\nP:mesa-vulkan-virtio\nV:25.1.9-r0\nA:aarch64\nF:usr/lib\nR:libvulkan_virtio.so\n\n",
+    )
     return root
 
 
 # --- archives ---------------------------------------------------------------------------------
+
 
 def layer_tar(root: Path | None = None, extra: list[tuple[tarfile.TarInfo, bytes]] = ()) -> bytes:
     """A layer tar of a tree (names like `./usr/...`, as `tar -C root .` makes them) plus extra members."""
@@ -185,7 +233,9 @@ def layer_tar(root: Path | None = None, extra: list[tuple[tarfile.TarInfo, bytes
     return out.getvalue()
 
 
-def member(name: str, data: bytes = b"", *, kind: bytes = tarfile.REGTYPE, link: str = "") -> tuple[tarfile.TarInfo, bytes]:
+def member(
+    name: str, data: bytes = b"", *, kind: bytes = tarfile.REGTYPE, link: str = ""
+) -> tuple[tarfile.TarInfo, bytes]:
     info = tarfile.TarInfo(name)
     info.type = kind
     info.linkname = link
@@ -195,15 +245,22 @@ def member(name: str, data: bytes = b"", *, kind: bytes = tarfile.REGTYPE, link:
 
 
 def docker_archive(path: Path, layers: list[bytes], *, arch: str = "arm64", env: list[str] = ()) -> Path:
-    config = json.dumps({"architecture": arch, "os": "linux", "config": {"Env": list(env)},
-                         "rootfs": {"type": "layers", "diff_ids": []}}).encode()
+    config = json.dumps(
+        {
+            "architecture": arch,
+            "os": "linux",
+            "config": {"Env": list(env)},
+            "rootfs": {"type": "layers", "diff_ids": []},
+        }
+    ).encode()
     files = {"config.json": config}
     names = []
     for number, layer in enumerate(layers):
         names.append(f"layer{number}/layer.tar")
         files[names[-1]] = layer
-    files["manifest.json"] = json.dumps([{"Config": "config.json", "RepoTags": ["localhost/cgpu-test:hand"],
-                                          "Layers": names}]).encode()
+    files["manifest.json"] = json.dumps(
+        [{"Config": "config.json", "RepoTags": ["localhost/cgpu-test:hand"], "Layers": names}]
+    ).encode()
     _write_tar(path, files)
     return path
 
@@ -218,13 +275,21 @@ def oci_archive(path: Path, layers: list[bytes], *, arch: str = "arm64", gzip_la
         files[f"blobs/sha256/{digest}"] = data
         return {"mediaType": media_type, "digest": f"sha256:{digest}", "size": len(data)}
 
-    config = blob(json.dumps({"architecture": arch, "os": "linux", "config": {}}).encode(),
-                  "application/vnd.oci.image.config.v1+json")
-    layer_descs = [blob(gzip.compress(layer) if gzip_layers else layer,
-                        "application/vnd.oci.image.layer.v1.tar" + ("+gzip" if gzip_layers else ""))
-                   for layer in layers]
-    manifest = blob(json.dumps({"schemaVersion": 2, "config": config, "layers": layer_descs}).encode(),
-                    "application/vnd.oci.image.manifest.v1+json")
+    config = blob(
+        json.dumps({"architecture": arch, "os": "linux", "config": {}}).encode(),
+        "application/vnd.oci.image.config.v1+json",
+    )
+    layer_descs = [
+        blob(
+            gzip.compress(layer) if gzip_layers else layer,
+            "application/vnd.oci.image.layer.v1.tar" + ("+gzip" if gzip_layers else ""),
+        )
+        for layer in layers
+    ]
+    manifest = blob(
+        json.dumps({"schemaVersion": 2, "config": config, "layers": layer_descs}).encode(),
+        "application/vnd.oci.image.manifest.v1+json",
+    )
     manifest["platform"] = {"os": "linux", "architecture": arch}
     files["index.json"] = json.dumps({"schemaVersion": 2, "manifests": [manifest]}).encode()
     _write_tar(path, files)

@@ -92,8 +92,13 @@ def podman_api():
     folder = Path(tempfile.mkdtemp(prefix="cgpu-krunkit-api-"))
     sock = folder / "api.sock"
     env = {k: v for k, v in os.environ.items() if k != "CGPU_TEST_MARK"}  # it outlives single tests
-    service = subprocess.Popen([REAL_PODMAN, "system", "service", "--time=0", f"unix://{sock}"], env=env,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    service = subprocess.Popen(
+        [REAL_PODMAN, "system", "service", "--time=0", f"unix://{sock}"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         for _ in range(100):
             if sock.exists():
@@ -133,8 +138,11 @@ def probe_images():
         subprocess.run(["tar", "-C", str(root), "-cf", str(tar), "."], check=True)
         ref = f"localhost/cgpu-krunkit-test-{tag}:{name}"
         cmd = json.dumps(["/bin/sh", "-c", script or f"cat /probe.json; exit {exit_code}"])
-        done = subprocess.run([REAL_PODMAN, "import", "--change", "ENV PATH=/bin", "--change", f"CMD {cmd}",
-                               str(tar), ref], capture_output=True, timeout=60)
+        done = subprocess.run(
+            [REAL_PODMAN, "import", "--change", "ENV PATH=/bin", "--change", f"CMD {cmd}", str(tar), ref],
+            capture_output=True,
+            timeout=60,
+        )
         if done.returncode != 0:
             pytest.skip(f"podman import failed: {done.stderr.decode(errors='replace')[-300:]}")
         made.append(ref)
@@ -183,17 +191,35 @@ def real_probe_image():
             pytest.skip("this python3.11 has no _ctypes module")
         _copy_with_libs(root, [python, loader, str(ctypes_module)])
         (root / "usr/bin/python3").symlink_to("python3.11")
-        shutil.copytree(stdlib, root / "usr/lib/python3.11", symlinks=True, dirs_exist_ok=True, ignore=shutil.ignore_patterns(
-            "test", "tests", "__pycache__", "idlelib", "tkinter", "turtledemo", "ensurepip", "lib2to3",
-            "dist-packages", "site-packages"))
+        shutil.copytree(
+            stdlib,
+            root / "usr/lib/python3.11",
+            symlinks=True,
+            dirs_exist_ok=True,
+            ignore=shutil.ignore_patterns(
+                "test",
+                "tests",
+                "__pycache__",
+                "idlelib",
+                "tkinter",
+                "turtledemo",
+                "ensurepip",
+                "lib2to3",
+                "dist-packages",
+                "site-packages",
+            ),
+        )
         (root / "usr/local/lib/cgpu").mkdir(parents=True)
         shutil.copy(HERE.parent.parent / "cgpu" / "container_probe.py", root / "usr/local/lib/cgpu/probe.py")
         (root / "tmp").mkdir(mode=0o1777)
         tar = work / "root.tar"
         subprocess.run(["tar", "-C", str(root), "-cf", str(tar), "."], check=True, timeout=120)
         entry = json.dumps(["python3", "/usr/local/lib/cgpu/probe.py"])  # as in krunkit/Containerfile
-        done = subprocess.run([REAL_PODMAN, "import", "--change", "ENV PATH=/usr/bin", "--change",
-                               f"ENTRYPOINT {entry}", str(tar), ref], capture_output=True, timeout=120)
+        done = subprocess.run(
+            [REAL_PODMAN, "import", "--change", "ENV PATH=/usr/bin", "--change", f"ENTRYPOINT {entry}", str(tar), ref],
+            capture_output=True,
+            timeout=120,
+        )
         if done.returncode != 0:
             pytest.skip(f"podman import failed: {done.stderr.decode(errors='replace')[-300:]}")
         shutil.rmtree(work, ignore_errors=True)

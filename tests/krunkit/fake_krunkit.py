@@ -30,11 +30,22 @@ import sys
 import threading
 import time
 
-FLAGS_WITH_VALUE = {"--cpus": "cpus", "-c": "cpus", "--memory": "memory", "-m": "memory",
-                    "--device": "device", "--bootloader": "bootloader", "--firmware-path": "firmware",
-                    "-f": "firmware", "--restful-uri": "restful_uri", "--log-file": "log_file",
-                    "--krun-log-level": "log_level", "--pidfile": "pidfile", "--timesync": "timesync",
-                    "--oem-string": "oem"}
+FLAGS_WITH_VALUE = {
+    "--cpus": "cpus",
+    "-c": "cpus",
+    "--memory": "memory",
+    "-m": "memory",
+    "--device": "device",
+    "--bootloader": "bootloader",
+    "--firmware-path": "firmware",
+    "-f": "firmware",
+    "--restful-uri": "restful_uri",
+    "--log-file": "log_file",
+    "--krun-log-level": "log_level",
+    "--pidfile": "pidfile",
+    "--timesync": "timesync",
+    "--oem-string": "oem",
+}
 FLAGS_BOOL = {"--nested", "-n", "--gui"}
 USAGE = "Usage: krunkit [OPTIONS] --cpus <CPUS> --memory <MEMORY>\n\nFor more information, try '--help'.\n"
 
@@ -79,8 +90,16 @@ def parse(argv: list[str]) -> dict:
     devices = {}
     for spec in opts["device"]:
         kind, _, rest = spec.partition(",")
-        if kind not in ("virtio-blk", "virtio-net", "virtio-vsock", "virtio-fs", "virtio-serial",
-                        "virtio-rng", "virtio-gpu", "virtio-input"):
+        if kind not in (
+            "virtio-blk",
+            "virtio-net",
+            "virtio-vsock",
+            "virtio-fs",
+            "virtio-serial",
+            "virtio-rng",
+            "virtio-gpu",
+            "virtio-input",
+        ):
             print(f"Error: unknown device type: {kind}", file=sys.stderr)
             sys.exit(1)
         fields = dict(p.partition("=")[::2] for p in rest.split(",") if p)
@@ -132,8 +151,21 @@ def guest_probe(guest: dict, shared: str) -> None:
         request = json.load(open(os.path.join(shared, "request.json")))
         image = request.get("probe_image") or "localhost/cgpu-venus-probe:latest"
         with open(os.path.join(shared, "probe.out"), "wb") as out, open(os.path.join(shared, "probe.err"), "wb") as err:
-            rc = subprocess.call([guest["podman"]["exe"], "run", "--rm", "--pull=never", "--network=none",
-                                  "--device", guest["podman"]["device"], image], stdout=out, stderr=err, timeout=120)
+            rc = subprocess.call(
+                [
+                    guest["podman"]["exe"],
+                    "run",
+                    "--rm",
+                    "--pull=never",
+                    "--network=none",
+                    "--device",
+                    guest["podman"]["device"],
+                    image,
+                ],
+                stdout=out,
+                stderr=err,
+                timeout=120,
+            )
     else:
         probe = guest["probe"]
         open(os.path.join(shared, "probe.out"), "w").write(probe.get("out", ""))

@@ -30,11 +30,26 @@ def machine(args: list[str]) -> int:
         if flags[:2] != ["--format", "json"]:
             sys.stderr.write("this stand-in only answers `machine list --format json`\n")
             return 125
-        rows = [{"Name": m["Name"], "Default": m.get("Default", False), "Created": "2 days ago",
-                 "Running": m.get("Running", False), "Starting": False, "LastUp": "Currently running",
-                 "Stream": "default", "VMType": m["VMType"], "CPUs": 4, "Memory": "4GiB", "DiskSize": "100GiB",
-                 "Port": 50123, "RemoteUsername": "core", "IdentityPath": "/Users/me/.local/share/containers/podman/machine/machine",
-                 "UserModeNetworking": True} for m in machines()]
+        rows = [
+            {
+                "Name": m["Name"],
+                "Default": m.get("Default", False),
+                "Created": "2 days ago",
+                "Running": m.get("Running", False),
+                "Starting": False,
+                "LastUp": "Currently running",
+                "Stream": "default",
+                "VMType": m["VMType"],
+                "CPUs": 4,
+                "Memory": "4GiB",
+                "DiskSize": "100GiB",
+                "Port": 50123,
+                "RemoteUsername": "core",
+                "IdentityPath": "/Users/me/.local/share/containers/podman/machine/machine",
+                "UserModeNetworking": True,
+            }
+            for m in machines()
+        ]
         print(json.dumps(rows, indent=4))
         return 0
     if args[:1] == ["inspect"]:
@@ -46,14 +61,24 @@ def machine(args: list[str]) -> int:
                 sys.stderr.write(f"Error: {name}: VM does not exist\n")
                 return 125
             m = found[name]
-            out.append({"ConfigDir": {"Path": "/Users/me/.config/containers/podman/machine/libkrun"},
-                        "ConnectionInfo": {"PodmanSocket": {"Path": m["Socket"]}, "PodmanPipe": None},
-                        "Created": "2026-11-27T10:00:00Z", "LastUp": "2026-11-29T09:00:00Z", "Name": name,
-                        "Resources": {"CPUs": 4, "DiskSize": 100, "Memory": 4096, "USBs": []},
-                        "SSHConfig": {"IdentityPath": "/Users/me/.local/share/containers/podman/machine/machine",
-                                      "Port": 50123, "RemoteUsername": "core"},
-                        "State": "running" if m.get("Running") else "stopped", "UserModeNetworking": True,
-                        "Rootful": False})
+            out.append(
+                {
+                    "ConfigDir": {"Path": "/Users/me/.config/containers/podman/machine/libkrun"},
+                    "ConnectionInfo": {"PodmanSocket": {"Path": m["Socket"]}, "PodmanPipe": None},
+                    "Created": "2026-11-27T10:00:00Z",
+                    "LastUp": "2026-11-29T09:00:00Z",
+                    "Name": name,
+                    "Resources": {"CPUs": 4, "DiskSize": 100, "Memory": 4096, "USBs": []},
+                    "SSHConfig": {
+                        "IdentityPath": "/Users/me/.local/share/containers/podman/machine/machine",
+                        "Port": 50123,
+                        "RemoteUsername": "core",
+                    },
+                    "State": "running" if m.get("Running") else "stopped",
+                    "UserModeNetworking": True,
+                    "Rootful": False,
+                }
+            )
         print(json.dumps(out, indent=4))
         return 0
     sys.stderr.write(f"this stand-in does not know `podman machine {' '.join(args[:1])}`\n")

@@ -71,12 +71,23 @@ def test_booted_vm_runs_the_probe_image_through_real_podman(bin_dir, disk, probe
 @pytest.mark.parametrize(
     ("guest", "timeout", "expected", "in_logs"),
     [
-        pytest.param({"behaviour": "hang"}, 2, "did not report ready within 2 s", "EFI stub: Booting Linux Kernel",
-                     id="hung"),
-        pytest.param({"behaviour": "exit-early"}, 30, "krunkit exited with code 1 before the VM was ready",
-                     "Building the microVM failed", id="exits-early"),
-        pytest.param({"behaviour": "crash"}, 30, "krunkit was killed by signal 6 before the guest wrote",
-                     "map_memory: err -85377021", id="crashes"),
+        pytest.param(
+            {"behaviour": "hang"}, 2, "did not report ready within 2 s", "EFI stub: Booting Linux Kernel", id="hung"
+        ),
+        pytest.param(
+            {"behaviour": "exit-early"},
+            30,
+            "krunkit exited with code 1 before the VM was ready",
+            "Building the microVM failed",
+            id="exits-early",
+        ),
+        pytest.param(
+            {"behaviour": "crash"},
+            30,
+            "krunkit was killed by signal 6 before the guest wrote",
+            "map_memory: err -85377021",
+            id="crashes",
+        ),
         pytest.param({"behaviour": "no-answer"}, 4, "wrote no probe answer", "Fedora Linux 44", id="no-answer"),
     ],
 )
@@ -130,22 +141,29 @@ def test_machine_and_vm_image_exclude_each_other(bin_dir, disk):
 
 
 def test_argv_uses_real_krunkit_flags(tmp_path):
-    argv = krunkit_argv("krunkit", "/vm/disk.raw", run_dir=tmp_path, sock_dir=tmp_path, shared=tmp_path / "s",
-                        cpus=2, memory_mib=2048)
+    argv = krunkit_argv(
+        "krunkit", "/vm/disk.raw", run_dir=tmp_path, sock_dir=tmp_path, shared=tmp_path / "s", cpus=2, memory_mib=2048
+    )
     assert argv[:5] == ["krunkit", "--cpus", "2", "--memory", "2048"]
     assert f"virtio-vsock,port=1025,socketURL={tmp_path}/ready.sock,listen" in argv
     assert f"virtio-fs,sharedDir={tmp_path}/s,mountTag=cgpu-results" in argv
     assert "--restful-uri" in argv and "--pidfile" in argv
     with pytest.raises(VMError, match="comma"):
-        krunkit_argv("krunkit", "/vm/a,b.raw", run_dir=tmp_path, sock_dir=tmp_path, shared=tmp_path, cpus=1,
-                     memory_mib=1)
+        krunkit_argv(
+            "krunkit", "/vm/a,b.raw", run_dir=tmp_path, sock_dir=tmp_path, shared=tmp_path, cpus=1, memory_mib=1
+        )
 
 
 def test_ctrl_c_stops_the_vm(bin_dir, disk, tmp_path, no_leftovers):
     image = disk(behaviour="hang")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen([sys.executable, "-m", "cgpu", "probe", "--backend", "krunkit", "--vm-image", image],
-                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cgpu", "probe", "--backend", "krunkit", "--vm-image", image],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
         for _ in range(200):
             found = [p.read_text().strip() for p in (tmp_path / "cache").glob("krunkit-vm/*/krunkit.pid")]
@@ -175,17 +193,30 @@ def _is_zombie(pid: int) -> bool:
 
 
 def test_cli_json_and_exit_status(bin_dir, disk, run_cli):
-    code, stdout, stderr = run_cli("probe", "--backend", "krunkit", "--json",
-                                   "--vm-image", disk(behaviour="ready", probe={"out": probe_output(VENUS)}))
+    code, stdout, stderr = run_cli(
+        "probe",
+        "--backend",
+        "krunkit",
+        "--json",
+        "--vm-image",
+        disk(behaviour="ready", probe={"out": probe_output(VENUS)}),
+    )
     assert code == 0, stderr
     report = json.loads(stdout)
     assert report["containers"] == ["vulkan"] and report["backend"] == "krunkit"
-    code, stdout, stderr = run_cli("probe", "--backend", "krunkit", "--json", "--refresh",
-                                   "--vm-image", disk(behaviour="exit-early"))
+    code, stdout, stderr = run_cli(
+        "probe", "--backend", "krunkit", "--json", "--refresh", "--vm-image", disk(behaviour="exit-early")
+    )
     assert code == 1 and "Traceback" not in stderr
     assert "before the VM was ready" in json.dumps(json.loads(stdout)["problems"])
-    code, stdout, stderr = run_cli("probe", "--backend", "krunkit", "--vm-image", disk(behaviour="ready",
-                                   probe={"out": probe_output(VENUS)}), "--refresh")
+    code, stdout, stderr = run_cli(
+        "probe",
+        "--backend",
+        "krunkit",
+        "--vm-image",
+        disk(behaviour="ready", probe={"out": probe_output(VENUS)}),
+        "--refresh",
+    )
     assert code == 0 and "cgpu: booting" in stderr and "VM ready after" in stderr  # progress while it boots
 
 
@@ -193,6 +224,13 @@ def test_memory_above_krunkits_limit_is_refused_before_starting(tmp_path, disk):
     from cgpu.krunkit_vm import boot_and_probe
 
     with pytest.raises(VMError, match="above krunkit's limit of 61440 MiB"):
-        boot_and_probe("krunkit", disk(), run_dir=tmp_path / "run", probe_image=None, timeout=5,
-                       progress=lambda _: None, memory_mib=61441)
+        boot_and_probe(
+            "krunkit",
+            disk(),
+            run_dir=tmp_path / "run",
+            probe_image=None,
+            timeout=5,
+            progress=lambda _: None,
+            memory_mib=61441,
+        )
     assert not (tmp_path / "run").exists()

@@ -30,8 +30,9 @@ def warnings():
 
 @pytest.fixture
 def cache(tmp_path, warnings):
-    return AnswerCache("test", ttl=60, warn=lambda source, message: warnings.append((source, message)),
-                       directory=tmp_path / "c")
+    return AnswerCache(
+        "test", ttl=60, warn=lambda source, message: warnings.append((source, message)), directory=tmp_path / "c"
+    )
 
 
 def test_round_trip_and_key_change(cache, warnings):
@@ -56,8 +57,17 @@ def test_time_limit(cache, monkeypatch):
     assert cache.get(KEY) is not None
 
 
-@pytest.mark.parametrize("content", [b"", b"{not json", b"[]", b'{"format": 1, "key": {}, "stored_at": "x"}',
-                                     b'{"format": 1, "key": {}, "stored_at": 1, "value": []}', b"\xff\xfe\x00"])
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"",
+        b"{not json",
+        b"[]",
+        b'{"format": 1, "key": {}, "stored_at": "x"}',
+        b'{"format": 1, "key": {}, "stored_at": 1, "value": []}',
+        b"\xff\xfe\x00",
+    ],
+)
 def test_corrupt_entry_is_a_warning_and_a_miss(cache, warnings, content):
     cache.put(KEY, {"v": 1})
     cache.path(KEY).write_bytes(content)
@@ -67,10 +77,16 @@ def test_corrupt_entry_is_a_warning_and_a_miss(cache, warnings, content):
 
 
 @settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.one_of(st.binary(max_size=200), st.recursive(
-    st.none() | st.booleans() | st.integers() | st.text(max_size=10),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
-    max_leaves=10).map(lambda v: json.dumps(v).encode())))
+@given(
+    st.one_of(
+        st.binary(max_size=200),
+        st.recursive(
+            st.none() | st.booleans() | st.integers() | st.text(max_size=10),
+            lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+            max_leaves=10,
+        ).map(lambda v: json.dumps(v).encode()),
+    )
+)
 def test_any_file_content_never_raises(cache, content):
     cache.directory.mkdir(parents=True, exist_ok=True)
     cache.path(KEY).write_bytes(content)
@@ -96,8 +112,10 @@ def test_read_only_directory(cache, warnings):
             assert held is False
     finally:
         subprocess.run(["chattr", "-i", str(cache.directory)])
-    assert [w[1].split(" (")[0] for w in warnings] == ["could not store the answer in the cache",
-                                                       "could not create the cache lock"]
+    assert [w[1].split(" (")[0] for w in warnings] == [
+        "could not store the answer in the cache",
+        "could not create the cache lock",
+    ]
     assert list(cache.directory.iterdir()) == []
 
 
@@ -148,8 +166,15 @@ def test_two_concurrent_runs_compute_once(tmp_path):
         print(json.dumps(value))
     """)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    procs = [subprocess.Popen([sys.executable, "-c", script, str(tmp_path / f"started-{i}")], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for i in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", script, str(tmp_path / f"started-{i}")],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for i in range(2)
+    ]
     outputs = [p.communicate(timeout=60) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outputs
     answers = [json.loads(out) for out, _ in outputs]
@@ -191,11 +216,20 @@ def test_default_cache_dir(monkeypatch, platform, env, expected):
 def test_a_cached_answer_of_the_wrong_shape_is_not_used():
     from cgpu.backends.krunkit import _well_formed
 
-    good = {"vulkan": {"provided": True, "evidence": "Venus on Apple M4"},
-            "devices": [{"name": "Virtio-GPU Venus (Apple M4)", "apis": ["vulkan"], "status": "counted"}],
-            "problems": [{"severity": "info", "source": "x", "message": "y"}]}
+    good = {
+        "vulkan": {"provided": True, "evidence": "Venus on Apple M4"},
+        "devices": [{"name": "Virtio-GPU Venus (Apple M4)", "apis": ["vulkan"], "status": "counted"}],
+        "problems": [{"severity": "info", "source": "x", "message": "y"}],
+    }
     assert _well_formed(good)
-    for bad in ({}, {**good, "vulkan": {}}, {**good, "devices": [{"name": 1, "apis": []}]},
-                {**good, "devices": [{"name": "x", "apis": ["glide"]}]}, {**good, "problems": [{"severity": "x"}]},
-                [], None, {**good, "vulkan": {"provided": "yes", "evidence": "x"}}):
+    for bad in (
+        {},
+        {**good, "vulkan": {}},
+        {**good, "devices": [{"name": 1, "apis": []}]},
+        {**good, "devices": [{"name": "x", "apis": ["glide"]}]},
+        {**good, "problems": [{"severity": "x"}]},
+        [],
+        None,
+        {**good, "vulkan": {"provided": "yes", "evidence": "x"}},
+    ):
         assert not _well_formed(bad), bad

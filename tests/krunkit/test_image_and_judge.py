@@ -59,14 +59,39 @@ def test_guest_script_matches_what_the_host_waits_for():
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(
-        st.sampled_from(["apis", "vulkan", "devices", "name", "counted", "allocated", "type", "driver_id",
-                         "driver_name", "error", "library", "reason", "x"]), inner, max_size=6),
-    max_leaves=25)
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(
+            st.sampled_from(
+                [
+                    "apis",
+                    "vulkan",
+                    "devices",
+                    "name",
+                    "counted",
+                    "allocated",
+                    "type",
+                    "driver_id",
+                    "driver_name",
+                    "error",
+                    "library",
+                    "reason",
+                    "x",
+                ]
+            ),
+            inner,
+            max_size=6,
+        )
+    ),
+    max_leaves=25,
+)
 
 
-@given(st.one_of(st.binary(max_size=300), json_values.map(lambda v: json.dumps(v).encode())),
-       st.integers(-20, 255), st.binary(max_size=100))
+@given(
+    st.one_of(st.binary(max_size=300), json_values.map(lambda v: json.dumps(v).encode())),
+    st.integers(-20, 255),
+    st.binary(max_size=100),
+)
 def test_judge_never_crashes(stdout, returncode, stderr):
     try:
         answer = judge(GuestResult(returncode, stdout, stderr), where="the VM", image="img")

@@ -14,24 +14,60 @@ from tests.conftest import validate_report
 from tests.krunkit.conftest import REAL_PODMAN
 
 # Device entries as cgpu/container_probe.py writes them.
-VENUS = {"name": "Virtio-GPU Venus (Apple M2 Pro)", "type": 1, "type_name": "INTEGRATED_GPU", "vendor_id": "0x106b",
-         "device_id": "0xe0303ef", "api_version": "1.2.0", "driver_id": 22, "driver_id_name": "MESA_VENUS",
-         "driver_name": "venus", "driver_info": "Mesa 25.3.6", "allocated": True, "counted": True,
-         "reason": "Venus (virtio-gpu) forwarding the host's GPU; a 4096-byte host-visible allocation and map worked"}
-LLVMPIPE = {"name": "llvmpipe (LLVM 17.0.6, 128 bits)", "type": 4, "type_name": "CPU", "vendor_id": "0x10005",
-            "device_id": "0x0", "driver_id": 13, "driver_id_name": "MESA_LLVMPIPE", "driver_name": "llvmpipe",
-            "counted": False, "reason": "lavapipe/llvmpipe, Mesa's CPU software driver"}
-VENUS_NO_ALLOCATION = {**VENUS, "allocated": False, "counted": False,
-                       "allocation_error": "vkMapMemory failed with VK_ERROR_MEMORY_MAP_FAILED (-5)",
-                       "reason": "Venus enumerates but cannot allocate memory"}
-VENUS_ON_CPU = {**VENUS, "name": "Virtio-GPU Venus (llvmpipe (LLVM 18.1.6, 128 bits))", "type": 4, "type_name": "CPU",
-                "counted": False, "reason": "lavapipe/llvmpipe, Mesa's CPU software driver"}
+VENUS = {
+    "name": "Virtio-GPU Venus (Apple M2 Pro)",
+    "type": 1,
+    "type_name": "INTEGRATED_GPU",
+    "vendor_id": "0x106b",
+    "device_id": "0xe0303ef",
+    "api_version": "1.2.0",
+    "driver_id": 22,
+    "driver_id_name": "MESA_VENUS",
+    "driver_name": "venus",
+    "driver_info": "Mesa 25.3.6",
+    "allocated": True,
+    "counted": True,
+    "reason": "Venus (virtio-gpu) forwarding the host's GPU; a 4096-byte host-visible allocation and map worked",
+}
+LLVMPIPE = {
+    "name": "llvmpipe (LLVM 17.0.6, 128 bits)",
+    "type": 4,
+    "type_name": "CPU",
+    "vendor_id": "0x10005",
+    "device_id": "0x0",
+    "driver_id": 13,
+    "driver_id_name": "MESA_LLVMPIPE",
+    "driver_name": "llvmpipe",
+    "counted": False,
+    "reason": "lavapipe/llvmpipe, Mesa's CPU software driver",
+}
+VENUS_NO_ALLOCATION = {
+    **VENUS,
+    "allocated": False,
+    "counted": False,
+    "allocation_error": "vkMapMemory failed with VK_ERROR_MEMORY_MAP_FAILED (-5)",
+    "reason": "Venus enumerates but cannot allocate memory",
+}
+VENUS_ON_CPU = {
+    **VENUS,
+    "name": "Virtio-GPU Venus (llvmpipe (LLVM 18.1.6, 128 bits))",
+    "type": 4,
+    "type_name": "CPU",
+    "counted": False,
+    "reason": "lavapipe/llvmpipe, Mesa's CPU software driver",
+}
 
 
 def probe_output(*devices: dict, error: str | None = None, library: str | None = "libvulkan.so.1") -> str:
     counted = [d for d in devices if d.get("counted")]
-    vulkan = {"available": bool(counted), "summary": f"{len(counted)} device(s)", "library": library,
-              "error": error, "devices": list(devices), "stderr": ""}
+    vulkan = {
+        "available": bool(counted),
+        "summary": f"{len(counted)} device(s)",
+        "library": library,
+        "error": error,
+        "devices": list(devices),
+        "stderr": "",
+    }
     return json.dumps({"probe_version": 1, "platform": "linux-aarch64", "apis": {"vulkan": vulkan}})
 
 
@@ -82,8 +118,9 @@ def test_venus_that_allocates_gives_vulkan_and_is_cached(libkrun_machine, probe_
         pytest.param(probe_output(error="VK_ERROR_OUT_OF_HOST_MEMORY"), "stock Mesa", id="stock-mesa-oom"),
         pytest.param(probe_output(error="VK_ERROR_INITIALIZATION_FAILED"), "stock Mesa", id="stock-mesa-init"),
         pytest.param(probe_output(LLVMPIPE), "no Venus device", id="llvmpipe-only"),
-        pytest.param(probe_output(VENUS_NO_ALLOCATION, LLVMPIPE), "cannot allocate memory",
-                     id="enumerates-no-allocation"),
+        pytest.param(
+            probe_output(VENUS_NO_ALLOCATION, LLVMPIPE), "cannot allocate memory", id="enumerates-no-allocation"
+        ),
         pytest.param(probe_output(VENUS_ON_CPU), "software device of the host", id="venus-on-cpu"),
         pytest.param(probe_output(error="library_not_found", library=None), "no Vulkan loader", id="no-loader"),
         pytest.param(probe_output(error="VK_ERROR_INCOMPATIBLE_DRIVER"), "no Venus device", id="no-driver"),
@@ -113,8 +150,9 @@ def test_vm_without_dev_dri_is_named(machines, podman_api, probe_images):
 
 
 def test_applehv_machine_gets_no_gpu(machines, podman_api):
-    machines({"Name": "podman-machine-default", "VMType": "applehv", "Running": True, "Default": True,
-              "Socket": podman_api})
+    machines(
+        {"Name": "podman-machine-default", "VMType": "applehv", "Running": True, "Default": True, "Socket": podman_api}
+    )
     report, failed, _ = krunkit_report()
     assert not failed and report["containers"] == []
     assert "applehv" in report["evidence"]["vulkan"]
@@ -122,8 +160,10 @@ def test_applehv_machine_gets_no_gpu(machines, podman_api):
 
 
 def test_running_libkrun_machine_is_preferred(machines, podman_api, probe_images, monkeypatch):
-    machines({"Name": "old", "VMType": "applehv", "Running": False, "Default": True, "Socket": "/nonexistent"},
-             {"Name": "gpu", "VMType": "libkrun", "Running": True, "Socket": podman_api})
+    machines(
+        {"Name": "old", "VMType": "applehv", "Running": False, "Default": True, "Socket": "/nonexistent"},
+        {"Name": "gpu", "VMType": "libkrun", "Running": True, "Socket": podman_api},
+    )
     monkeypatch.setattr(backend, "GPU_DEVICE", "/dev/null:/dev/dri/renderD128")
     report, failed, _ = krunkit_report(probe_image=probe_images("prefer", probe_output(VENUS)))
     assert not failed and report["containers"] == ["vulkan"]
@@ -140,12 +180,24 @@ def test_old_podman_without_all_providers(libkrun_machine, probe_images, monkeyp
     ("listing", "option", "expected"),
     [
         pytest.param([], None, "no podman machine: create one", id="no-machine"),
-        pytest.param([{"Name": "gpu", "VMType": "libkrun", "Running": False, "Socket": "/x"}], None,
-                     "podman machine start gpu", id="stopped"),
-        pytest.param([{"Name": "gpu", "VMType": "libkrun", "Running": True, "Socket": "/x"}], "other",
-                     "no podman machine named 'other' (machines: gpu (libkrun))", id="unknown-name"),
-        pytest.param([{"Name": "gpu", "VMType": "libkrun", "Running": True, "Socket": "/nonexistent/api.sock"}],
-                     None, "does not answer", id="dead-api-socket"),
+        pytest.param(
+            [{"Name": "gpu", "VMType": "libkrun", "Running": False, "Socket": "/x"}],
+            None,
+            "podman machine start gpu",
+            id="stopped",
+        ),
+        pytest.param(
+            [{"Name": "gpu", "VMType": "libkrun", "Running": True, "Socket": "/x"}],
+            "other",
+            "no podman machine named 'other' (machines: gpu (libkrun))",
+            id="unknown-name",
+        ),
+        pytest.param(
+            [{"Name": "gpu", "VMType": "libkrun", "Running": True, "Socket": "/nonexistent/api.sock"}],
+            None,
+            "does not answer",
+            id="dead-api-socket",
+        ),
     ],
 )
 def test_machine_problems_mean_the_backend_could_not_run(machines, listing, option, expected):
@@ -159,7 +211,10 @@ def test_machine_problems_mean_the_backend_could_not_run(machines, listing, opti
 def test_missing_probe_image_names_the_build(libkrun_machine):
     report, failed, _ = krunkit_report()  # the default image was never built here
     assert failed
-    assert "podman --connection gpu-vm build -t localhost/cgpu-venus-probe:latest -f krunkit/Containerfile ." in messages(report)
+    assert (
+        "podman --connection gpu-vm build -t localhost/cgpu-venus-probe:latest -f krunkit/Containerfile ."
+        in messages(report)
+    )
 
 
 def test_probe_that_prints_no_json(libkrun_machine, probe_images):

@@ -8,8 +8,9 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
@@ -18,9 +19,20 @@ PROBE = REPO / "cgpu" / "container_probe.py"
 FAKES = Path(__file__).resolve().parent / "fakes"
 
 # Variables that steer the loaders; scrubbed so the host's settings don't leak into a test.
-STEERING = ("VK_DRIVER_FILES", "VK_ICD_FILENAMES", "VK_ADD_DRIVER_FILES", "VK_LOADER_DEBUG",
-            "OCL_ICD_FILENAMES", "OCL_ICD_VENDORS", "OPENCL_VENDOR_PATH", "LD_LIBRARY_PATH",
-            "CUDA_VISIBLE_DEVICES", "ROCM_PATH", "NVIDIA_DRIVER_CAPABILITIES", "NVIDIA_VISIBLE_DEVICES")
+STEERING = (
+    "VK_DRIVER_FILES",
+    "VK_ICD_FILENAMES",
+    "VK_ADD_DRIVER_FILES",
+    "VK_LOADER_DEBUG",
+    "OCL_ICD_FILENAMES",
+    "OCL_ICD_VENDORS",
+    "OPENCL_VENDOR_PATH",
+    "LD_LIBRARY_PATH",
+    "CUDA_VISIBLE_DEVICES",
+    "ROCM_PATH",
+    "NVIDIA_DRIVER_CAPABILITIES",
+    "NVIDIA_VISIBLE_DEVICES",
+)
 
 
 def clean_env(**extra: str) -> dict[str, str]:
@@ -29,14 +41,20 @@ def clean_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def run_probe(*apis: str, env: dict[str, str] | None = None, timeout: float = 20,
-              python: str = sys.executable, script: Path = PROBE) -> dict[str, Any]:
+def run_probe(
+    *apis: str,
+    env: dict[str, str] | None = None,
+    timeout: float = 20,
+    python: str = sys.executable,
+    script: Path = PROBE,
+) -> dict[str, Any]:
     """Run the probe file as users do; returns its JSON object."""
     argv = [python, str(script), "--timeout", str(timeout)]
     for api in apis:
         argv += ["--api", api]
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout + 30,
-                          env=env if env is not None else clean_env(), cwd="/")
+    proc = subprocess.run(
+        argv, capture_output=True, text=True, timeout=timeout + 30, env=env if env is not None else clean_env(), cwd="/"
+    )
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
 
@@ -52,8 +70,9 @@ def build(tmp_path_factory) -> Callable[[str, str], Path]:
     def build(source: str, name: str) -> Path:
         if (source, name) not in built:
             out = tmp_path_factory.mktemp("fake") / name
-            subprocess.run([gcc, "-shared", "-fPIC", "-O1", "-o", str(out),
-                            str(FAKES / source)], check=True, timeout=120)
+            subprocess.run(
+                [gcc, "-shared", "-fPIC", "-O1", "-o", str(out), str(FAKES / source)], check=True, timeout=120
+            )
             built[source, name] = out
         return built[source, name]
 
@@ -77,16 +96,24 @@ def fake_icd(fake_icd_library, tmp_path) -> Callable[..., Path]:
 
     def manifest(filename: str = "fake_icd.x86_64.json") -> Path:
         path = tmp_path / filename
-        path.write_text(json.dumps({"file_format_version": "1.0.1",
-                                    "ICD": {"library_path": str(fake_icd_library), "api_version": "1.3.250"}}))
+        path.write_text(
+            json.dumps(
+                {
+                    "file_format_version": "1.0.1",
+                    "ICD": {"library_path": str(fake_icd_library), "api_version": "1.3.250"},
+                }
+            )
+        )
         return path
 
     return manifest
 
 
 def needs_vulkan_loader() -> None:
-    if not any(Path(d, "libvulkan.so.1").exists() for d in ("/usr/lib/x86_64-linux-gnu", "/usr/lib64",
-                                                              "/usr/lib/aarch64-linux-gnu", "/usr/lib")):
+    if not any(
+        Path(d, "libvulkan.so.1").exists()
+        for d in ("/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib/aarch64-linux-gnu", "/usr/lib")
+    ):
         pytest.skip("the Vulkan loader (libvulkan1) is not installed")
 
 

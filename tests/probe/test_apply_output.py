@@ -15,21 +15,51 @@ from tests.conftest import validate_report
 
 
 def api(available=False, summary="nothing here", error=None, devices=()):
-    return {"available": available, "summary": summary, "library": None, "error": error,
-            "devices": list(devices), "stderr": ""}
+    return {
+        "available": available,
+        "summary": summary,
+        "library": None,
+        "error": error,
+        "devices": list(devices),
+        "stderr": "",
+    }
 
 
 GOOD = {
-    "probe_version": 1, "platform": "linux-x86_64", "python": "3.12.3", "libc": "glibc 2.39",
-    "env": {"NVIDIA_DRIVER_CAPABILITIES": "compute,utility"}, "device_nodes": ["/dev/nvidia0"],
+    "probe_version": 1,
+    "platform": "linux-x86_64",
+    "python": "3.12.3",
+    "libc": "glibc 2.39",
+    "env": {"NVIDIA_DRIVER_CAPABILITIES": "compute,utility"},
+    "device_nodes": ["/dev/nvidia0"],
     "apis": {
-        "cuda": api(True, "CUDA 13.0 works with 1 device(s): NVIDIA H200",
-                    devices=[{"name": "NVIDIA H200", "counted": True, "reason": "a CUDA device",
-                              "compute_capability": "9.0", "total_memory": 150 << 30}]),
+        "cuda": api(
+            True,
+            "CUDA 13.0 works with 1 device(s): NVIDIA H200",
+            devices=[
+                {
+                    "name": "NVIDIA H200",
+                    "counted": True,
+                    "reason": "a CUDA device",
+                    "compute_capability": "9.0",
+                    "total_memory": 150 << 30,
+                }
+            ],
+        ),
         "rocm": api(error="library_not_found"),
-        "vulkan": api(False, "Vulkan has no usable GPU, only: llvmpipe",
-                      devices=[{"name": "llvmpipe (LLVM 15.0.6, 256 bits)", "counted": False,
-                                "reason": "lavapipe/llvmpipe", "type": 4, "driver_id": 13}]),
+        "vulkan": api(
+            False,
+            "Vulkan has no usable GPU, only: llvmpipe",
+            devices=[
+                {
+                    "name": "llvmpipe (LLVM 15.0.6, 256 bits)",
+                    "counted": False,
+                    "reason": "lavapipe/llvmpipe",
+                    "type": 4,
+                    "driver_id": 13,
+                }
+            ],
+        ),
         "opencl": api(error="CL_PLATFORM_NOT_FOUND_KHR", summary="no ICD registered"),
         "directml": api(error="no_device_node"),
         "metal": api(summary="never"),
@@ -69,8 +99,7 @@ def test_unknown_version_withholds_everything_with_one_error():
 
 
 def test_not_an_object_or_no_version_is_an_error():
-    for data in (None, [], "probe", {"apis": GOOD["apis"]}, {**GOOD, "probe_version": True},
-                 {**GOOD, "apis": []}):
+    for data in (None, [], "probe", {"apis": GOOD["apis"]}, {**GOOD, "probe_version": True}, {**GOOD, "apis": []}):
         built = applied(data)
         assert built["containers"] == []
         assert [p["severity"] for p in built["problems"]] == ["error"]
@@ -110,14 +139,23 @@ def test_probe_failures_become_warnings():
     data["apis"]["vulkan"] = api(summary="the vulkan probe crashed with signal 11 (SIGSEGV)", error="crashed")
     built = applied(data)
     assert ("warning", "vulkan: the vulkan probe crashed with signal 11 (SIGSEGV)") in [
-        (p["severity"], p["message"]) for p in built["problems"]]
+        (p["severity"], p["message"]) for p in built["problems"]
+    ]
 
 
 def test_hostile_strings_and_details_are_cleaned_and_capped():
     data = copy.deepcopy(GOOD)
     device = data["apis"]["cuda"]["devices"][0]
-    device.update({"name": "GPU\x1b[31m\nred" + "x" * 10_000, "nested": {"a": [1]}, "Bad-Key": "v",
-                   "apis": ["metal"], "huge": 10**40, "nan": float("nan")})
+    device.update(
+        {
+            "name": "GPU\x1b[31m\nred" + "x" * 10_000,
+            "nested": {"a": [1]},
+            "Bad-Key": "v",
+            "apis": ["metal"],
+            "huge": 10**40,
+            "nan": float("nan"),
+        }
+    )
     data["apis"]["cuda"]["summary"] = "s" * 100_000
     built = applied(data)
     entry = built["devices"][0]
@@ -144,12 +182,22 @@ json_values = st.recursive(
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.dictionaries(st.sampled_from(["cuda", "rocm", "vulkan", "opencl", "directml", "metal", "x"]),
-                       json_values | st.fixed_dictionaries(
-                           {"available": json_values, "summary": json_values, "devices": st.lists(
-                               st.dictionaries(st.sampled_from(["name", "counted", "reason", "type"]), json_values),
-                               max_size=3)}),
-                       max_size=6))
+@given(
+    st.dictionaries(
+        st.sampled_from(["cuda", "rocm", "vulkan", "opencl", "directml", "metal", "x"]),
+        json_values
+        | st.fixed_dictionaries(
+            {
+                "available": json_values,
+                "summary": json_values,
+                "devices": st.lists(
+                    st.dictionaries(st.sampled_from(["name", "counted", "reason", "type"]), json_values), max_size=3
+                ),
+            }
+        ),
+        max_size=6,
+    )
+)
 def test_any_apis_object_gives_a_valid_report(apis):
     built = applied({"probe_version": 1, "apis": apis})
     for name in built["containers"]:

@@ -31,9 +31,27 @@ def directml_with_dxg(tmp_path, library_dir, adapters: str = "") -> dict:
     old_dev = tmp_path / "dev"
     old_dev.mkdir()
     env = clean_env(LD_LIBRARY_PATH=str(library_dir), FAKE_DXCORE_ADAPTERS=adapters)
-    proc = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", WITH_DXG, "sh",
-                           str(old_dev), sys.executable, str(PROBE), "--api", "directml"],
-                          capture_output=True, text=True, timeout=60, env=env)
+    proc = subprocess.run(
+        [
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            WITH_DXG,
+            "sh",
+            str(old_dev),
+            sys.executable,
+            str(PROBE),
+            "--api",
+            "directml",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
     if proc.returncode != 0 and "mount" in proc.stderr:
         pytest.skip(f"cannot make a private mount namespace here: {proc.stderr.strip()}")
     assert proc.returncode == 0, proc.stderr
@@ -50,8 +68,9 @@ def fake_wsl_libs(build, tmp_path_factory):
 
 
 def test_hardware_adapter_counts_and_warp_does_not(tmp_path, fake_wsl_libs):
-    result = directml_with_dxg(tmp_path, fake_wsl_libs,
-                               "1,0x10de,0x2335,NVIDIA H200;0,0x1414,0x8c,Microsoft Basic Render Driver")
+    result = directml_with_dxg(
+        tmp_path, fake_wsl_libs, "1,0x10de,0x2335,NVIDIA H200;0,0x1414,0x8c,Microsoft Basic Render Driver"
+    )
     assert result["available"] is True
     assert result["library"] == str(fake_wsl_libs / "libd3d12.so")
     h200, warp = result["devices"]

@@ -27,8 +27,14 @@ def processes_with(marker: str) -> list[int]:
 
 def fake_env(fake_cuda, fake_icd, marker: str, **extra: str) -> dict[str, str]:
     needs_vulkan_loader()
-    return clean_env(LD_LIBRARY_PATH=str(fake_cuda), FAKE_CUDA_COUNT="1", VK_DRIVER_FILES=str(fake_icd()),
-                     FAKE_VK_DEVICES="2,4,0x10de,0x2335,0,0,NVIDIA H200", CGPU_TEST_MARKER=marker, **extra)
+    return clean_env(
+        LD_LIBRARY_PATH=str(fake_cuda),
+        FAKE_CUDA_COUNT="1",
+        VK_DRIVER_FILES=str(fake_icd()),
+        FAKE_VK_DEVICES="2,4,0x10de,0x2335,0,0,NVIDIA H200",
+        CGPU_TEST_MARKER=marker,
+        **extra,
+    )
 
 
 def test_hanging_driver_times_out_alone_and_is_killed(fake_cuda, fake_icd):
@@ -61,8 +67,12 @@ def test_crash_in_cuda_leaves_vulkan_answering(fake_cuda, fake_icd):
 def test_interrupt_kills_the_children(fake_cuda, fake_icd):
     marker = uuid.uuid4().hex
     env = fake_env(fake_cuda, fake_icd, marker, FAKE_CUDA_INIT="hang")
-    proc = subprocess.Popen([sys.executable, str(PROBE), "--api", "cuda", "--timeout", "60"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, str(PROBE), "--api", "cuda", "--timeout", "60"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
         deadline = time.monotonic() + 10
         while len(processes_with(marker)) < 2 and time.monotonic() < deadline:

@@ -11,8 +11,14 @@ from tests.probe.conftest import clean_env, lavapipe_manifest, needs_vulkan_load
 
 
 def cgpu(*args: str, env: dict[str, str]) -> tuple[int, str, str]:
-    proc = subprocess.run([sys.executable, "-m", "cgpu", "probe", "--backend", "local", *args],
-                          capture_output=True, text=True, timeout=120, cwd=REPO, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-m", "cgpu", "probe", "--backend", "local", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+        env=env,
+    )
     return proc.returncode, proc.stdout, proc.stderr
 
 
@@ -31,15 +37,21 @@ def test_software_only_machine_gets_nothing_with_named_evidence():
 
 def test_fake_gpu_drivers_are_provided(fake_cuda, fake_icd):
     needs_vulkan_loader()
-    env = clean_env(LD_LIBRARY_PATH=str(fake_cuda), FAKE_CUDA_COUNT="1", VK_DRIVER_FILES=str(fake_icd()),
-                    FAKE_VK_DEVICES="2,4,0x10de,0x2335,0,0,NVIDIA H200")
+    env = clean_env(
+        LD_LIBRARY_PATH=str(fake_cuda),
+        FAKE_CUDA_COUNT="1",
+        VK_DRIVER_FILES=str(fake_icd()),
+        FAKE_VK_DEVICES="2,4,0x10de,0x2335,0,0,NVIDIA H200",
+    )
     code, out, _ = cgpu("--json", env=env)
     assert code == 0
     report = json.loads(out)
     validate_report(report)
     assert report["containers"] == ["cuda", "vulkan"]
     assert {(d["name"], tuple(d["apis"])) for d in report["devices"]} >= {
-        ("Fake GPU 0", ("cuda",)), ("NVIDIA H200", ("vulkan",))}
+        ("Fake GPU 0", ("cuda",)),
+        ("NVIDIA H200", ("vulkan",)),
+    }
     assert any("VK_DRIVER_FILES=" in p["message"] for p in report["problems"])
 
 

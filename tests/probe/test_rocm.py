@@ -15,7 +15,8 @@ def test_gpu_agents_count_and_the_cpu_agent_does_not(fake_hsa):
     assert result["available"] is True
     assert result["library"] == str(fake_hsa / "libhsa-runtime64.so.1")
     assert [(d["name"], d["gfx_target"], d["counted"]) for d in result["devices"]] == [
-        ("Radeon RX 7900 XTX", "gfx1100", True)] * 2
+        ("Radeon RX 7900 XTX", "gfx1100", True)
+    ] * 2
 
 
 def test_only_a_cpu_agent_is_not_available(fake_hsa):

@@ -12,8 +12,9 @@ VENUS_M2 = "1,22,0x106b,0x1,{alloc},{map},Virtio-GPU Venus (Apple M2)"
 
 def vulkan(*manifests, devices: str = "", instance: str = "ok") -> dict:
     needs_vulkan_loader()
-    env = clean_env(VK_DRIVER_FILES=":".join(str(m) for m in manifests), FAKE_VK_DEVICES=devices,
-                    FAKE_VK_INSTANCE=instance)
+    env = clean_env(
+        VK_DRIVER_FILES=":".join(str(m) for m in manifests), FAKE_VK_DEVICES=devices, FAKE_VK_INSTANCE=instance
+    )
     return run_probe("vulkan", env=env)["apis"]["vulkan"]
 
 
@@ -63,8 +64,7 @@ def test_venus_on_a_cpu_device_is_not_counted(fake_icd):
 
 
 def test_venus_next_to_llvmpipe_counts_only_venus(fake_icd):
-    result = vulkan(fake_icd("virtio_icd.x86_64.json"), lavapipe_manifest(),
-                    devices=VENUS_M2.format(alloc=0, map=0))
+    result = vulkan(fake_icd("virtio_icd.x86_64.json"), lavapipe_manifest(), devices=VENUS_M2.format(alloc=0, map=0))
     assert result["available"] is True
     counted = {d["name"]: d["counted"] for d in result["devices"]}
     assert counted["Virtio-GPU Venus (Apple M2)"] is True

@@ -66,8 +66,9 @@ def stand_in_image(tmp_path_factory) -> str:
 @pytest.fixture(scope="session")
 def babbling_image(tmp_path_factory) -> str:
     """A busybox image whose `python3` prints what $CGPU_TEST_OUTPUT says, and complains."""
-    ref = _busybox_image(tmp_path_factory.mktemp("babbling"),
-                         'printf "%s" "$CGPU_TEST_OUTPUT"; echo "probe exploded" >&2; exit 2\n')
+    ref = _busybox_image(
+        tmp_path_factory.mktemp("babbling"), 'printf "%s" "$CGPU_TEST_OUTPUT"; echo "probe exploded" >&2; exit 2\n'
+    )
     yield ref
     podman("rmi", "-f", ref)
 

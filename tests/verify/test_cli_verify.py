@@ -14,8 +14,9 @@ from .test_verify import _lvp_spec
 pytestmark = pytest.mark.podman
 
 
-def test_verify_json_puts_the_live_answer_beside_the_static_one(run_cli, probe_image, cdi_spec, tmp_path,
-                                                                 no_leftover_containers):
+def test_verify_json_puts_the_live_answer_beside_the_static_one(
+    run_cli, probe_image, cdi_spec, tmp_path, no_leftover_containers
+):
     name = f"{cdi_spec(_lvp_spec(tmp_path))}=dev0"
     code, out, err = run_cli("probe", "--backend", "cdi", "--verify", "--device", name, "--json")
     assert code == 0, err
@@ -28,8 +29,9 @@ def test_verify_json_puts_the_live_answer_beside_the_static_one(run_cli, probe_i
     assert err == ""  # --json: no progress on stderr
 
 
-def test_verify_human_output_says_what_ran_and_what_it_found(run_cli, probe_image, cdi_spec, tmp_path,
-                                                             no_leftover_containers):
+def test_verify_human_output_says_what_ran_and_what_it_found(
+    run_cli, probe_image, cdi_spec, tmp_path, no_leftover_containers
+):
     name = f"{cdi_spec(_lvp_spec(tmp_path))}=dev0"
     code, out, err = run_cli("probe", "--backend", "cdi", "--verify", "--device", name, "--probe-image", probe_image)
     assert code == 0, err

@@ -27,8 +27,14 @@ from .conftest import service_processes
 
 @pytest.mark.parametrize(
     ("given", "chosen"),
-    [("podman@4.3.1", "podman"), ("docker@28.2.0", "docker"), ("Docker", "docker"),
-     ("auto", None), ("none", None), (None, None)],
+    [
+        ("podman@4.3.1", "podman"),
+        ("docker@28.2.0", "docker"),
+        ("Docker", "docker"),
+        ("auto", None),
+        ("none", None),
+        (None, None),
+    ],
 )
 def test_engine_choice(given, chosen):
     assert engine_choice(given) == chosen
@@ -44,8 +50,13 @@ def test_docker_request_is_a_cdi_device_request_not_a_host_device():
     )
     host_config = args["host_config"]
     assert host_config["DeviceRequests"] == [
-        {"Driver": "cdi", "DeviceIDs": ["example.com/gpu=0", "example.com/gpu=1"],
-         "Count": 0, "Capabilities": [], "Options": {}}
+        {
+            "Driver": "cdi",
+            "DeviceIDs": ["example.com/gpu=0", "example.com/gpu=1"],
+            "Count": 0,
+            "Capabilities": [],
+            "Options": {},
+        }
     ]
     assert "Devices" not in host_config
     assert host_config["NetworkMode"] == "none"
@@ -53,8 +64,9 @@ def test_docker_request_is_a_cdi_device_request_not_a_host_device():
 
 
 @pytest.mark.podman
-def test_podman_container_gets_the_cdi_device_and_is_removed(stand_in_image, cdi_spec, tmp_path,
-                                                              no_leftover_containers):
+def test_podman_container_gets_the_cdi_device_and_is_removed(
+    stand_in_image, cdi_spec, tmp_path, no_leftover_containers
+):
     host_file = tmp_path / "host.txt"
     host_file.write_text("hello-from-cdi\n")
     kind = cdi_spec(
@@ -65,8 +77,11 @@ def test_podman_container_gets_the_cdi_device_and_is_removed(stand_in_image, cdi
     with open_engine("podman", timeout=30) as engine:
         assert isinstance(engine, PodmanEngine) and engine.version
         result = engine.run_container(
-            stand_in_image, ["sh", "-c", "cat /mounted/file /in/note; env; echo oops >&2; exit 3"],
-            devices=[f"{kind}=dev0"], files={"/in/note": b"copied-in\n"}, timeout=30,
+            stand_in_image,
+            ["sh", "-c", "cat /mounted/file /in/note; env; echo oops >&2; exit 3"],
+            devices=[f"{kind}=dev0"],
+            files={"/in/note": b"copied-in\n"},
+            timeout=30,
         )
     assert result.exit_code == 3
     out = result.stdout.decode()
@@ -103,8 +118,13 @@ def test_docker_py_against_podmans_compat_api(stand_in_image, podman_service, mo
     with open_engine("docker", timeout=30) as engine:
         assert isinstance(engine, DockerEngine)
         assert engine.podman_version
-        result = engine.run_container(stand_in_image, ["sh", "-c", "cat /in/note; exit 4"],
-                                      devices=[], files={"/in/note": b"via-docker-py\n"}, timeout=30)
+        result = engine.run_container(
+            stand_in_image,
+            ["sh", "-c", "cat /in/note; exit 4"],
+            devices=[],
+            files={"/in/note": b"via-docker-py\n"},
+            timeout=30,
+        )
         assert (result.exit_code, result.stdout) == (4, b"via-docker-py\n")
         refusal = engine.cdi_refusal()
     major_minor = tuple(int(p) for p in engine.podman_version.split(".")[:2])
@@ -117,9 +137,8 @@ def test_docker_py_against_podmans_compat_api(stand_in_image, podman_service, mo
 @pytest.mark.podman
 def test_docker_timeout_kills_the_container(stand_in_image, podman_service, monkeypatch, no_leftover_containers):
     monkeypatch.setenv("DOCKER_HOST", podman_service.url)
-    with open_engine("docker", timeout=30) as engine:
-        with pytest.raises(ContainerTimeout):
-            engine.run_container(stand_in_image, ["sleep", "600"], devices=[], files={}, timeout=2)
+    with open_engine("docker", timeout=30) as engine, pytest.raises(ContainerTimeout):
+        engine.run_container(stand_in_image, ["sleep", "600"], devices=[], files={}, timeout=2)
 
 
 class _Dockerd(BaseHTTPRequestHandler):
@@ -127,7 +146,7 @@ class _Dockerd(BaseHTTPRequestHandler):
 
     answers: dict[str, dict] = {}
 
-    def do_GET(self):  # noqa: N802 - http.server's name
+    def do_GET(self):
         key = "version" if self.path.endswith("/version") else "info" if self.path.endswith("/info") else None
         body = json.dumps(self.answers[key]).encode() if key else b"{}"
         self.send_response(200 if key else 404)
@@ -150,8 +169,12 @@ def dockerd(tmp_path, monkeypatch):
 
     def answer(version: str, api: str, info: dict) -> None:
         _Dockerd.answers = {
-            "version": {"Version": version, "ApiVersion": api, "MinAPIVersion": "1.24",
-                        "Components": [{"Name": "Engine", "Version": version}]},
+            "version": {
+                "Version": version,
+                "ApiVersion": api,
+                "MinAPIVersion": "1.24",
+                "Components": [{"Name": "Engine", "Version": version}],
+            },
             "info": info,
         }
 
@@ -181,9 +204,8 @@ def test_docker_cdi_state_from_info(dockerd, version, api, info, expected):
 
 def test_no_docker_daemon_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/absent.sock")
-    with pytest.raises(EngineError, match="the Docker daemon did not answer"):
-        with open_engine("docker", timeout=5):
-            pass
+    with pytest.raises(EngineError, match="the Docker daemon did not answer"), open_engine("docker", timeout=5):
+        pass
 
 
 @pytest.mark.podman

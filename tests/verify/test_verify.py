@@ -73,8 +73,7 @@ def test_live_answer_agrees_and_names_the_software_drivers(probe_image, cdi_spec
     assert any(f"with {name}" in m for m in progress)
 
 
-def test_every_disagreement_names_device_api_and_both_answers(probe_image, cdi_spec, tmp_path,
-                                                               no_leftover_containers):
+def test_every_disagreement_names_device_api_and_both_answers(probe_image, cdi_spec, tmp_path, no_leftover_containers):
     kind = cdi_spec(_lvp_spec(tmp_path))
     name = f"{kind}=dev0"
     report, _ = _verify([name], {name: ["vulkan", "opencl"]}, engine="podman@5.0.0")
@@ -170,8 +169,11 @@ def test_docker_api_of_old_podman_is_refused_with_the_reason(stand_in_image, pod
 def test_no_device_to_verify():
     report, _ = _verify([], {})
     assert report["problems"] == [
-        {"severity": "info", "source": "--verify",
-         "message": "no CDI device that can start a container, so none was started"}
+        {
+            "severity": "info",
+            "source": "--verify",
+            "message": "no CDI device that can start a container, so none was started",
+        }
     ]
 
 
@@ -191,8 +193,14 @@ def test_ctrl_c_removes_the_container_and_stops_the_service(stand_in_image, cdi_
         running: set[str] = set()
         while not running and time.monotonic() < deadline and proc.poll() is None:
             time.sleep(0.2)
-            running = set(podman("ps", "-q", "--filter", "label=cgpu.verify=1",
-                                 "--filter", f"ancestor={stand_in_image}").stdout.split()) - before
+            running = (
+                set(
+                    podman(
+                        "ps", "-q", "--filter", "label=cgpu.verify=1", "--filter", f"ancestor={stand_in_image}"
+                    ).stdout.split()
+                )
+                - before
+            )
         assert running, f"no probe container started: {proc.stderr.read() if proc.poll() is not None else ''}"
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=60)

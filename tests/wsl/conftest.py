@@ -85,8 +85,9 @@ class Distro:
     def musl(self) -> Distro:
         self.file("lib/ld-musl-x86_64.so.1")
         self.file("etc/alpine-release", "3.22.1\n")
-        self.file("etc/os-release", 'NAME="Alpine Linux"\nID=alpine\nVERSION_ID=3.22.1\n'
-                  'PRETTY_NAME="Alpine Linux v3.22"\n')
+        self.file(
+            "etc/os-release", 'NAME="Alpine Linux"\nID=alpine\nVERSION_ID=3.22.1\nPRETTY_NAME="Alpine Linux v3.22"\n'
+        )
         return self
 
     def dxg(self) -> Distro:
@@ -120,8 +121,14 @@ class Distro:
 
     def nvidia(self, smi_output: str = NVIDIA_SMI_OK, smi_exit: int = 0) -> Distro:
         self.wsl_libs(*NVIDIA_LIBS)
-        self.driver_store("nv_dispsi.inf_amd64_4d2b5d1cf5f3a1c2", "libcuda.so.1.1", "libcuda_loader.so",
-                          "libnvidia-ml.so.1", "libnvwgf2umx.so", "nvcubins.bin")
+        self.driver_store(
+            "nv_dispsi.inf_amd64_4d2b5d1cf5f3a1c2",
+            "libcuda.so.1.1",
+            "libcuda_loader.so",
+            "libnvidia-ml.so.1",
+            "libnvwgf2umx.so",
+            "nvcubins.bin",
+        )
         self.driver_store("ntprint.inf_amd64_83a2a0a1f1f3c3a0", "unidrv.dll")
         self.script("usr/lib/wsl/lib/nvidia-smi", f"cat <<'EOF'\n{smi_output}EOF\nexit {smi_exit}\n")
         return self
@@ -137,10 +144,14 @@ class Distro:
     def python(self, **answers: dict | str) -> Distro:
         """A python3 that answers `python3 -I -S -c <probe.py> --child API` as the local probe would,
         and keeps its arguments in /tmp/python-args."""
-        cases = "".join(f"{api}) cat <<'EOF'\n{a if isinstance(a, str) else json.dumps(a)}\nEOF\n;;\n"
-                        for api, a in answers.items())
-        self.script("usr/bin/python3", 'printf "%s\\n" "$@" > /tmp/python-args\n'
-                    f'eval "api=\\${{$#}}"\ncase "$api" in\n{cases}*) exit 1 ;;\nesac\n')
+        cases = "".join(
+            f"{api}) cat <<'EOF'\n{a if isinstance(a, str) else json.dumps(a)}\nEOF\n;;\n" for api, a in answers.items()
+        )
+        self.script(
+            "usr/bin/python3",
+            'printf "%s\\n" "$@" > /tmp/python-args\n'
+            f'eval "api=\\${{$#}}"\ncase "$api" in\n{cases}*) exit 1 ;;\nesac\n',
+        )
         return self
 
 

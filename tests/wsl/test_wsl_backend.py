@@ -39,14 +39,26 @@ def with_local_probe(monkeypatch):
 
 def dxcore_adapter(name, vendor_id, device_id, hardware=True):
     reason = "a hardware D3D12 compute adapter" if hardware else "a software adapter (WARP), not a GPU"
-    return {"name": name, "vendor_id": vendor_id, "device_id": device_id, "hardware": hardware,
-            "counted": hardware, "reason": reason}
+    return {
+        "name": name,
+        "vendor_id": vendor_id,
+        "device_id": device_id,
+        "hardware": hardware,
+        "counted": hardware,
+        "reason": reason,
+    }
 
 
 def answer(available, summary, devices=(), error=None):
     """One API's answer as `probe.py --child API` prints it."""
-    return {"available": available, "summary": summary, "library": "/usr/lib/wsl/lib/libd3d12.so",
-            "error": error, "devices": list(devices), "stderr": ""}
+    return {
+        "available": available,
+        "summary": summary,
+        "library": "/usr/lib/wsl/lib/libd3d12.so",
+        "error": error,
+        "devices": list(devices),
+        "stderr": "",
+    }
 
 
 def test_nvidia_gives_cuda_and_directml(fake_wsl):
@@ -93,18 +105,25 @@ def test_intel_and_amd_give_directml_only(fake_wsl, vendor):
 
 
 def test_local_probe_enumerates_adapters(fake_wsl, with_local_probe):
-    adapters = [dxcore_adapter("NVIDIA GeForce RTX 4070", "0x10de", "0x2786"),
-                dxcore_adapter("Intel(R) UHD Graphics 770", "0x8086", "0x4680"),
-                dxcore_adapter("Microsoft Basic Render Driver", "0x1414", "0x008c", hardware=False)]
+    adapters = [
+        dxcore_adapter("NVIDIA GeForce RTX 4070", "0x10de", "0x2786"),
+        dxcore_adapter("Intel(R) UHD Graphics 770", "0x8086", "0x4680"),
+        dxcore_adapter("Microsoft Basic Render Driver", "0x1414", "0x008c", hardware=False),
+    ]
     distro = fake_wsl.distro("Ubuntu").glibc().dxg().wsl_libs().nvidia().intel()
-    distro.python(directml=answer(True, "D3D12 (DirectML) has 2 hardware adapter(s)", adapters),
-                  cuda=answer(True, "CUDA 12.9 works with 1 device(s): NVIDIA GeForce RTX 4070",
-                              [{"name": "NVIDIA GeForce RTX 4070"}]))
+    distro.python(
+        directml=answer(True, "D3D12 (DirectML) has 2 hardware adapter(s)", adapters),
+        cuda=answer(
+            True, "CUDA 12.9 works with 1 device(s): NVIDIA GeForce RTX 4070", [{"name": "NVIDIA GeForce RTX 4070"}]
+        ),
+    )
     failed, report = probe(distro="Ubuntu")
     assert not failed, report["problems"]
     assert report["containers"] == ["cuda", "directml"]
-    assert "lists 2 hardware adapter(s) (NVIDIA GeForce RTX 4070, Intel(R) UHD Graphics 770)" in \
-        report["evidence"]["directml"]
+    assert (
+        "lists 2 hardware adapter(s) (NVIDIA GeForce RTX 4070, Intel(R) UHD Graphics 770)"
+        in report["evidence"]["directml"]
+    )
     assert "CUDA 12.9 works with 1 device(s)" in report["evidence"]["cuda"]
     apis = {d["name"]: (d["apis"], d["status"], d["vendor_id"]) for d in report["devices"]}
     assert apis == {
@@ -120,19 +139,26 @@ def test_local_probe_enumerates_adapters(fake_wsl, with_local_probe):
 def test_only_warp_gives_nothing(fake_wsl, with_local_probe):
     warp = [dxcore_adapter("Microsoft Basic Render Driver", "0x1414", "0x008c", hardware=False)]
     fake_wsl.distro("Ubuntu").glibc().dxg().wsl_libs().intel().python(
-        directml=answer(False, "D3D12 sees no hardware compute adapter, only: Microsoft Basic Render Driver", warp))
+        directml=answer(False, "D3D12 sees no hardware compute adapter, only: Microsoft Basic Render Driver", warp)
+    )
     failed, report = probe(distro="Ubuntu")
     assert not failed
     assert report["containers"] == []
     assert "found no hardware adapter (D3D12 sees no hardware compute adapter" in report["evidence"]["directml"]
     assert [(d["name"], d["apis"], d["status"]) for d in report["devices"]] == [
-        ("Microsoft Basic Render Driver", [], "software")]
+        ("Microsoft Basic Render Driver", [], "software")
+    ]
 
 
 def test_dxcore_failure_in_a_glibc_session_withholds(fake_wsl, with_local_probe):
     fake_wsl.distro("Ubuntu").glibc().dxg().wsl_libs().amd().python(
-        directml=answer(False, "/dev/dxg and the D3D12 libraries are here but DXCore could not list adapters: "
-                        "DXCoreCreateAdapterFactory returned 0xd0000001", error="DXCORE_ENUM_FAILED"))
+        directml=answer(
+            False,
+            "/dev/dxg and the D3D12 libraries are here but DXCore could not list adapters: "
+            "DXCoreCreateAdapterFactory returned 0xd0000001",
+            error="DXCORE_ENUM_FAILED",
+        )
+    )
     failed, report = probe(distro="Ubuntu")
     assert not failed and report["containers"] == []
     assert "0xd0000001" in report["evidence"]["directml"]
@@ -144,8 +170,9 @@ def test_unusable_local_probe_answer_falls_back(fake_wsl, with_local_probe):
     assert not failed
     assert report["containers"] == ["directml"]
     assert "inferred" in report["evidence"]["directml"]
-    assert "the local probe's directml check gave no answer (its output was not a probe answer)" in \
-        messages(report, "warning")
+    assert "the local probe's directml check gave no answer (its output was not a probe answer)" in messages(
+        report, "warning"
+    )
     assert "the local probe's cuda check gave no answer (exit 1)" in messages(report, "warning")
 
 
@@ -203,11 +230,13 @@ def test_wsl1_distro(fake_wsl):
 
 def test_musl_session(fake_wsl, with_local_probe):
     # Alpine's python3 cannot load the glibc D3D12/CUDA libraries: its "nothing" proves nothing.
-    distro = fake_wsl.distro("Alpine").musl().dxg().wsl_libs().nvidia(smi_output="sh: nvidia-smi: not found\n",
-                                                                      smi_exit=127)
-    distro.python(directml=answer(False, "/dev/dxg is here but libdxcore.so and libd3d12.so is not",
-                                  error="library_not_found"),
-                  cuda=answer(False, "libcuda.so.1: Error loading shared library", error="library_not_found"))
+    distro = (
+        fake_wsl.distro("Alpine").musl().dxg().wsl_libs().nvidia(smi_output="sh: nvidia-smi: not found\n", smi_exit=127)
+    )
+    distro.python(
+        directml=answer(False, "/dev/dxg is here but libdxcore.so and libd3d12.so is not", error="library_not_found"),
+        cuda=answer(False, "libcuda.so.1: Error loading shared library", error="library_not_found"),
+    )
     failed, report = probe(distro="Alpine")
     assert not failed
     assert report["containers"] == ["cuda", "directml"]

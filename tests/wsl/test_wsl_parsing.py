@@ -49,7 +49,7 @@ def test_any_damage_is_caught(values, data):
     good = render(values)
     index = data.draw(st.integers(0, len(good) - 1))
     byte = data.draw(st.integers(0, 255).filter(lambda b: b != good[index]))
-    damaged = good[:index] + bytes([byte]) + good[index + 1:]
+    damaged = good[:index] + bytes([byte]) + good[index + 1 :]
     try:
         parsed = parse_output(damaged)
     except ProbeOutputError:
@@ -85,8 +85,10 @@ def test_wsl_text_in_utf16_is_recognised(text):
 
 
 def test_wsl_text_in_utf8_and_garbage():
-    assert decode_wsl_text("Fehlercode: Wsl/Service/WSL_E_DISTRO_NOT_FOUND".encode()) == \
-        "Fehlercode: Wsl/Service/WSL_E_DISTRO_NOT_FOUND"
+    assert (
+        decode_wsl_text(b"Fehlercode: Wsl/Service/WSL_E_DISTRO_NOT_FOUND")
+        == "Fehlercode: Wsl/Service/WSL_E_DISTRO_NOT_FOUND"
+    )
     assert decode_wsl_text(b"\x80abc") == "\\x80abc"
 
 
@@ -99,7 +101,7 @@ def test_wsl_error_codes_are_explained():
     text = "There is no distribution with the supplied name.\r\nError code: Wsl/Service/WSL_E_DISTRO_NOT_FOUND\r\n"
     message = _explain_failure(0xFFFFFFFF, text.encode("utf-16-le"), b"", "Ubuntu")
     assert message.startswith("Wsl/Service/WSL_E_DISTRO_NOT_FOUND: there is no WSL distro named Ubuntu")
-    message = _explain_failure(255, b"", "Error code: Wsl/Service/CreateInstance/E_ACCESSDENIED".encode(), None)
+    message = _explain_failure(255, b"", b"Error code: Wsl/Service/CreateInstance/E_ACCESSDENIED", None)
     assert "E_ACCESSDENIED" in message
     # Exit -1 from the Linux side is not wsl.exe's: our script never exits 255, so say what we saw.
     assert "did not answer (exit 1)" in _explain_failure(1, b"Wsl/ nothing", b"", None)
@@ -107,9 +109,16 @@ def test_wsl_error_codes_are_explained():
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=10),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.sampled_from(
-        ["available", "summary", "devices", "name", "vendor_id", "device_id", "hardware", "counted"]),
-        inner, max_size=5),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(
+            st.sampled_from(
+                ["available", "summary", "devices", "name", "vendor_id", "device_id", "hardware", "counted"]
+            ),
+            inner,
+            max_size=5,
+        )
+    ),
     max_leaves=20,
 )
 
@@ -122,12 +131,20 @@ def test_local_probe_reader_never_crashes(value):
 
 
 def test_local_probe_adapters_and_warp():
-    found = read_local_result(json.dumps({"available": True, "summary": "2 of 3", "devices": [
-        {"name": "Microsoft Basic Render Driver", "vendor_id": "0x1414", "device_id": "0x008c"},
-        {"name": "AMD Radeon RX 7800 XT", "vendor_id": "0x1002", "device_id": "0x747e", "hardware": True},
-        {"name": "Remote Display Adapter", "vendor_id": 5140, "hardware": False},
-        "not a device",
-    ]}).encode())
+    found = read_local_result(
+        json.dumps(
+            {
+                "available": True,
+                "summary": "2 of 3",
+                "devices": [
+                    {"name": "Microsoft Basic Render Driver", "vendor_id": "0x1414", "device_id": "0x008c"},
+                    {"name": "AMD Radeon RX 7800 XT", "vendor_id": "0x1002", "device_id": "0x747e", "hardware": True},
+                    {"name": "Remote Display Adapter", "vendor_id": 5140, "hardware": False},
+                    "not a device",
+                ],
+            }
+        ).encode()
+    )
     assert [(a.name, a.vendor, a.hardware, a.ids) for a in found.adapters()] == [
         ("Microsoft Basic Render Driver", None, False, {"vendor_id": "0x1414", "device_id": "0x008c"}),
         ("AMD Radeon RX 7800 XT", "AMD", True, {"vendor_id": "0x1002", "device_id": "0x747e"}),
@@ -138,7 +155,7 @@ def test_local_probe_adapters_and_warp():
 
 
 def test_ini_values():
-    text = "[wsl2]\nGPUSupport = False # off\n[gpu]\nenabled=true\n[Gpu]\nEnabled = \"false\"\n"
+    text = '[wsl2]\nGPUSupport = False # off\n[gpu]\nenabled=true\n[Gpu]\nEnabled = "false"\n'
     assert ini_value(text, "wsl2", "gpuSupport") == "false"
     assert ini_value(text, "gpu", "enabled") == "false"  # the last one wins
     assert ini_value(text, "boot", "systemd") is None
@@ -206,8 +223,12 @@ def test_local_probe_runs_from_stdin_without_a_file():
     busybox, python = shutil.which("busybox"), shutil.which("python3")
     if not local_probe.is_file() or busybox is None or python is None:
         pytest.skip("needs cgpu/container_probe.py (the local backend's probe), busybox and python3")
-    done = subprocess.run([busybox, "sh", "-c", SCRIPT.read_text(), "cgpu-wsl-probe", "5", "20"],
-                          input=local_probe.read_bytes(), capture_output=True, timeout=120)
+    done = subprocess.run(
+        [busybox, "sh", "-c", SCRIPT.read_text(), "cgpu-wsl-probe", "5", "20"],
+        input=local_probe.read_bytes(),
+        capture_output=True,
+        timeout=120,
+    )
     session = parse_output(done.stdout)
     for api in ("directml", "cuda"):
         found = read_local_result(session.values[f"local_{api}"][0])
@@ -218,12 +239,19 @@ def test_local_probe_runs_from_stdin_without_a_file():
 def test_gpu_vendors_in_the_driver_store():
     from cgpu.backends.wsl import _driver_stores
 
-    session = parse_output(render({
-        "drivers": [b"6_lenovo_iigd_dch.inf_amd64_55f5/u0420529.inf_amd64_88c3/ntprint.inf_amd64_83a2/"
-                    b"nvmdi.inf_amd64_4d2b/stornvme.inf_amd64_abe5"],
-        "driver_so": [b"nvmdi.inf_amd64_4d2b/libcuda.so.1.1", b"ntprint.inf_amd64_83a2/libfoo.so"],
-    }))
+    session = parse_output(
+        render(
+            {
+                "drivers": [
+                    b"6_lenovo_iigd_dch.inf_amd64_55f5/u0420529.inf_amd64_88c3/ntprint.inf_amd64_83a2/"
+                    b"nvmdi.inf_amd64_4d2b/stornvme.inf_amd64_abe5"
+                ],
+                "driver_so": [b"nvmdi.inf_amd64_4d2b/libcuda.so.1.1", b"ntprint.inf_amd64_83a2/libfoo.so"],
+            }
+        )
+    )
     assert _driver_stores(session) == {
-        "nvmdi.inf_amd64_4d2b": "NVIDIA", "6_lenovo_iigd_dch.inf_amd64_55f5": "Intel",
+        "nvmdi.inf_amd64_4d2b": "NVIDIA",
+        "6_lenovo_iigd_dch.inf_amd64_55f5": "Intel",
         "u0420529.inf_amd64_88c3": "AMD",
     }
