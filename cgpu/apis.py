@@ -1,10 +1,30 @@
-"""The GPU API names cgpu reports, in the one order every report uses."""
+"""The GPU API names cgpu reports, in the one order every report uses, and the words of the
+report contract: per-API states and what an image must bring."""
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Final, Literal
 
 API_ORDER: Final = ("cuda", "rocm", "vulkan", "opencl", "directml", "metal")
+
+State = Literal["provided", "absent", "unknown"]
+STATES: Final = ("provided", "absent", "unknown")
+
+# What a container image must bring for an API the host side gives: stable tokens a scheduler
+# can match on, each with the sentence the docs and schema use. New tokens may be added within
+# a format version; a consumer treats a token it does not know as "the image must bring more".
+IMAGE_NEEDS: Final[dict[str, str]] = {
+    "glibc": "a glibc-based image: NVIDIA's user-space libraries cannot load under musl",
+    "vulkan-loader": "the Vulkan loader (libvulkan.so.1)",
+    "opencl-icd-loader": "an OpenCL ICD loader (libOpenCL.so.1: ocl-icd or Khronos')",
+    "khronos-opencl-loader": "the Khronos OpenCL ICD loader, which reads OCL_ICD_FILENAMES (ocl-icd does not)",
+    "mesa-vulkan": "Mesa's Vulkan driver for the GPU (RADV for AMD, ANV for Intel, NVK for nouveau)",
+    "mesa-venus": "Mesa's Venus Vulkan driver (virtio-gpu)",
+    "mesa-venus-libkrun": "the libkrun build of Mesa's Venus driver (stock Mesa fails vkCreateInstance under krunkit)",
+    "rocm-runtime": "the ROCm runtime (HSA: libhsa-runtime64.so.1)",
+    "rocm-opencl": "ROCm's OpenCL driver and its ICD registration",
+    "intel-compute-runtime": "Intel's compute-runtime (NEO) OpenCL driver and its ICD registration",
+}
 
 METAL_EVIDENCE: Final = (
     "Metal is an Apple host API: it never reaches a Linux container, only Vulkan carried over virtio-gpu (Venus) does"

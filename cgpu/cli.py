@@ -21,6 +21,7 @@ import signal
 import sys
 from collections.abc import Sequence
 from enum import IntEnum
+from typing import Any
 
 from cgpu import __version__
 from cgpu.backends import BACKENDS, MAX_TIMEOUT, OPTIONS, default_backend, run_backend
@@ -175,12 +176,13 @@ def _probe(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 
 
 def _image_check(args: argparse.Namespace) -> int:
-    from cgpu.image_check import check_image, render_image_check
+    from cgpu.image.check import check_image, render_image_check
 
     try:
-        result, code = check_image(
+        result = check_image(
             args.ref, machine=args.machine, timeout=args.timeout, progress=None if args.json else _progress
         )
+        code = image_exit_code(result)
         text = json.dumps(result, indent=2) if args.json else render_image_check(result)
     except KeyboardInterrupt:
         raise
@@ -189,6 +191,21 @@ def _image_check(args: argparse.Namespace) -> int:
         return ExitCode.INTERNAL
     _emit(text)
     return code
+
+
+_IMAGE_EXIT = {"yes": ExitCode.OK, "no": ExitCode.IMAGE_NO, "unknown": ExitCode.IMAGE_UNKNOWN}
+_IMAGE_FAILED = {
+    "unreadable": ExitCode.COULD_NOT_RUN,
+    "probe_failed": ExitCode.COULD_NOT_RUN,
+    "internal_error": ExitCode.INTERNAL,
+}
+
+
+def image_exit_code(result: dict[str, Any]) -> ExitCode:
+    """The exit status of `image check` for its answer: the verdict once the image was checked."""
+    if result["status"] == "checked":
+        return _IMAGE_EXIT[result["verdict"]]
+    return _IMAGE_FAILED[result["status"]]
 
 
 def _emit(text: str) -> None:

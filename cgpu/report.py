@@ -10,42 +10,64 @@ from __future__ import annotations
 import datetime
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Literal
 
 from cgpu import __version__
-from cgpu.apis import API_ORDER, METAL_EVIDENCE
+from cgpu.apis import API_ORDER, IMAGE_NEEDS, METAL_EVIDENCE, State
 
+FORMAT_VERSION = 2  # additive changes keep it; a removed or re-typed field raises it
 Severity = Literal["error", "warning", "info"]
 
 
 class ReportBuilder:
     """Collects what one backend found; `build()` turns it into the report dict.
 
-    A backend calls `provide`/`withhold` for each API (metal has a default), `device`
-    per device it saw, `problem` for every bad input or failed command, and `failed`
-    when it could not run at all (the CLI then exits non-zero).
+    A backend calls `provide`, `absent` or `unknown` for each API it answers for, `device`
+    per device it saw, `problem` for every bad input or failed command, and `failed` when it
+    could not run at all (the CLI then exits non-zero). An API it says nothing of is absent
+    (the backend looked and found nothing), or unknown when the backend could not run; metal
+    is always absent.
     """
 
     def __init__(self, backend: str, *, progress: Callable[[str], None] | None = None) -> None:
         self.backend = backend
         self._progress = progress
         self._evidence: dict[str, str] = {"metal": METAL_EVIDENCE}
-        self._provided: set[str] = set()
+        self._states: dict[str, State] = {"metal": "absent"}
+        self._image_needs: dict[str, list[str]] = {}
         self.devices: list[dict[str, Any]] = []
         self.problems: list[dict[str, str]] = []
         self.could_not_run = False
         self.bad_usage = False
 
-    def provide(self, api: str, evidence: str) -> None:
-        self._check(api)
-        self._provided.add(api)
-        self._evidence[api] = evidence
+    def provide(self, api: str, evidence: str, *, image_needs: Iterable[str] = ()) -> None:
+        """Containers get `api`; `image_needs`: what the image must bring (`IMAGE_NEEDS` tokens)."""
+        needs = list(dict.fromkeys(image_needs))
+        unknown = [need for need in needs if need not in IMAGE_NEEDS]
+        if unknown:
+            raise ValueError(f"unknown image need {unknown[0]!r}")
+        self._set(api, "provided", evidence)
+        self._image_needs[api] = needs
 
-    def withhold(self, api: str, evidence: str) -> None:
-        self._check(api)
-        self._provided.discard(api)
+    def absent(self, api: str, evidence: str) -> None:
+        """The backend looked, and containers do not get `api`."""
+        self._set(api, "absent", evidence)
+
+    def unknown(self, api: str, evidence: str) -> None:
+        """The backend could not tell whether containers get `api` (timeout, crash, unreadable input)."""
+        self._set(api, "unknown", evidence)
+
+    def state(self, api: str) -> State | None:
+        """What the backend said of `api` so far (None: nothing yet)."""
+        return self._states.get(api)
+
+    def _set(self, api: str, state: State, evidence: str) -> None:
+        if api not in API_ORDER or api == "metal":
+            raise ValueError(f"unknown GPU API name {api!r}" if api not in API_ORDER else "metal is always absent")
+        self._states[api] = state
         self._evidence[api] = evidence
+        self._image_needs.pop(api, None)
 
     def device(self, name: str, apis: list[str] | set[str], /, **details: Any) -> dict[str, Any]:
         entry = {"name": name, "apis": [a for a in API_ORDER if a in set(apis)], **details}
@@ -70,13 +92,22 @@ class ReportBuilder:
             self._progress(message)
 
     def build(self) -> dict[str, Any]:
-        evidence = {}
+        evidence: dict[str, str] = {}
+        apis: dict[str, dict[str, Any]] = {}
         for api in API_ORDER:
-            evidence[api] = self._evidence.get(
-                api, f"not provided: the {self.backend} backend found nothing that gives {api}"
-            )
+            state = self._states.get(api)
+            if state is None and self.could_not_run:
+                state, text = "unknown", f"unknown: the {self.backend} backend could not run (see problems)"
+            elif state is None:
+                state, text = "absent", f"not provided: the {self.backend} backend found nothing that gives {api}"
+            else:
+                text = self._evidence[api]
+            evidence[api] = text
+            apis[api] = {"state": state, "image_needs": self._image_needs.get(api, []) if state == "provided" else []}
         return {
-            "containers": [api for api in API_ORDER if api in self._provided],
+            "format_version": FORMAT_VERSION,
+            "containers": [api for api in API_ORDER if apis[api]["state"] == "provided"],
+            "apis": apis,
             "evidence": evidence,
             "backend": self.backend,
             "platform": current_platform(),
@@ -85,11 +116,6 @@ class ReportBuilder:
             "cgpu_version": __version__,
             "checked_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         }
-
-    @staticmethod
-    def _check(api: str) -> None:
-        if api not in API_ORDER:
-            raise ValueError(f"unknown GPU API name {api!r}")
 
 
 def current_platform() -> str:

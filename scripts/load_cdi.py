@@ -284,7 +284,10 @@ def verify_load(runs: int, seconds: float) -> dict[str, Any]:
 
 def _labelled(podman: str) -> set[str]:
     done = subprocess.run(
-        [podman, "ps", "-a", "-q", "--filter", "label=cgpu.verify=1"], capture_output=True, text=True, timeout=60
+        [podman, "ps", "-a", "-q", "--filter", "label=cgpu.backends.cdi.verify=1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     return set(done.stdout.split())
 
@@ -295,7 +298,7 @@ def _labelled(podman: str) -> set[str]:
 CACHE_WORKER = """
 import json, sys, time
 from pathlib import Path
-from cgpu.cache import AnswerCache
+from cgpu.backends.krunkit.answer_cache import AnswerCache
 directory, key_index, log = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 warnings = []
 cache = AnswerCache("load", ttl=3600, warn=lambda s, m: warnings.append(m), directory=Path(directory))

@@ -31,7 +31,7 @@ def test_builder_fills_all_six_and_orders_containers():
 def test_withhold_after_provide_removes_api():
     report = ReportBuilder("cdi")
     report.provide("vulkan", "icd")
-    report.withhold("vulkan", "icd names lavapipe, a software driver")
+    report.absent("vulkan", "icd names lavapipe, a software driver")
     assert report.build()["containers"] == []
 
 

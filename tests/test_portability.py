@@ -42,9 +42,9 @@ def test_cli_path_imports_no_heavy_package():
 def test_json_nested_deeper_than_python_walks_is_garbage_not_a_crash():
     """Probe output from a container, a VM or a WSL session is untrusted: `[[[[...` is just garbage."""
     from cgpu.backends import wsl
-    from cgpu.backends.local import read_probe_output
+    from cgpu.backends.cdi.verify import _read_probe
+    from cgpu.gpu_probe.answer import read_probe_output
     from cgpu.report import ReportBuilder
-    from cgpu.verify import _read_probe
 
     deep = b'{"a":' + b"[" * 100_000
     assert wsl.read_local_result(deep) is None

@@ -10,8 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cgpu.backends.cdi import answer_scan
-from cgpu.backends.cdi_host import HostFS
-from cgpu.backends.cdi_view import hook_effects
+from cgpu.backends.cdi.host import HostFS
+from cgpu.backends.cdi.view import hook_effects
 from cgpu.cdi.model import Hook
 from cgpu.report import ReportBuilder
 from tests.cdi_backend.build import scan, spec

@@ -1,6 +1,6 @@
 """`--verify` faults against real podman: the service dies mid-call, Ctrl-C while a probe
 container runs, an engine that is missing or never answers. Nothing may stay behind: no
-container labelled cgpu.verify=1, no podman service, no socket folder."""
+container labelled cgpu.backends.cdi.verify=1, no podman service, no socket folder."""
 
 from __future__ import annotations
 
@@ -26,8 +26,10 @@ def device(cdi_spec, tmp_path):
 
 
 def _probe_containers(image: str, *flags: str) -> list[str]:
-    """Containers labelled cgpu.verify=1 from this test's image (other runs on the host have their own)."""
-    return podman("ps", *flags, "-q", "--filter", "label=cgpu.verify=1", "--filter", f"ancestor={image}").stdout.split()
+    """Containers labelled cgpu.backends.cdi.verify=1 from this test's image (other runs on the host have their own)."""
+    return podman(
+        "ps", *flags, "-q", "--filter", "label=cgpu.backends.cdi.verify=1", "--filter", f"ancestor={image}"
+    ).stdout.split()
 
 
 def _probe_container_running(image: str) -> bool:

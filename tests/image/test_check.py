@@ -15,8 +15,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cgpu.cli import ExitCode
-from cgpu.image_check import check_image, render_image_check
+from cgpu.cli import ExitCode, image_exit_code
+from cgpu.image import check as image_check
+from cgpu.image.check import render_image_check
 from tests.image.trees import (
     STOCK_VENDOR,
     X86_64,
@@ -30,6 +31,13 @@ from tests.image.trees import (
     mesa_header,
     oci_archive,
 )
+
+
+def check_image(ref: str, **options) -> tuple[dict, ExitCode]:
+    """The answer and the exit status the CLI gives it."""
+    result = image_check.check_image(ref, **options)
+    return result, image_exit_code(result)
+
 
 # name: (builds the root tree, image config arch, verdict, the check that decides, words in its evidence)
 VARIANTS = {
@@ -341,6 +349,7 @@ def test_cli_json_and_exit_codes(run_cli, roots):
         "source",
         "os",
         "architecture",
+        "status",
         "verdict",
         "reason",
         "checks",
@@ -405,14 +414,14 @@ def test_machine_needs_an_image_name_not_an_archive(roots):
     ],
 )
 def test_a_probe_that_ran_decides(static, probed, verdict, warned):
-    from cgpu.image_check import merge_machine_probe
+    from cgpu.image.check import merge_machine_probe
     from cgpu.report import ReportBuilder
 
     builder = ReportBuilder("krunkit")
     if probed:
         builder.provide("vulkan", "Virtio-GPU Venus (Apple M2) created an instance and allocated memory")
     else:
-        builder.withhold("vulkan", "vkCreateInstance failed with VK_ERROR_OUT_OF_HOST_MEMORY: stock Mesa")
+        builder.absent("vulkan", "vkCreateInstance failed with VK_ERROR_OUT_OF_HOST_MEMORY: stock Mesa")
     result = {"verdict": static, "reason": "files", "problems": []}
     assert merge_machine_probe(result, builder, "--machine vm")
     assert result["verdict"] == verdict and result["reason"].startswith("the probe in vm: ")

@@ -175,7 +175,7 @@ def _copy_with_libs(root: Path, files: list[str]) -> None:
 
 @pytest.fixture(scope="session")
 def real_probe_image():
-    """An image that runs the real cgpu/container_probe.py as the Venus probe image does (python3, the
+    """An image that runs the real cgpu/gpu_probe/standalone.py as the Venus probe image does (python3, the
     probe as entry point) with the real Vulkan loader and no driver: Debian's python3.11 and
     libvulkan.so.1 copied from this machine, no registry needed."""
     python, loader = "/usr/bin/python3.11", "/usr/lib/x86_64-linux-gnu/libvulkan.so.1"
@@ -210,7 +210,7 @@ def real_probe_image():
             ),
         )
         (root / "usr/local/lib/cgpu").mkdir(parents=True)
-        shutil.copy(HERE.parent.parent / "cgpu" / "container_probe.py", root / "usr/local/lib/cgpu/probe.py")
+        shutil.copy(HERE.parent.parent / "cgpu" / "gpu_probe" / "standalone.py", root / "usr/local/lib/cgpu/probe.py")
         (root / "tmp").mkdir(mode=0o1777)
         tar = work / "root.tar"
         subprocess.run(["tar", "-C", str(root), "-cf", str(tar), "."], check=True, timeout=120)

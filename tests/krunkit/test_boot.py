@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from cgpu.krunkit_vm import VMError, krunkit_argv
+from cgpu.backends.krunkit.vm import VMError, krunkit_argv
 from tests.conftest import REPO
 from tests.krunkit.conftest import REAL_PODMAN, marked_processes
 from tests.krunkit.test_machine import LLVMPIPE, VENUS, krunkit_report, messages, probe_output
@@ -221,7 +221,7 @@ def test_cli_json_and_exit_status(bin_dir, disk, run_cli):
 
 
 def test_memory_above_krunkits_limit_is_refused_before_starting(tmp_path, disk):
-    from cgpu.krunkit_vm import boot_and_probe
+    from cgpu.backends.krunkit.vm import boot_and_probe
 
     with pytest.raises(VMError, match="above krunkit's limit of 61440 MiB"):
         boot_and_probe(

@@ -16,8 +16,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cgpu import cache as cache_module
-from cgpu.cache import AnswerCache, default_cache_dir
+from cgpu.backends.krunkit import answer_cache as cache_module
+from cgpu.backends.krunkit.answer_cache import AnswerCache
+from cgpu.cache import default_cache_dir
 from tests.conftest import REPO
 
 KEY = {"krunkit": "1.2.1", "probe_image": {"id": "sha256:abc"}, "vm": {"podman_machine": "gpu"}, "host": "mac"}
@@ -146,7 +147,7 @@ def test_two_concurrent_runs_compute_once(tmp_path):
     script = textwrap.dedent(f"""
         import json, os, sys, time
         from pathlib import Path
-        from cgpu.cache import AnswerCache
+        from cgpu.backends.krunkit.answer_cache import AnswerCache
         cache = AnswerCache("race", ttl=60, warn=lambda s, m: print("WARN", m), directory=Path({str(tmp_path)!r}))
         key = {{"k": 1}}
         Path(sys.argv[1]).touch()

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cgpu.backends.krunkit import ProbeFailed, judge
-from cgpu.krunkit_vm import VM_DEFAULTS, GuestResult
+from cgpu.backends.krunkit.vm import VM_DEFAULTS, GuestResult
 from tests.conftest import REPO
 
 CONTAINERFILE = REPO / "krunkit" / "Containerfile"
@@ -45,7 +45,7 @@ def test_containerfile_pins_the_libkrun_mesa_build():
     # copr before the install, versionlock after it; the build fails if stock Mesa slipped in
     assert run.index("copr enable") < run.index("mesa-vulkan-drivers-${") < run.index("versionlock add")
     assert "rpm -q --qf '%{VERSION}-%{RELEASE}' mesa-vulkan-drivers" in run
-    assert ("COPY", "cgpu/container_probe.py /usr/local/lib/cgpu/probe.py") in steps
+    assert ("COPY", "cgpu/gpu_probe/standalone.py /usr/local/lib/cgpu/probe.py") in steps
     assert json.loads(dict(steps)["ENTRYPOINT"]) == ["python3", "/usr/local/lib/cgpu/probe.py"]
 
 

@@ -13,7 +13,7 @@ from cgpu.backends import run_backend
 from tests.conftest import validate_report
 from tests.krunkit.conftest import REAL_PODMAN
 
-# Device entries as cgpu/container_probe.py writes them.
+# Device entries as cgpu/gpu_probe/standalone.py writes them.
 VENUS = {
     "name": "Virtio-GPU Venus (Apple M2 Pro)",
     "type": 1,

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-PROBE = REPO / "cgpu" / "container_probe.py"
+PROBE = REPO / "cgpu" / "gpu_probe" / "standalone.py"
 FAKES = Path(__file__).resolve().parent / "fakes"
 
 # Variables that steer the loaders; scrubbed so the host's settings don't leak into a test.

@@ -9,7 +9,7 @@ import copy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cgpu.backends.local import apply_probe_output
+from cgpu.gpu_probe.answer import apply_probe_output
 from cgpu.report import ReportBuilder
 from tests.conftest import validate_report
 

@@ -97,7 +97,7 @@ def cdi_spec():
 
 @pytest.fixture
 def no_leftover_containers():
-    """Fails the test when a container labelled cgpu.verify=1 outlives it."""
+    """Fails the test when a container labelled cgpu.backends.cdi.verify=1 outlives it."""
     before = labelled_containers()
     yield
     left = labelled_containers() - before
@@ -127,8 +127,8 @@ def service_processes() -> list[str]:
 @pytest.fixture(scope="session")
 def probe_image(stand_in_image) -> str:
     """The real probe image; built once for the session and removed after if the tests built it."""
+    from cgpu.backends.cdi.probe_image import ImageBuildError, ensure_probe_image
     from cgpu.engines import open_engine
-    from cgpu.probe_image import ImageBuildError, ensure_probe_image
 
     try:
         with open_engine("podman", timeout=30) as engine:

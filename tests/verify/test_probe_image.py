@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from cgpu import probe_image
-from cgpu.probe_image import ImageBuildError, image_inputs, image_ref, linked_libraries
+from cgpu.backends.cdi import probe_image
+from cgpu.backends.cdi.probe_image import ImageBuildError, image_inputs, image_ref, linked_libraries
 
 
 def test_tag_is_a_hash_of_the_package_versions():

@@ -8,8 +8,8 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from cgpu.backends.cdi.verify import _read_probe
 from cgpu.report import ReportBuilder
-from cgpu.verify import _read_probe
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),

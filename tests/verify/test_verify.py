@@ -10,10 +10,10 @@ import time
 
 import pytest
 
+from cgpu.backends.cdi.verify import verify_devices
 from cgpu.cdi.versions import max_cdi_version
 from cgpu.engines import detect_engines, version_tuple
 from cgpu.report import ReportBuilder
-from cgpu.verify import verify_devices
 from tests.conftest import REPO, validate_report
 
 from .conftest import labelled_containers, podman, service_processes
@@ -183,7 +183,7 @@ def test_ctrl_c_removes_the_container_and_stops_the_service(stand_in_image, cdi_
     before = labelled_containers()
     code = (
         "from cgpu.report import ReportBuilder\n"
-        "from cgpu.verify import verify_devices\n"
+        "from cgpu.backends.cdi.verify import verify_devices\n"
         f"verify_devices(ReportBuilder('cdi'), ['{kind}=dev0'], {{}}, engine='podman',"
         f" probe_image='{stand_in_image}', timeout=300)\n"
     )
@@ -196,7 +196,12 @@ def test_ctrl_c_removes_the_container_and_stops_the_service(stand_in_image, cdi_
             running = (
                 set(
                     podman(
-                        "ps", "-q", "--filter", "label=cgpu.verify=1", "--filter", f"ancestor={stand_in_image}"
+                        "ps",
+                        "-q",
+                        "--filter",
+                        "label=cgpu.backends.cdi.verify=1",
+                        "--filter",
+                        f"ancestor={stand_in_image}",
                     ).stdout.split()
                 )
                 - before

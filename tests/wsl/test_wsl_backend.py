@@ -269,7 +269,11 @@ def test_missing_distro(fake_wsl):
     (problem,) = report["problems"]
     assert problem["message"].startswith("Wsl/Service/WSL_E_DISTRO_NOT_FOUND: there is no WSL distro named Debian")
     assert report["containers"] == []
-    assert report["evidence"]["cuda"] == "not known: cgpu could not probe the WSL session (see problems)"
+    assert report["evidence"]["cuda"] == "unknown: cgpu could not probe the WSL session (see problems)"
+    assert {api: entry["state"] for api, entry in report["apis"].items()} == {
+        **dict.fromkeys(["cuda", "rocm", "vulkan", "opencl", "directml"], "unknown"),
+        "metal": "absent",
+    }
 
 
 def test_missing_distro_utf16_message_when_wsl_utf8_is_ignored(fake_wsl):
@@ -392,4 +396,4 @@ def test_a_probe_too_big_for_one_argument_is_not_sent(monkeypatch):
     report = ReportBuilder("wsl")
     assert wsl._local_probe_source(report) is None
     [warning] = report.problems
-    assert warning["source"].endswith("container_probe.py") and "too big" in warning["message"]
+    assert warning["source"].endswith("standalone.py") and "too big" in warning["message"]

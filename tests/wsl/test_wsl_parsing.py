@@ -24,7 +24,7 @@ from cgpu.backends.wsl import (
     read_local_result,
 )
 
-SCRIPT = Path(__file__).resolve().parents[2] / "wsl" / "probe.sh"
+SCRIPT = Path(__file__).resolve().parents[2] / "cgpu" / "backends" / "wsl" / "probe.sh"
 key_values = st.dictionaries(
     st.sampled_from(sorted(KEYS)),
     st.lists(st.binary(max_size=64), min_size=1, max_size=3),
@@ -219,10 +219,10 @@ def test_local_probe_runs_from_stdin_without_a_file():
 
     from cgpu.backends.wsl import parse_output
 
-    local_probe = Path(__file__).resolve().parents[2] / "cgpu" / "container_probe.py"
+    local_probe = Path(__file__).resolve().parents[2] / "cgpu" / "gpu_probe" / "standalone.py"
     busybox, python = shutil.which("busybox"), shutil.which("python3")
     if not local_probe.is_file() or busybox is None or python is None:
-        pytest.skip("needs cgpu/container_probe.py (the local backend's probe), busybox and python3")
+        pytest.skip("needs cgpu/gpu_probe/standalone.py (the local backend's probe), busybox and python3")
     done = subprocess.run(
         [busybox, "sh", "-c", SCRIPT.read_text(), "cgpu-wsl-probe", "5", "20"],
         input=local_probe.read_bytes(),

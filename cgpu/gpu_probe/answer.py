@@ -1,22 +1,16 @@
-"""The local backend: run the in-container probe (`cgpu/container_probe.py`) right here and report what it found.
-
-`apply_probe_output` is also how every other backend reads a probe's JSON from a container
-or VM: that output is untrusted (any image can print anything), so it is checked field by
-field and only what passes becomes provide/withhold, devices and problems.
+"""Reading the probe's answer: JSON from this process's children, a container, a VM or a WSL
+session. That output is untrusted (any image can print anything), so it is checked field by
+field and only what passes becomes a state per API, devices and problems.
 """
 
 from __future__ import annotations
 
 import re
-import sys
-from pathlib import Path
 from typing import Any
 
 from cgpu.apis import API_ORDER
 from cgpu.report import ReportBuilder
 
-# The standalone probe file, to copy or mount into containers (as probe.py).
-PROBE_SCRIPT = Path(__file__).resolve().parent.parent / "container_probe.py"
 MAX_TEXT = 500
 MAX_DEVICES = 64
 MAX_DETAILS = 24
@@ -27,27 +21,6 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]+")
 _QUIET_ERRORS = frozenset({None, "library_not_found", "no_device_node", "not_probed"})
 # Errors that mean the probe itself did not get an answer for that API.
 PROBE_FAILURES = frozenset({"timeout", "crashed", "probe_failed", "probe_error", "no_ctypes"})
-
-
-def probe(report: ReportBuilder, *, timeout: float | None = None) -> None:
-    """Probe this environment: each API in a child process, at most `timeout` seconds each."""
-    if not sys.platform.startswith("linux"):
-        report.failed(
-            "local",
-            "the local backend probes a Linux environment (a container or VM); "
-            "on macOS use --backend krunkit, on Windows --backend wsl",
-        )
-        return
-    from cgpu import container_probe as probe_module
-
-    limit = timeout if timeout is not None else probe_module.DEFAULT_TIMEOUT
-    report.progress(f"probing GPU APIs in child processes (up to {limit:g} s)")
-    try:
-        data = probe_module.run_probe(timeout=limit)
-    except OSError as exc:
-        report.failed(str(PROBE_SCRIPT), f"the probe could not run: {exc}")
-        return
-    apply_probe_output(report, data, source="local probe")
 
 
 def read_probe_output(stdout: bytes) -> dict[str, Any] | None:
@@ -66,18 +39,19 @@ def read_probe_output(stdout: bytes) -> dict[str, Any] | None:
 
 
 def apply_probe_output(report: ReportBuilder, data: object, *, source: str) -> None:
-    """Turn one probe answer (parsed JSON, untrusted) into provide/withhold, devices and problems.
+    """Turn one probe answer (parsed JSON, untrusted) into a state per API, devices and problems.
 
     An API is provided only when the probe says `available` AND lists a device it counted;
-    anything inconsistent, missing or malformed is withheld with a problem naming `source`.
-    Metal is never provided. Unusable output (not an object, unknown `probe_version`) withholds
-    every API and adds one error problem; it does not mark the backend failed (the caller decides).
+    inconsistent answers are absent with a problem naming `source`. An API the probe got no
+    answer for (timeout, crash, missing or malformed entry) is unknown. Metal is never provided.
+    Unusable output (not an object, unknown `probe_version`) makes every API unknown and adds
+    one error problem; it does not mark the backend failed (the caller decides).
     """
     unusable = _unusable(data)
     if unusable:
         report.problem("error", source, unusable)
         for api in API_ORDER[:-1]:
-            report.withhold(api, f"no answer: {unusable}")
+            report.unknown(api, f"unknown: {unusable}")
         return
     assert isinstance(data, dict)
     apis = data["apis"]
@@ -100,7 +74,7 @@ def _unusable(data: object) -> str | None:
     version = data.get("probe_version")
     if type(version) is not int:
         return "the probe output has no probe_version: not output of cgpu's probe"
-    from cgpu.container_probe import PROBE_VERSION as known
+    from cgpu.gpu_probe.standalone import PROBE_VERSION as known
 
     if version != known:
         return f"the probe output is version {version}; this cgpu reads version {known} (update cgpu or the probe)"
@@ -111,7 +85,7 @@ def _unusable(data: object) -> str | None:
 
 def _apply_api(report: ReportBuilder, api: str, entry: object, source: str) -> None:
     if not isinstance(entry, dict):
-        report.withhold(api, f"{source}: the probe gave no readable answer for {api}")
+        report.unknown(api, f"unknown: {source}: the probe gave no readable answer for {api}")
         report.problem("warning", source, f"the probe's answer for {api} is missing or not an object")
         return
     summary = _clean(entry.get("summary")) or f"no summary for {api}"
@@ -132,7 +106,10 @@ def _apply_api(report: ReportBuilder, api: str, entry: object, source: str) -> N
     if available and counted:
         report.provide(api, f"{source}: {summary}")
         return
-    report.withhold(api, f"{source}: {summary}")
+    if error in PROBE_FAILURES and not counted:
+        report.unknown(api, f"unknown: {source}: {summary}")
+    else:
+        report.absent(api, f"{source}: {summary}")
     if available:
         report.problem("warning", source, f"the probe says {api} is available but lists no device it counted; withheld")
     elif counted:

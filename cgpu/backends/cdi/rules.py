@@ -11,7 +11,7 @@ from __future__ import annotations
 import posixpath
 import re
 
-from cgpu.backends.cdi_view import ContainerView
+from cgpu.backends.cdi.view import ContainerView
 
 PROVIDED, PARTIAL, ABSENT = "provided", "partial", "absent"
 _RANK = {PROVIDED: 2, PARTIAL: 1, ABSENT: 0}

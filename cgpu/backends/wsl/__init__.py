@@ -207,7 +207,7 @@ def probe(report: ReportBuilder, *, distro: str | None = None, timeout: float | 
 def _could_not_run(report: ReportBuilder, source: str, message: str) -> None:
     report.failed(source, message)
     for api in ("cuda", "rocm", "vulkan", "opencl", "directml"):
-        report.withhold(api, "not known: cgpu could not probe the WSL session (see problems)")
+        report.unknown(api, "unknown: cgpu could not probe the WSL session (see problems)")
 
 
 _INSTALL_WSL = "install WSL 2 (`wsl.exe --install` as administrator, then restart), or point CGPU_WSL_EXE at wsl.exe"
@@ -234,20 +234,22 @@ def _find_wsl_exe(report: ReportBuilder) -> str | None:
 
 
 def _probe_script(report: ReportBuilder) -> str | None:
-    here = Path(__file__).resolve().parent
-    # Installed wheel: cgpu/wsl/probe.sh; source checkout: wsl/probe.sh beside cgpu/.
-    for path in (here.parent / "wsl" / "probe.sh", here.parent.parent / "wsl" / "probe.sh"):
-        if path.is_file():  # text mode turns a Windows checkout's CRLF into the LF sh needs
-            return path.read_text(encoding="utf-8")
-    _could_not_run(
-        report, "cgpu", "the in-session probe wsl/probe.sh is missing from this installation; reinstall cgpu"
-    )
-    return None
+    from importlib.resources import files
+
+    try:  # text mode turns a Windows checkout's CRLF into the LF sh needs
+        return files(__name__).joinpath("probe.sh").read_text(encoding="utf-8")
+    except OSError:
+        _could_not_run(
+            report,
+            "cgpu",
+            "the in-session probe cgpu/backends/wsl/probe.sh is missing from this installation; reinstall cgpu",
+        )
+        return None
 
 
 def _local_probe_source(report: ReportBuilder) -> bytes | None:
     """The local backend's probe (probe.py), to enumerate adapters with the session's python3."""
-    from cgpu.backends.local import PROBE_SCRIPT
+    from cgpu.gpu_probe import PROBE_SCRIPT
 
     try:
         source = PROBE_SCRIPT.read_bytes()
@@ -332,7 +334,7 @@ def parse_output(data: bytes) -> Session:
 
 
 def read_local_result(raw: bytes) -> LocalResult | None:
-    """One `container_probe.py --child API` answer ({available, summary, devices, ...}); None when unusable."""
+    """One `standalone.py --child API` answer ({available, summary, devices, ...}); None when unusable."""
     try:
         data = json.loads(raw)
     except (ValueError, RecursionError):
@@ -409,7 +411,7 @@ def _host_wslconfig_disables_gpu() -> str | None:
 def judge(report: ReportBuilder, session: Session, distro: str, sent_local_probe: bool) -> None:
     source = f"WSL distro {distro}"
     for api, evidence in OTHER_APIS.items():
-        report.withhold(api, evidence)
+        report.absent(api, evidence)
     dri = session.names("dri")
     if dri:
         report.problem(
@@ -422,8 +424,8 @@ def judge(report: ReportBuilder, session: Session, distro: str, sent_local_probe
     gpu_missing = _gpu_missing(session)
     if gpu_missing:
         why = gpu_missing + "."
-        report.withhold("directml", f"not provided: {why}")
-        report.withhold("cuda", f"not provided: {why}")
+        report.absent("directml", f"not provided: {why}")
+        report.absent("cuda", f"not provided: {why}")
         report.problem("warning", source, f"no GPU in this WSL session: {why}")
         return
 
@@ -458,7 +460,7 @@ def _judge_directml(
     """DirectML: /dev/dxg (checked before), libdxcore.so, libd3d12.so and a hardware adapter."""
     missing = [name for name in ("libdxcore.so", "libd3d12.so") if name not in libs]
     if missing:
-        report.withhold(
+        report.absent(
             "directml",
             f"not provided: {' and '.join(missing)} missing from /usr/lib/wsl/lib; "
             "update WSL (`wsl.exe --update`), it ships the D3D12 libraries",
@@ -479,7 +481,7 @@ def _judge_directml(
                 f"adapters (WARP) are not counted; {CONTAINER_NOTE}",
             )
             return True
-        report.withhold(
+        report.absent(
             "directml",
             "not provided: /dev/dxg and the D3D12 libraries are present, but the local "
             f"probe in the session found no hardware adapter ({local.summary or 'no details'}); "
@@ -510,7 +512,7 @@ def _judge_directml(
             "probe can tell hardware adapters from WARP",
         )
         return True
-    report.withhold(
+    report.absent(
         "directml",
         "not provided: /dev/dxg and the D3D12 libraries are present, but no GPU vendor's "
         "driver is in /usr/lib/wsl/drivers and adapters could not be enumerated (install python3 in "
@@ -523,20 +525,20 @@ def _judge_cuda(report: ReportBuilder, libs: set[str], local: LocalResult | None
     """CUDA: NVIDIA's WSL libcuda.so.1 beside /dev/dxg; cuInit (or nvidia-smi) decides when it can run."""
     blocked = "a GPU in TCC mode or Linux NVIDIA packages installed in the distro cause this"
     if "libcuda.so.1" not in libs:
-        report.withhold(
+        report.absent(
             "cuda",
             "not provided: no libcuda.so.1 in /usr/lib/wsl/lib; only NVIDIA's Windows driver (WDDM mode) puts it there",
         )
         return False
     if local is not None and not local.available:
-        report.withhold(
+        report.absent(
             "cuda",
             "not provided: libcuda.so.1 is present but the local probe in the session says: "
             f"{local.summary or 'no details'}; {blocked}",
         )
         return False
     if local is None and smi.ran and not smi.ok and not musl:
-        report.withhold("cuda", f"not provided: libcuda.so.1 is present but nvidia-smi failed ({smi.error}); {blocked}")
+        report.absent("cuda", f"not provided: libcuda.so.1 is present but nvidia-smi failed ({smi.error}); {blocked}")
         return False
     if local is not None:
         how = f"the local probe in the session says: {local.summary or 'CUDA works'}"

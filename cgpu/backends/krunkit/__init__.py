@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any, Final
 
 from cgpu.apis import API_ORDER
-from cgpu.cache import AnswerCache, default_cache_dir, key_digest
-from cgpu.krunkit_vm import (
+from cgpu.backends.krunkit.answer_cache import AnswerCache
+from cgpu.backends.krunkit.vm import (
     BREW_INSTALL,
     LIBKRUN_MACHINE_INIT,
     GuestResult,
@@ -35,6 +35,7 @@ from cgpu.krunkit_vm import (
     list_machines,
     machine_socket,
 )
+from cgpu.cache import default_cache_dir, key_digest
 from cgpu.report import ReportBuilder, current_platform
 from cgpu.run import CommandError, decode, run
 
@@ -77,7 +78,7 @@ def probe(
         return
     _note_platform(report)
     for api in ("cuda", "rocm", "opencl", "directml"):
-        report.withhold(
+        report.absent(
             api,
             f"not provided: a krunkit VM's virtio-gpu carries only Vulkan (Venus) to the Mac's GPU; "
             f"{api} does not reach containers on a Mac",
@@ -97,7 +98,7 @@ def probe(
         if vm_image:
             if exe is None or version is None:
                 report.failed(exe or "krunkit", f"krunkit does not work here; reinstall it: {BREW_INSTALL}")
-                report.withhold("vulkan", "not provided: krunkit does not work on this host, so no VM can carry Vulkan")
+                report.absent("vulkan", "not provided: krunkit does not work on this host, so no VM can carry Vulkan")
                 return
             _probe_booted_vm(report, exe, version, vm_image, probe_image, refresh=refresh, timeout=timeout)
         else:
@@ -107,7 +108,7 @@ def probe(
         if isinstance(exc, VMError) and exc.log_tail:
             message += f"; VM log tail: {exc.log_tail}"
         report.failed(exc.source, message)
-        report.withhold("vulkan", f"unknown: cgpu could not get the Venus probe's answer ({exc.message})")
+        report.unknown("vulkan", f"unknown: cgpu could not get the Venus probe's answer ({exc.message})")
 
 
 # --- where the probe runs ---------------------------------------------------------------
@@ -134,7 +135,7 @@ def _probe_machine(
             "podman not found on PATH: install it (brew install podman) and create a "
             f"libkrun machine ({LIBKRUN_MACHINE_INIT}), or pass --vm-image to boot a VM with krunkit",
         )
-        report.withhold("vulkan", "unknown: no podman machine and no --vm-image to run the Venus probe in")
+        report.unknown("vulkan", "unknown: no podman machine and no --vm-image to run the Venus probe in")
         return
     report.progress("looking for the podman machine")
     machines = list_machines(podman, timeout=quick)
@@ -149,7 +150,7 @@ def _probe_machine(
             f"the machine runs on the {chosen.vm_type or 'unknown'} provider, which gives containers no GPU; "
             f"only libkrun does: recreate it with {LIBKRUN_MACHINE_INIT}",
         )
-        report.withhold(
+        report.absent(
             "vulkan",
             f"not provided: podman machine {chosen.name} uses the {chosen.vm_type or 'unknown'} "
             "provider, which has no virtio-gpu; recreate it on the libkrun provider",
@@ -327,7 +328,7 @@ def _krunkit_missing(report: ReportBuilder) -> None:
         f"krunkit not found on PATH, in $CGPU_KRUNKIT_EXE or in podman's helper directories"
         f"{where}; install it: {BREW_INSTALL}",
     )
-    report.withhold(
+    report.absent(
         "vulkan",
         f"not provided: krunkit is not installed, so no VM can carry Vulkan to the GPU; install it: {BREW_INSTALL}",
     )
@@ -413,7 +414,7 @@ def _well_formed(answer: Any) -> bool:
 
 def _apply(report: ReportBuilder, answer: dict[str, Any]) -> None:
     vulkan = answer["vulkan"]
-    (report.provide if vulkan["provided"] else report.withhold)("vulkan", vulkan["evidence"])
+    (report.provide if vulkan["provided"] else report.absent)("vulkan", vulkan["evidence"])
     for device in answer["devices"]:
         details = {k: v for k, v in device.items() if k not in ("name", "apis")}
         report.device(device["name"], device["apis"], **details)
@@ -432,7 +433,7 @@ def judge(result: GuestResult, *, where: str, image: str) -> dict[str, Any]:
     and keeps only clean device entries; the probe's counting rules decide which device counts,
     and the krunkit rule on top is: a Venus device that is not a CPU and allocated memory.
     Raises ProbeFailed when the run said nothing usable about Vulkan."""
-    from cgpu.backends.local import PROBE_FAILURES, apply_probe_output, read_probe_output
+    from cgpu.gpu_probe.answer import PROBE_FAILURES, apply_probe_output, read_probe_output
 
     stderr = decode(result.stderr).strip()
     source = f"probe image {image}"

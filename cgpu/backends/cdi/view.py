@@ -12,7 +12,7 @@ import posixpath
 import re
 from typing import cast
 
-from cgpu.backends.cdi_host import HostFS
+from cgpu.backends.cdi.host import HostFS
 from cgpu.cdi.model import ContainerEdits, DeviceNode, Hook, Mount
 
 NVIDIA_HOOK_BINARIES = frozenset({"nvidia-cdi-hook", "nvidia-ctk"})

@@ -14,9 +14,9 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from cgpu.backends.cdi_host import HostFS, HostTrace
-from cgpu.backends.cdi_rules import PARTIAL, PROVIDED, Finding, judge
-from cgpu.backends.cdi_view import ContainerView, is_bind, node_fully_specified, risky_edits
+from cgpu.backends.cdi.host import HostFS, HostTrace
+from cgpu.backends.cdi.rules import PARTIAL, PROVIDED, Finding, judge
+from cgpu.backends.cdi.view import ContainerView, is_bind, node_fully_specified, risky_edits
 from cgpu.cdi.model import ContainerEdits, ResolvedDevice, ScanResult, Spec
 from cgpu.report import ReportBuilder
 
@@ -392,7 +392,7 @@ def _evidence(
             continue
         partial = [a for a in runnable if a.findings[api].state == PARTIAL]
         if partial:
-            report.withhold(api, f"partial: {_lead(partial)} {partial[0].findings[api].text}")
+            report.absent(api, f"partial: {_lead(partial)} {partial[0].findings[api].text}")
             continue
         stopped = [a for a in blocked if a.findings[api].state == PROVIDED]
         short = [a for a in blocked if a.findings[api].state == PARTIAL]
@@ -406,12 +406,12 @@ def _evidence(
                 else f"{first.missing[0][1]} does not exist on the host"
             )
             if stopped:
-                report.withhold(
+                report.absent(
                     api,
                     f"not provided: {_lead(stopped)} would give {api} but no container with it can start, as {cause}",
                 )
             else:
-                report.withhold(
+                report.absent(
                     api,
                     f"not provided: no container with {_lead(short)} can start, as {cause}, "
                     f"and it {first.findings[api].text}",
@@ -419,17 +419,17 @@ def _evidence(
             continue
         if answers:
             base = runnable or answers
-            report.withhold(api, f"not provided: {_lead(base)} {base[0].findings[api].text}")
+            report.absent(api, f"not provided: {_lead(base)} {base[0].findings[api].text}")
         elif ignored:
-            report.withhold(
+            report.absent(
                 api,
                 f"not provided: the engine ignores the spec that defines {_names(ignored)}, as its "
                 f"cdiVersion is newer than the engine accepts",
             )
         elif scan.devices:
-            report.withhold(api, "not provided: none of the requested CDI devices resolves")
+            report.absent(api, "not provided: none of the requested CDI devices resolves")
         else:
-            report.withhold(api, f"not provided: no valid CDI spec defines a device in {', '.join(dirs)}")
+            report.absent(api, f"not provided: no valid CDI spec defines a device in {', '.join(dirs)}")
 
 
 def _verify(
@@ -441,8 +441,8 @@ def _verify(
     probe_image: str | None,
     timeout: float | None,
 ) -> None:
+    from cgpu.backends.cdi.verify import verify_devices
     from cgpu.cdi.scan import DEFAULT_SPEC_DIRS
-    from cgpu.verify import verify_devices
 
     own = [d for d in dirs if os.path.realpath(d) not in {os.path.realpath(e) for e in DEFAULT_SPEC_DIRS}]
     if own:

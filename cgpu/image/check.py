@@ -3,15 +3,17 @@
 The image is read without running it (cgpu.image.source), the checks look at its files
 (cgpu.image.checks), and the answer is one dict:
 
-  image, source, os, architecture, verdict (yes|no|unknown), reason,
+  image, source, os, architecture, status, verdict (yes|no|unknown), reason,
   checks [{name, status (pass|fail|unknown|skip), evidence, fix, required}],
   problems [{severity, source, message}], cgpu_version, checked_at
 
 With --machine, cgpu's probe also runs in the image inside that krunkit VM (through the
 krunkit backend, `probe_image=REF`), and a probe that ran decides the verdict.
 
-Exit status (cgpu.cli.ExitCode): 0 yes; 4 no; 5 unknown; 1 the image could not be read (or
-the probe asked for with --machine did not run); 2 bad usage; 3 internal error.
+`status` says whether the check was done: `checked`, `unreadable` (the image could not be
+read: the verdict is `unknown` for want of an image, not for want of evidence in it),
+`probe_failed` (the probe asked for with --machine did not run; the verdict is the files')
+or `internal_error`. The CLI maps status and verdict to its exit status.
 """
 
 from __future__ import annotations
@@ -25,8 +27,7 @@ from cgpu import __version__
 
 def check_image(
     ref: str, *, machine: str | None = None, timeout: float | None = None, progress: Callable[[str], None] | None = None
-) -> tuple[dict[str, Any], int]:
-    from cgpu.cli import ExitCode
+) -> dict[str, Any]:
     from cgpu.image.checks import check_dicts, run_checks, verdict
     from cgpu.image.fs import ImageReadError
     from cgpu.image.source import open_image
@@ -36,6 +37,7 @@ def check_image(
         "source": "",
         "os": "",
         "architecture": "",
+        "status": "checked",
         "verdict": "unknown",
         "reason": "",
         "checks": [],
@@ -52,7 +54,8 @@ def check_image(
     except ImageReadError as exc:
         result["reason"] = f"could not read the image: {exc}"
         problems.append({"severity": "error", "source": ref, "message": str(exc)})
-        return result, ExitCode.COULD_NOT_RUN
+        result["status"] = "unreadable"
+        return result
     except KeyboardInterrupt:
         raise
     except Exception as exc:  # a bug in cgpu: still one answer, never a traceback
@@ -64,17 +67,15 @@ def check_image(
                 "message": f"internal error, please report it: {type(exc).__name__}: {exc}",
             }
         )
-        return result, ExitCode.INTERNAL
+        result["status"] = "internal_error"
+        return result
     problems += found
     result["os"], result["architecture"] = info["os"], info["architecture"]
     result["checks"] = check_dicts(checks)
     result["verdict"], result["reason"] = verdict(checks)
-    ran = True
-    if machine is not None:
-        ran = _probe_in_machine(result, ref, machine, timeout=timeout, progress=progress)
-    if not ran:
-        return result, ExitCode.COULD_NOT_RUN
-    return result, {"yes": ExitCode.OK, "no": ExitCode.IMAGE_NO, "unknown": ExitCode.IMAGE_UNKNOWN}[result["verdict"]]
+    if machine is not None and not _probe_in_machine(result, ref, machine, timeout=timeout, progress=progress):
+        result["status"] = "probe_failed"
+    return result
 
 
 def _probe_in_machine(

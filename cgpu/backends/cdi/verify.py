@@ -2,7 +2,7 @@
 per CDI device, through the engine's API, and compare its answer with the static one.
 
 The static answer is a prediction from the spec files; this is the check. Each device gets
-one container (no network, labelled `cgpu.verify=1`, removed on every path) that starts
+one container (no network, labelled `cgpu.backends.cdi.verify=1`, removed on every path) that starts
 from the probe image with only that device injected and runs `python3 /cgpu-probe.py`.
 Its live APIs go beside the static ones in the device entry, and every disagreement is a
 problem naming the device, the API and both answers.
@@ -114,7 +114,7 @@ def _image(report: ReportBuilder, eng: Engine, probe_image: str | None, timeout:
                 f"`{eng.name} pull {probe_image}` first"
             )
         return probe_image, "given with --probe-image"
-    from cgpu.probe_image import ensure_probe_image
+    from cgpu.backends.cdi.probe_image import ensure_probe_image
 
     ref, seconds = ensure_probe_image(eng, timeout=timeout, progress=report.progress)
     if seconds is None:
@@ -201,7 +201,7 @@ def _read_probe(
     """The live APIs, their evidence and the devices seen, from the probe's JSON (untrusted: it
     came out of a container), judged by the same rules as `cgpu probe --backend local`; or why
     there is no answer."""
-    from cgpu.backends.local import apply_probe_output, read_probe_output
+    from cgpu.gpu_probe.answer import apply_probe_output, read_probe_output
 
     data = read_probe_output(stdout)
     if data is None:
@@ -238,6 +238,6 @@ def _device_entry(report: ReportBuilder, name: str, static_apis: list[str]) -> d
 
 
 def _probe_source() -> bytes:
-    from cgpu.backends.local import PROBE_SCRIPT
+    from cgpu.gpu_probe import PROBE_SCRIPT
 
     return PROBE_SCRIPT.read_bytes()

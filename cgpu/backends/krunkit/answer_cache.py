@@ -1,0 +1,164 @@
+"""A small on-disk cache of answers: JSON dicts stored under a key made of what decides them.
+
+An answer costs a VM boot or a container run, so a doctor run that asks again should read
+it back. The key is a JSON-able dict of everything the answer depends on (tool versions,
+image digest, VM, host); change any part and it is a different entry. Entries expire after
+a time limit.
+
+Writes are atomic (temp file + `os.replace`), and `locked()` serialises two runs that
+compute the same key, so the second reads the first's answer instead of booting a second
+VM. Nothing here raises for a broken cache: a corrupt file, a read-only directory or a full
+disk becomes a warning passed to `warn` and the caller computes a fresh answer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from cgpu.cache import default_cache_dir, key_digest
+
+Warn = Callable[[str, str], None]  # (source, message)
+
+FORMAT = 1
+_LOCK_POLL_S = 0.05
+
+
+class AnswerCache:
+    """Entries of one kind (`name`) under `directory/name/`, each a file named by its key's hash."""
+
+    def __init__(self, name: str, *, ttl: float, warn: Warn, directory: Path | None = None) -> None:
+        self.directory = (directory or default_cache_dir()) / name
+        self.ttl = ttl
+        self._warn = warn
+
+    def path(self, key: Mapping[str, Any]) -> Path:
+        return self.directory / f"{key_digest(key)}.json"
+
+    def get(self, key: Mapping[str, Any]) -> tuple[dict[str, Any], float] | None:
+        """The stored value and when it was stored (epoch seconds), or None when there is no
+        fresh entry for exactly this key."""
+        path = self.path(key)
+        try:
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            self._warn(str(path), f"could not read the cached answer ({exc.strerror or exc}); checking afresh")
+            return None
+        try:
+            entry = json.loads(raw)
+            stored_at = float(entry["stored_at"])
+            value = entry["value"]
+            same_key = entry["format"] == FORMAT and entry["key"] == json.loads(json.dumps(key, default=str))
+            if not isinstance(value, dict):
+                raise TypeError("value is not an object")
+        except (ValueError, TypeError, KeyError, RecursionError) as exc:
+            self._warn(str(path), f"the cached answer is corrupt ({type(exc).__name__}: {exc}); checking afresh")
+            return None
+        if not same_key:
+            return None
+        age = time.time() - stored_at
+        if age < -60 or age > self.ttl:  # expired, or stored "in the future" (clock change)
+            return None
+        return value, stored_at
+
+    def put(self, key: Mapping[str, Any], value: Mapping[str, Any]) -> bool:
+        """Store atomically; False (and a warning) when the cache could not be written."""
+        import tempfile
+
+        path = self.path(key)
+        entry = {"format": FORMAT, "key": key, "stored_at": time.time(), "value": value}
+        data = json.dumps(entry, indent=1, default=str).encode()
+        tmp_name = None
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            fd, tmp_name = tempfile.mkstemp(prefix=path.stem, suffix=".tmp", dir=self.directory)
+            with os.fdopen(fd, "wb") as tmp:
+                tmp.write(data)
+                tmp.flush()
+                os.fsync(tmp.fileno())
+            os.replace(tmp_name, path)
+            tmp_name = None
+            return True
+        except OSError as exc:
+            self._warn(
+                str(path),
+                f"could not store the answer in the cache ({exc.strerror or exc}); the next run will check afresh",
+            )
+            return False
+        finally:
+            if tmp_name is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp_name)
+
+    @contextlib.contextmanager
+    def locked(self, key: Mapping[str, Any], *, timeout: float) -> Iterator[bool]:
+        """Hold this key's lock while computing its answer; yields False (after a warning)
+        when the lock could not be had within `timeout` or at all: go on without it."""
+        lock_path = self.directory / f"{key_digest(key)}.lock"
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            handle = open(lock_path, "a+b")
+        except OSError as exc:
+            self._warn(str(lock_path), f"could not create the cache lock ({exc.strerror or exc}); going on without it")
+            yield False
+            return
+        with handle:
+            deadline = time.monotonic() + timeout
+            while True:
+                try:
+                    _lock(handle)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        self._warn(
+                            str(lock_path),
+                            f"another cgpu run held this lock for over {timeout:g} s; going on without it",
+                        )
+                        yield False
+                        return
+                    time.sleep(_LOCK_POLL_S)
+                except OSError as exc:
+                    self._warn(str(lock_path), f"could not lock ({exc.strerror or exc}); going on without it")
+                    yield False
+                    return
+            try:
+                yield True
+            finally:
+                with contextlib.suppress(OSError):
+                    _unlock(handle)
+
+
+def _lock(handle: Any) -> None:
+    """Non-blocking exclusive lock; BlockingIOError while someone else holds it."""
+    if sys.platform == "win32":
+        import msvcrt
+
+        handle.seek(0)
+        try:
+            msvcrt.locking(handle.fileno(), msvcrt.LK_NBLCK, 1)
+        except PermissionError as exc:  # msvcrt says EACCES for "locked by another process"
+            raise BlockingIOError(str(exc)) from exc
+    else:
+        import fcntl
+
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
+def _unlock(handle: Any) -> None:
+    if sys.platform == "win32":
+        import msvcrt
+
+        handle.seek(0)
+        msvcrt.locking(handle.fileno(), msvcrt.LK_UNLCK, 1)
+    else:
+        import fcntl
+
+        fcntl.flock(handle.fileno(), fcntl.LOCK_UN)

@@ -1,0 +1,33 @@
+"""The local backend: run the probe (`cgpu/gpu_probe/standalone.py`) right here and report what it found."""
+
+from __future__ import annotations
+
+import sys
+
+from cgpu.apis import API_ORDER
+from cgpu.gpu_probe import PROBE_SCRIPT
+from cgpu.gpu_probe.answer import apply_probe_output
+from cgpu.report import ReportBuilder
+
+
+def probe(report: ReportBuilder, *, timeout: float | None = None) -> None:
+    """Probe this environment: each API in a child process, at most `timeout` seconds each."""
+    if not sys.platform.startswith("linux"):
+        report.failed(
+            "local",
+            "the local backend probes a Linux environment (a container or VM); "
+            "on macOS use --backend krunkit, on Windows --backend wsl",
+        )
+        return
+    from cgpu.gpu_probe import standalone as probe_module
+
+    limit = timeout if timeout is not None else probe_module.DEFAULT_TIMEOUT
+    report.progress(f"probing GPU APIs in child processes (up to {limit:g} s)")
+    try:
+        data = probe_module.run_probe(timeout=limit)
+    except OSError as exc:
+        report.failed(str(PROBE_SCRIPT), f"the probe could not run: {exc}")
+        return
+    apply_probe_output(report, data, source="local probe")
+    if all(report.state(api) == "unknown" for api in API_ORDER if api != "metal"):
+        report.failed("local probe", "the probe got no answer for any GPU API (see problems)")
