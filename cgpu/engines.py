@@ -23,8 +23,8 @@ from typing import Any
 from cgpu.run import CommandError, decode, kill_group, run
 
 # Every container cgpu starts carries this label, so a user (and the tests) can find one
-# that outlived its run: `podman ps -a --filter label=cgpu.backends.cdi.verify=1`.
-LABELS = {"cgpu.backends.cdi.verify": "1"}
+# that outlived its run: `podman ps -a --filter label=cgpu.verify=1`.
+LABELS = {"cgpu.verify": "1"}
 
 # Largest probe output read back from a container; anything longer is not a probe answer.
 MAX_LOG_BYTES = 4 * 1024 * 1024

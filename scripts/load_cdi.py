@@ -284,7 +284,7 @@ def verify_load(runs: int, seconds: float) -> dict[str, Any]:
 
 def _labelled(podman: str) -> set[str]:
     done = subprocess.run(
-        [podman, "ps", "-a", "-q", "--filter", "label=cgpu.backends.cdi.verify=1"],
+        [podman, "ps", "-a", "-q", "--filter", "label=cgpu.verify=1"],
         capture_output=True,
         text=True,
         timeout=60,

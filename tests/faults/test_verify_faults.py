@@ -1,6 +1,6 @@
 """`--verify` faults against real podman: the service dies mid-call, Ctrl-C while a probe
 container runs, an engine that is missing or never answers. Nothing may stay behind: no
-container labelled cgpu.backends.cdi.verify=1, no podman service, no socket folder."""
+container labelled cgpu.verify=1, no podman service, no socket folder."""
 
 from __future__ import annotations
 
@@ -26,9 +26,9 @@ def device(cdi_spec, tmp_path):
 
 
 def _probe_containers(image: str, *flags: str) -> list[str]:
-    """Containers labelled cgpu.backends.cdi.verify=1 from this test's image (other runs on the host have their own)."""
+    """Containers labelled cgpu.verify=1 from this test's image (other runs on the host have their own)."""
     return podman(
-        "ps", *flags, "-q", "--filter", "label=cgpu.backends.cdi.verify=1", "--filter", f"ancestor={image}"
+        "ps", *flags, "-q", "--filter", "label=cgpu.verify=1", "--filter", f"ancestor={image}"
     ).stdout.split()
 
 

@@ -97,7 +97,7 @@ def cdi_spec():
 
 @pytest.fixture
 def no_leftover_containers():
-    """Fails the test when a container labelled cgpu.backends.cdi.verify=1 outlives it."""
+    """Fails the test when a container labelled cgpu.verify=1 outlives it."""
     before = labelled_containers()
     yield
     left = labelled_containers() - before

@@ -199,7 +199,7 @@ def test_ctrl_c_removes_the_container_and_stops_the_service(stand_in_image, cdi_
                         "ps",
                         "-q",
                         "--filter",
-                        "label=cgpu.backends.cdi.verify=1",
+                        "label=cgpu.verify=1",
                         "--filter",
                         f"ancestor={stand_in_image}",
                     ).stdout.split()
