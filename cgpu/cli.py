@@ -15,11 +15,12 @@ Either way everything cgpu started has been stopped first.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from enum import IntEnum
 from typing import Any
 
@@ -58,15 +59,53 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     probe = sub.add_parser("probe", help="report the GPU APIs containers get on this node")
-    probe.add_argument("--backend", choices=BACKENDS, help="default: cdi on Linux, wsl on Windows, krunkit on macOS")
     probe.add_argument("--json", action="store_true", help="print the report as one JSON object")
-    probe.add_argument("--timeout", type=_seconds, metavar="SECONDS", help="limit for each command cgpu runs")
-    probe.add_argument(
+    _add_probe_options(probe)
+
+    watch = sub.add_parser(
+        "watch",
+        help="keep an answer file and/or an NFD feature file current (re-probes on change and at an interval)",
+        description=(
+            "Probe, write the answer, then probe again whenever a spec dir changes, the NVIDIA driver version "
+            "changes, and every --interval seconds. Runs until SIGTERM or Ctrl-C. Example: cgpu watch "
+            "--nfd-file /etc/kubernetes/node-feature-discovery/features.d/cgpu --answer-file /run/cgpu/answer.json"
+        ),
+    )
+    watch.add_argument("--answer-file", metavar="PATH", help="keep the JSON report here (replaced atomically)")
+    watch.add_argument("--nfd-file", metavar="PATH", help="keep a Node Feature Discovery feature file here")
+    watch.add_argument(
+        "--interval", type=_seconds, default=300.0, metavar="SECONDS", help="probe at least this often (default: 300)"
+    )
+    watch.add_argument(
+        "--expiry",
+        type=_seconds,
+        metavar="SECONDS",
+        help="NFD drops the labels this long after the last write (default: 3 intervals)",
+    )
+    _add_probe_options(watch)
+
+    image = sub.add_parser("image", help="image tools")
+    image_sub = image.add_subparsers(dest="image_command", required=True, metavar="COMMAND")
+    check = image_sub.add_parser("check", help="would this image get vulkan under krunkit (Mesa/Venus)?")
+    check.add_argument("ref", help="podman/docker image, oci-archive:PATH, docker-archive:PATH or dir:PATH")
+    check.add_argument("--json", action="store_true")
+    check.add_argument("--machine", metavar="NAME", help="also run the probe in this krunkit VM")
+    check.add_argument("--timeout", type=_seconds, metavar="SECONDS")
+
+    sub.add_parser("schema", help="print the JSON Schema of the probe report")
+    return parser
+
+
+def _add_probe_options(parser: argparse.ArgumentParser) -> None:
+    """The options that choose and steer a backend: shared by `probe` and `watch`."""
+    parser.add_argument("--backend", choices=BACKENDS, help="default: cdi on Linux, wsl on Windows, krunkit on macOS")
+    parser.add_argument("--timeout", type=_seconds, metavar="SECONDS", help="limit for each command cgpu runs")
+    parser.add_argument(
         "--probe-image",
         metavar="REF",
         help="a local image that runs cgpu's probe (cdi --verify, krunkit); never pulled",
     )
-    cdi = probe.add_argument_group("cdi backend (Linux)")
+    cdi = parser.add_argument_group("cdi backend (Linux)")
     cdi.add_argument(
         "--spec-dir",
         dest="spec_dirs",
@@ -88,23 +127,12 @@ def _parser() -> argparse.ArgumentParser:
         help="only these qualified device names (vendor/class=name), repeatable",
     )
     cdi.add_argument("--verify", action="store_true", help="also run the probe in a real container per device")
-    wsl = probe.add_argument_group("wsl backend (Windows)")
+    wsl = parser.add_argument_group("wsl backend (Windows)")
     wsl.add_argument("--distro", metavar="NAME", help="the WSL distro of the agent's containers session")
-    krunkit = probe.add_argument_group("krunkit backend (macOS)")
+    krunkit = parser.add_argument_group("krunkit backend (macOS)")
     krunkit.add_argument("--machine", metavar="NAME", help="the podman machine (libkrun provider) to use")
     krunkit.add_argument("--vm-image", metavar="PATH", help="boot this disk image with krunkit instead")
     krunkit.add_argument("--refresh", action="store_true", help="ignore the cached answer")
-
-    image = sub.add_parser("image", help="image tools")
-    image_sub = image.add_subparsers(dest="image_command", required=True, metavar="COMMAND")
-    check = image_sub.add_parser("check", help="would this image get vulkan under krunkit (Mesa/Venus)?")
-    check.add_argument("ref", help="podman/docker image, oci-archive:PATH, docker-archive:PATH or dir:PATH")
-    check.add_argument("--json", action="store_true")
-    check.add_argument("--machine", metavar="NAME", help="also run the probe in this krunkit VM")
-    check.add_argument("--timeout", type=_seconds, metavar="SECONDS")
-
-    sub.add_parser("schema", help="print the JSON Schema of the probe report")
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -122,6 +150,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return ExitCode.OK
         if args.command == "image":
             return _image_check(args)
+        if args.command == "watch":
+            return _watch(parser, args)
         return _probe(parser, args)
     except Terminated:
         print("cgpu: terminated", file=sys.stderr)
@@ -134,18 +164,25 @@ def main(argv: Sequence[str] | None = None) -> int:
             signal.signal(signal.SIGTERM, previous)
 
 
-def _probe(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    backend = args.backend or default_backend()
+_WATCH_ONLY = ("answer_file", "nfd_file", "interval", "expiry")
+
+
+def _backend_options(parser: argparse.ArgumentParser, args: argparse.Namespace, backend: str) -> dict[str, Any]:
+    """The backend options given on the command line; one of another backend is a usage error."""
     given = {
         key: value
         for key, value in vars(args).items()
-        if key not in ("command", "backend", "json") and value not in (None, False)
+        if key not in ("command", "backend", "json", *_WATCH_ONLY) and value not in (None, False)
     }
     misplaced = set(given) - OPTIONS[backend]
     if misplaced:
         flags = ", ".join("--" + key.removesuffix("s").replace("_", "-") for key in sorted(misplaced))
         parser.error(f"{flags} do(es) not apply to --backend {backend}")
-    progress = None if args.json else _progress
+    return given
+
+
+def _run(backend: str, given: dict[str, Any], progress: Callable[[str], None] | None) -> tuple[ReportBuilder, int]:
+    """Run the backend: its report and the exit status it earns (a bug in cgpu is a report too)."""
     try:
         builder = run_backend(backend, given, progress=progress)
         if builder.bad_usage:
@@ -163,7 +200,15 @@ def _probe(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if code == ExitCode.USAGE:  # nothing was checked: no report that could pass for an answer
         for problem in builder.problems:
             if problem["severity"] == "error":
-                print(f"cgpu probe: error: {problem['message']}", file=sys.stderr)
+                print(f"cgpu: error: {problem['message']}", file=sys.stderr)
+    return builder, code
+
+
+def _probe(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    backend = args.backend or default_backend()
+    given = _backend_options(parser, args, backend)
+    builder, code = _run(backend, given, None if args.json else _progress)
+    if code == ExitCode.USAGE:
         return code
     report = builder.build()
     if args.json:
@@ -173,6 +218,53 @@ def _probe(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 
         _emit(render_report(report))
     return code
+
+
+def _watch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """Runs until SIGTERM (143) or Ctrl-C (130); bad usage found on the first probe is 2."""
+    from cgpu.fleet.watch import watch
+
+    if not (args.answer_file or args.nfd_file):
+        parser.error("give --answer-file, --nfd-file or both: watch keeps its answer there")
+    backend = args.backend or default_backend()
+    given = _backend_options(parser, args, backend)
+    spec_dirs: list[str] = []
+    if backend == "cdi":
+        from cgpu.cdi.scan import DEFAULT_SPEC_DIRS
+
+        spec_dirs = list(args.spec_dirs or DEFAULT_SPEC_DIRS)
+
+    def probe() -> dict[str, Any]:
+        builder, code = _run(backend, given, None)
+        if code == ExitCode.USAGE:
+            raise _BadUsage()
+        return builder.build()
+
+    def log(message: str) -> None:
+        stamp = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+        print(f"cgpu watch {stamp} {message}", file=sys.stderr, flush=True)
+
+    try:
+        watch(
+            probe,
+            spec_dirs=spec_dirs,
+            root=args.root or "/",
+            answer_file=args.answer_file,
+            nfd_file=args.nfd_file,
+            interval=args.interval,
+            expiry=args.expiry or 3 * args.interval,
+            log=log,
+        )
+    except _BadUsage:
+        return ExitCode.USAGE
+    except OSError as exc:  # the answer or feature file cannot be written
+        print(f"cgpu watch: error: {exc}", file=sys.stderr)
+        return ExitCode.COULD_NOT_RUN
+    return ExitCode.OK
+
+
+class _BadUsage(Exception):
+    """The first probe found the options cannot work (already printed)."""
 
 
 def _image_check(args: argparse.Namespace) -> int:

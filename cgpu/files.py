@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
@@ -27,4 +28,26 @@ def open_regular(path: str) -> IO[bytes]:
         return os.fdopen(fd, "rb")
     except BaseException:
         os.close(fd)
+        raise
+
+
+def write_atomic(path: str, data: bytes, *, mode: int = 0o644) -> None:
+    """Replace `path` with `data` so that a reader sees the old file or the new one, never a
+    part: a hidden temporary file in the same directory (readers such as nfd-worker skip hidden
+    files), flushed to disk, then renamed over. The temporary file is removed on every failure,
+    Ctrl-C and SIGTERM included."""
+    import tempfile
+
+    directory, name = os.path.split(os.path.abspath(path))
+    fd, temporary = tempfile.mkstemp(dir=directory, prefix=f".{name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(temporary, mode)
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
         raise

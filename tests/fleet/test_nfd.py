@@ -1,0 +1,136 @@
+"""The NFD feature file, read back the way nfd-worker and nfd-master read it.
+
+`read_features_dir` follows node-feature-discovery `source/local/local.go` (getFeaturesFromFiles,
+getFileContent, parseFeatureFile, parseDirectives) and `pkg/apis/nfd/validate/validate.go`
+(Label): it is written from that source, not from cgpu's code, so the tests check the file
+against what NFD will do with it."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import re
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from cgpu.files import write_atomic
+from cgpu.fleet.nfd import feature_file, label_value, labels
+from cgpu.report import ReportBuilder
+from tests.conftest import validate_report
+
+NS = "cgpu.feature.node.kubernetes.io"
+NOW = datetime.datetime.now(datetime.timezone.utc)
+
+_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+def kubernetes_label_ok(key: str, value: str) -> bool:
+    """apimachinery IsQualifiedName(key) and IsValidLabelValue(value), and NFD's namespace rule."""
+    prefix, slash, name = key.rpartition("/")
+    if not slash or not prefix or len(prefix) > 253 or not all(_DNS_LABEL.match(p) for p in prefix.split(".")):
+        return False
+    if not (0 < len(name) <= 63 and _NAME.match(name)):
+        return False
+    if prefix != "feature.node.kubernetes.io" and not prefix.endswith(".feature.node.kubernetes.io"):
+        return False  # denied by default (kubernetes.io and its sub-namespaces)
+    return value == "" or (len(value) <= 63 and bool(_NAME.match(value)))
+
+
+def read_features_dir(directory: Path, now: datetime.datetime = NOW) -> dict[str, str]:
+    """The labels nfd-worker would publish from `directory`."""
+    found: dict[str, str] = {}
+    for entry in sorted(os.listdir(directory)):
+        if entry.startswith("."):
+            continue  # hidden files are ignored
+        path = directory / entry
+        if not path.is_file() or path.stat().st_size > 65536:
+            continue
+        expiry = now
+        for raw in path.read_bytes().split(b"\n"):
+            line = raw.decode().strip()
+            if not line:
+                continue
+            if line.startswith("#"):
+                if line.startswith("# +expiry-time="):
+                    expiry = datetime.datetime.fromisoformat(line.split("=", 1)[1].strip().replace("Z", "+00:00"))
+                continue
+            if expiry < now:
+                continue
+            key, eq, value = line.partition("=")
+            found[key] = value if eq else "true"
+    return {key: value for key, value in found.items() if kubernetes_label_ok(key, value)}
+
+
+def _report(provided=(), unknown=(), failed=False) -> dict:
+    builder = ReportBuilder("cdi")
+    for api in provided:
+        builder.provide(api, f"{api} is here")
+    for api in unknown:
+        builder.unknown(api, f"unknown: {api} could not be told")
+    if failed:
+        builder.failed("cdi", "could not run")
+    report = builder.build()
+    validate_report(report)
+    return report
+
+
+def _write(directory: Path, report: dict, *, expires: datetime.datetime) -> None:
+    directory.mkdir(exist_ok=True)
+    write_atomic(str(directory / "cgpu"), feature_file(report, expires=expires).encode())
+
+
+def test_provided_apis_are_true_unknown_are_unknown_absent_have_no_label(tmp_path):
+    report = _report(provided=["cuda", "opencl"], unknown=["vulkan"])
+    _write(tmp_path, report, expires=NOW + datetime.timedelta(minutes=15))
+    assert read_features_dir(tmp_path) == {
+        f"{NS}/cuda": "true",
+        f"{NS}/opencl": "true",
+        f"{NS}/vulkan": "unknown",
+        f"{NS}/backend": "cdi",
+        f"{NS}/version": report["cgpu_version"],
+        f"{NS}/format": "2",
+    }
+
+
+def test_a_backend_that_could_not_run_labels_every_api_unknown(tmp_path):
+    _write(tmp_path, _report(failed=True), expires=NOW + datetime.timedelta(minutes=15))
+    got = read_features_dir(tmp_path)
+    assert {k.split("/")[1]: v for k, v in got.items() if v in ("true", "unknown")} == {
+        api: "unknown" for api in ("cuda", "rocm", "vulkan", "opencl", "directml")
+    }
+
+
+def test_an_expired_file_publishes_nothing(tmp_path):
+    _write(tmp_path, _report(provided=["cuda"]), expires=NOW - datetime.timedelta(seconds=1))
+    assert read_features_dir(tmp_path) == {}
+
+
+def test_every_label_passes_kubernetes_syntax_and_nfd_namespaces():
+    report = _report(provided=["cuda", "rocm", "vulkan", "opencl", "directml"])
+    for key, value in labels(report).items():
+        assert kubernetes_label_ok(key, value), (key, value)
+
+
+def test_the_temporary_file_is_hidden_so_nfd_never_reads_a_partial_file(tmp_path, monkeypatch):
+    """A write that fails half way leaves the old file and no temporary file."""
+    _write(tmp_path, _report(provided=["cuda"]), expires=NOW + datetime.timedelta(minutes=5))
+    before = (tmp_path / "cgpu").read_bytes()
+
+    def full_disk(fd):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full_disk)
+    with pytest.raises(OSError):
+        _write(tmp_path, _report(provided=["vulkan"]), expires=NOW + datetime.timedelta(minutes=5))
+    assert (tmp_path / "cgpu").read_bytes() == before
+    assert os.listdir(tmp_path) == ["cgpu"]
+
+
+@given(st.text(max_size=200))
+def test_any_version_text_becomes_a_valid_label_value(text):
+    value = label_value(text)
+    assert value == "" or (len(value) <= 63 and _NAME.match(value))

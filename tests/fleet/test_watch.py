@@ -1,0 +1,252 @@
+"""`cgpu watch` through the real CLI (and `watch()` in-process where a test must count probes):
+changes are seen within 2 s with inotify and within one poll without it, readers never see a
+partial file, SIGTERM ends it at once with nothing half-written, and bursts are coalesced."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from cgpu.fleet import watch as watch_module
+from tests.conftest import REPO, validate_report
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="watch tests use Linux paths")
+
+SAMPLES = REPO / "cdi-samples"
+SPEC = SAMPLES / "nvidia-current" / "spec" / "nvidia.yaml"
+COMPUTE_ONLY = next((SAMPLES / "nvidia-compute-only" / "spec").glob("*.yaml"))
+NVIDIA_HOST = SAMPLES / "hosts" / "nvidia-580"
+
+
+@pytest.fixture
+def node(tmp_path):
+    """A spec dir, a private copy of a host root (so its driver version can change) and an output dir."""
+    etc, out = tmp_path / "etc", tmp_path / "out"
+    etc.mkdir()
+    out.mkdir()
+    host = tmp_path / "host"
+    shutil.copytree(NVIDIA_HOST, host, symlinks=True)
+    return etc, host, out
+
+
+class Watcher:
+    """A running `cgpu watch` and a reader that polls its files meanwhile, as an agent would."""
+
+    def __init__(self, etc: Path, host: Path, out: Path, *extra: str) -> None:
+        self.answer, self.nfd, self.out = out / "answer.json", out / "cgpu", out
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "cgpu", "watch", "--spec-dir", str(etc), "--root", str(host), "--engine", "none",
+             "--answer-file", str(self.answer), "--nfd-file", str(self.nfd), "--interval", "120", *extra],
+            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        self.partial: list[str] = []
+        self._stop = threading.Event()
+        self._reader = threading.Thread(target=self._read_files, daemon=True)
+        self._reader.start()
+
+    def _read_files(self) -> None:
+        while not self._stop.is_set():
+            for path in (self.answer, self.nfd):
+                try:
+                    text = path.read_text()
+                except FileNotFoundError:
+                    continue
+                if path == self.answer:
+                    try:
+                        json.loads(text)
+                    except ValueError:
+                        self.partial.append(text)
+                elif not (text.endswith("\n") and "# +expiry-time=" in text and "/format=2" in text):
+                    self.partial.append(text)
+
+    def containers(self) -> list[str] | None:
+        try:
+            return json.loads(self.answer.read_text())["containers"]
+        except (FileNotFoundError, ValueError):
+            return None
+
+    def wait_for(self, containers: list[str], within: float) -> float:
+        start = time.monotonic()
+        while time.monotonic() - start < within:
+            if self.containers() == containers:
+                return time.monotonic() - start
+            time.sleep(0.02)
+        raise AssertionError(f"containers {self.containers()} after {within} s, expected {containers}")
+
+    def stop(self, signum: int = signal.SIGTERM) -> tuple[int, float, str]:
+        sent = time.monotonic()
+        self.proc.send_signal(signum)
+        try:
+            _, err = self.proc.communicate(timeout=10)
+        finally:
+            self._stop.set()
+            self._reader.join()
+        return self.proc.returncode, time.monotonic() - sent, err
+
+    def leftovers(self) -> list[str]:
+        return [name for name in os.listdir(self.out) if name.startswith(".")]
+
+
+@pytest.fixture
+def watcher(node):
+    started: list[Watcher] = []
+
+    def start(*extra: str) -> Watcher:
+        started.append(Watcher(*node, *extra))
+        return started[-1]
+
+    yield start
+    for running in started:
+        if running.proc.poll() is None:
+            running.proc.kill()
+            running.proc.wait()
+
+
+def test_spec_changes_reach_the_answer_within_two_seconds(node, watcher):
+    etc, _, _ = node
+    running = watcher()
+    running.wait_for([], within=10)
+    shutil.copy(SPEC, etc / "nvidia.yaml")  # added
+    assert running.wait_for(["cuda", "vulkan", "opencl"], within=2) < 2
+    (etc / "nvidia.yaml").write_bytes(COMPUTE_ONLY.read_bytes())  # edited
+    assert running.wait_for(["cuda"], within=2) < 2
+    (etc / "nvidia.yaml").unlink()  # removed
+    assert running.wait_for([], within=2) < 2
+    code, took, err = running.stop()
+    assert code == 143 and took < 1, err
+    assert running.partial == [] and running.leftovers() == []
+    validate_report(running.answer.read_text())
+    assert "containers get: cuda, vulkan, opencl" in err and "containers get: cuda\n" in err
+
+
+def test_a_driver_version_change_under_the_root_is_seen(node, watcher):
+    etc, host, _ = node
+    shutil.copy(SPEC, etc / "nvidia.yaml")
+    running = watcher()
+    running.wait_for(["cuda", "vulkan", "opencl"], within=10)
+    written = running.answer.stat().st_ino
+    version = host / "proc" / "driver" / "nvidia" / "version"
+    changed = time.monotonic()
+    version.write_text(version.read_text().replace("580.82.07", "590.10.01"))  # procfs: no inotify, polled
+    while running.answer.stat().st_ino == written and time.monotonic() - changed < watch_module.POLL_S + 1.5:
+        time.sleep(0.02)
+    assert running.answer.stat().st_ino != written, "no re-probe after the driver version changed"
+    assert running.stop()[0] == 143
+    assert running.partial == []
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.15, 0.25, 0.35])
+def test_sigterm_during_a_reprobe_exits_143_at_once_with_nothing_half_written(node, watcher, delay):
+    etc, _, _ = node
+    running = watcher()
+    running.wait_for([], within=10)
+    for index in range(20):  # a bigger node: the probe after the change takes a while
+        (etc / f"nvidia-{index}.yaml").write_text(
+            SPEC.read_text().replace("kind: nvidia.com/gpu", f"kind: n{index}.com/gpu")
+        )
+    time.sleep(delay)
+    code, took, err = running.stop()
+    assert code == 143 and took < 1, err
+    assert "Traceback" not in err
+    assert running.partial == [] and running.leftovers() == []
+    validate_report(running.answer.read_text())
+
+
+def test_usage_errors_and_missing_outputs(run_cli, tmp_path):
+    code, _, err = run_cli("watch", "--spec-dir", str(tmp_path))
+    assert code == 2 and "--answer-file, --nfd-file or both" in err
+    code, _, err = run_cli("watch", "--answer-file", str(tmp_path / "a.json"), "--device", "nvidia.com/gpu")
+    assert code == 2 and "Traceback" not in err
+    assert not (tmp_path / "a.json").exists()
+
+
+class _Stop(Exception):
+    pass
+
+
+def _run_in_thread(probe, etc: Path, host: Path, interval: float) -> threading.Thread:
+    def target() -> None:
+        try:
+            watch_module.watch(
+                probe, spec_dirs=[str(etc)], root=str(host), answer_file=None, nfd_file=None,
+                interval=interval, expiry=60, log=lambda message: None,
+            )  # fmt: skip
+        except _Stop:
+            pass
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    return thread
+
+
+def _counting_probe(stop: threading.Event):
+    calls: list[float] = []
+
+    def probe() -> dict:
+        if stop.is_set():
+            raise _Stop()
+        calls.append(time.monotonic())
+        return {"containers": [], "apis": {api: {"state": "absent"} for api in watch_module.API_ORDER}}
+
+    return probe, calls
+
+
+def test_a_burst_of_a_hundred_changes_costs_a_bounded_number_of_probes(node):
+    etc, host, _ = node
+    stop = threading.Event()
+    probe, calls = _counting_probe(stop)
+    thread = _run_in_thread(probe, etc, host, interval=4)
+    while not calls:
+        time.sleep(0.01)
+    for index in range(100):
+        (etc / f"spec-{index % 10}.yaml").write_text(f"# change {index}\n")
+        time.sleep(0.003)
+    time.sleep(watch_module.BURST_S + watch_module.QUIET_S + 0.5)
+    reprobes = len(calls) - 1
+    stop.set()
+    thread.join(timeout=10)
+    assert 1 <= reprobes <= 3, reprobes
+
+
+def test_without_inotify_polling_sees_a_change_within_one_poll(node, monkeypatch):
+    monkeypatch.setitem(sys.modules, "inotify_simple", None)  # import fails: polling alone
+    assert not watch_module.Wakeup([]).uses_inotify
+    etc, host, _ = node
+    stop = threading.Event()
+    probe, calls = _counting_probe(stop)
+    thread = _run_in_thread(probe, etc, host, interval=60)
+    while not calls:
+        time.sleep(0.01)
+    changed = time.monotonic()
+    (etc / "new.yaml").write_text("# new\n")
+    while len(calls) < 2 and time.monotonic() - changed < watch_module.POLL_S + 2:
+        time.sleep(0.02)
+    stop.set()
+    assert len(calls) == 2 and calls[1] - changed <= watch_module.POLL_S + 0.5
+    (etc / "new.yaml").unlink()  # wakes the watcher, whose next probe stops it
+    thread.join(timeout=10)
+    assert not thread.is_alive()
+
+
+def test_idle_watch_uses_next_to_no_cpu(node, watcher):
+    running = watcher()
+    running.wait_for([], within=10)
+    pid = running.proc.pid
+    before = _cpu_seconds(pid)
+    time.sleep(3)
+    assert _cpu_seconds(pid) - before < 0.1
+    running.stop()
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
