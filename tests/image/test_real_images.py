@@ -399,7 +399,7 @@ def test_truncated_layer_is_could_not_run(images, tmp_path):
 
 
 @pytest.mark.podman
-@pytest.mark.parametrize("name", ["krunkit-containerfile", "stock"])
+@pytest.mark.parametrize("name", ["krunkit-containerfile", "stock", "manifest-deleted"])
 def test_loaded_into_podman(images, name, tmp_path):
     """The same layers through `podman load` and podman's own storage and `podman save`."""
     from tests.image.test_check import _podman_works
