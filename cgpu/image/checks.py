@@ -20,10 +20,16 @@ from typing import Any
 
 from cgpu.image.fs import ImageReadError, Tree
 from cgpu.image.packages import (
+    COPR_HUB,
+    CoprRepo,
     Package,
+    copr_owner,
     lock_matches,
+    parse_copr_repo_id,
     read_apk_installed,
+    read_dnf5_nevras,
     read_dpkg_status,
+    read_repo_file,
     read_rpmdb,
     read_versionlock_list,
     read_versionlock_toml,
@@ -32,6 +38,7 @@ from cgpu.image.source import OpenedImage
 
 COPR = "slp/mesa-libkrun-vulkan"
 OLD_COPR = "slp/mesa-krunkit"
+COPR_OWNER = COPR.split("/")[0]
 PIN_EXAMPLE = "25.3.6-102.fc44"  # the newest pin seen (ramalama v0.24.0); check the copr for yours
 VENUS_LIBRARY = "libvulkan_virtio.so"
 INSTALL_FIX = (
@@ -39,6 +46,12 @@ INSTALL_FIX = (
     f"dnf -y copr enable {COPR} && dnf -y install mesa-vulkan-drivers-<copr build, e.g. "
     f"{PIN_EXAMPLE}> vulkan-loader && dnf versionlock add mesa-vulkan-drivers-<same>`"
 )
+
+
+def enable_copr(name: str) -> str:
+    return f"dnf -y install dnf-plugins-core && dnf -y copr enable {name}"
+
+
 REBASE_FIX = f"rebase the image on Fedora (copr {COPR} builds the libkrun Mesa for Fedora), then {INSTALL_FIX}"
 
 LIB_DIRS = (
@@ -54,6 +67,8 @@ LIB_DIRS = (
     "usr/local/lib",
 )
 RPMDB_DIRS = ("usr/lib/sysimage/rpm", "var/lib/rpm")
+REPO_DIR = "etc/yum.repos.d"
+DNF5_NEVRAS = "usr/lib/sysimage/libdnf5/nevras.toml"  # libdnf5's system state: where each package came from
 ELF_MACHINES = {183: "arm64", 62: "amd64", 3: "386", 40: "arm", 243: "riscv64", 21: "ppc64le", 22: "s390x"}
 ARCH_ALIASES = {"aarch64": "arm64", "x86_64": "amd64"}
 # Mesa's other Vulkan drivers, by library name: none finds a device in a krunkit VM, and the
@@ -97,6 +112,8 @@ class Facts:
         self.lib_dirs = self._lib_dirs()
         self.os_name = self._os_release()
         self.packages, self.package_db = self._packages()
+        self._copr_repos: dict[CoprRepo, tuple[bool, str]] | None = None
+        self._nevras: dict[str, str] | None = None
 
     def problem(self, severity: str, source: str, message: str) -> None:
         self.problems.append({"severity": severity, "source": source, "message": message})
@@ -172,10 +189,46 @@ class Facts:
             return f"`apk add {apk}`"
         return f"`dnf -y install {rpm}`"
 
-    def reinstall(self) -> str:
+    def reinstall(self, package: Package, copr: CoprRepo | None = None) -> str:
+        """The command that puts back the files of the installed build (from its copr, if it came from one)."""
         if "dpkg" in self.package_db:
-            return "`apt-get install -y --reinstall mesa-vulkan-drivers`"
-        return "`dnf -y reinstall mesa-vulkan-drivers`"
+            return f"`apt-get install -y --reinstall {package.name}`"
+        if copr is None:
+            return f"`dnf -y reinstall {package.name}`"
+        # dnf reinstalls only from an enabled repository that has this very build
+        enabled = self.copr_repos().get(copr, (False, ""))[0]
+        enable = "" if enabled else f"{enable_copr(copr.name)} && "
+        return f"`{enable}dnf -y reinstall {package.nevr}`"
+
+    def copr_repos(self) -> dict[CoprRepo, tuple[bool, str]]:
+        """The copr repositories the image's dnf knows (enabled?, the .repo file), from /etc/yum.repos.d."""
+        if self._copr_repos is None:
+            self._copr_repos = {}
+            for name in sorted(self.tree.listdir(REPO_DIR)):
+                if not name.endswith(".repo"):
+                    continue
+                try:
+                    sections = read_repo_file(self.tree.read(f"{REPO_DIR}/{name}").decode("utf-8", "replace"))
+                except ImageReadError as exc:
+                    self.problem("warning", f"/{REPO_DIR}/{name}", str(exc))
+                    continue
+                for section, enabled in sections.items():
+                    repo = parse_copr_repo_id(section)
+                    if repo is not None and repo.hub == COPR_HUB:
+                        self._copr_repos.setdefault(repo, (enabled, f"/{REPO_DIR}/{name}"))
+        return self._copr_repos
+
+    def from_repo(self, package: Package) -> str:
+        """The repository dnf5 recorded this package as installed from, "" when it kept no record."""
+        if self._nevras is None:
+            self._nevras = {}
+            if self.tree.is_file(DNF5_NEVRAS):
+                try:
+                    text = self.tree.read(DNF5_NEVRAS, 64 * 1024**2).decode("utf-8", "replace")
+                    self._nevras = read_dnf5_nevras(text)
+                except ImageReadError as exc:
+                    self.problem("warning", f"/{DNF5_NEVRAS}", str(exc))
+        return self._nevras.get(package.nevra, "")
 
     def mesa_fix(self) -> str:
         return INSTALL_FIX if self.rpm_based or not self.package_db else REBASE_FIX
@@ -268,15 +321,18 @@ def run_checks(image: OpenedImage) -> tuple[list[Check], list[dict[str, str]], d
     for manifest in manifests:
         if manifest.error and manifest.kind != "venus":
             facts.problem("warning", f"/{manifest.path}", f"{manifest.error}; the Vulkan loader skips it")
+    mesa, package = _mesa_build(facts, venus)
+    libkrun = package if mesa.status == "pass" else None
     checks = [
         _architecture(facts, venus),
         _libc(facts),
         _loader(facts),
-        _venus_icd(facts, venus, chosen_by),
+        _venus_icd(facts, venus, chosen_by, libkrun),
         _other_icds(manifests),
+        mesa,
+        _version_lock(facts, libkrun),
+        _python(facts),
     ]
-    mesa, package = _mesa_build(facts, venus)
-    checks += [mesa, _version_lock(facts, package if mesa.status == "pass" else None), _python(facts)]
     info = {
         "os": facts.os_name,
         "package_database": facts.package_db,
@@ -368,12 +424,19 @@ def _loader(facts: Facts) -> Check:
     return Check("vulkan-loader", "pass", f"/{found}{via}" + (f" ({package.nevr})" if package else ""))
 
 
-def _venus_icd(facts: Facts, venus: list[Manifest], chosen_by: str) -> Check:
-    fix = facts.mesa_fix()
+def _venus_icd(facts: Facts, venus: list[Manifest], chosen_by: str, libkrun: Package | None) -> Check:
+    installed = libkrun or facts.package("mesa-vulkan-drivers")
+    copr = _copr_origin(facts, libkrun)[0] if libkrun else None
+    # with Mesa installed, `dnf install` of it does nothing: only a reinstall puts its files back
+    restore = facts.reinstall(installed, copr) if installed else facts.mesa_fix()
     where = f"${chosen_by}" if chosen_by else ", ".join(f"/{d}" for d in facts.icd_dirs())
     if not venus:
         if chosen_by:
             fix = f"add the Venus manifest to {chosen_by} or unset it in the image"
+        elif installed:
+            fix = f"restore the files Mesa installs: {restore} (if a build step deleted the manifest, fix that step)"
+        else:
+            fix = restore
         return Check("venus-icd", "fail", f"no Venus ICD manifest (virtio_icd*.json) in {where}", fix)
     good = [m for m in venus if m.library_file]
     if not good:
@@ -382,7 +445,6 @@ def _venus_icd(facts: Facts, venus: list[Manifest], chosen_by: str) -> Check:
             f" (searched {', '.join('/' + d for d in facts.lib_dirs[:4])}, ...)" if "/" not in first.library else ""
         )
         why = first.error or f"/{first.path} names {first.library}, which is not in the image{searched}"
-        restore = facts.reinstall() if facts.package("mesa-vulkan-drivers") else fix
         return Check(
             "venus-icd",
             "fail",
@@ -405,7 +467,7 @@ def _venus_icd(facts: Facts, venus: list[Manifest], chosen_by: str) -> Check:
             "venus-icd",
             "fail",
             f"/{manifest.path} names /{manifest.library_file}, which is not an ELF library",
-            f"restore the files Mesa installs: {facts.reinstall()}",
+            f"restore the files Mesa installs: {restore}",
         )
     via = f" -> /{manifest.library_file}" if manifest.library_file != manifest.library.lstrip("/") else ""
     return Check("venus-icd", "pass", f"/{manifest.path} names {manifest.library}{via} ({arch} ELF)")
@@ -486,24 +548,9 @@ def _mesa_build(facts: Facts, venus: list[Manifest]) -> tuple[Check, Package | N
             fix,
         ), package
     vendor = package.vendor or "no vendor"
-    copr = re.search(r"COPR \(([^)/]+/[^)]+)\)", package.vendor)
-    if copr and copr.group(1) == COPR:
-        return Check("mesa-build", "pass", f"{where}, vendor {vendor!r}): the libkrun build"), package
-    if copr and copr.group(1) == OLD_COPR:
-        return Check(
-            "mesa-build",
-            "pass",
-            f"{where}, vendor {vendor!r}): the libkrun build from the old copr {OLD_COPR}",
-            f"move to copr {COPR}, which has current Fedora releases",
-        ), package
-    if copr:
-        return Check(
-            "mesa-build",
-            "unknown",
-            f"{where}, vendor {vendor!r}): a copr build, but not {COPR}; cgpu "
-            "cannot tell whether it has the 16 KiB alignment patches",
-            fix,
-        ), package
+    owner = copr_owner(package.vendor)
+    if owner:
+        return _copr_build(facts, package, owner, f"{where}, vendor {vendor!r})", fix), package
     if any(package.vendor.startswith(v) for v in STOCK_VENDORS):
         return Check(
             "mesa-build",
@@ -521,6 +568,54 @@ def _mesa_build(facts: Facts, venus: list[Manifest]) -> tuple[Check, Package | N
     )
     why = f"{where}, vendor {vendor!r}): not the copr's build as far as cgpu can tell (a local rebuild?).{hint}"
     return Check("mesa-build", "unknown", why, fix), package
+
+
+def _copr_build(facts: Facts, package: Package, owner: str, stamp: str, fix: str) -> Check:
+    """A Fedora Copr build: the vendor names its owner; the image's dnf records name the project."""
+    unsure = "cgpu cannot tell whether it has the 16 KiB alignment patches"
+    if owner != COPR_OWNER:
+        return Check("mesa-build", "unknown", f"{stamp}: built in a copr of {owner}, not in {COPR}; {unsure}", fix)
+    repo, source = _copr_origin(facts, package)
+    if repo is not None and repo.name == COPR:
+        return Check("mesa-build", "pass", f"{stamp}: the libkrun build; {source}")
+    if repo is not None and repo.name == OLD_COPR:
+        return Check(
+            "mesa-build",
+            "pass",
+            f"{stamp}: the libkrun build from the old copr {OLD_COPR}; {source}",
+            f"move to copr {COPR}, which has current Fedora releases",
+        )
+    if repo is not None:
+        return Check("mesa-build", "unknown", f"{stamp}: {owner}'s copr {repo.project}, not {COPR}; {unsure}", fix)
+    return Check(
+        "mesa-build",
+        "unknown",
+        f"{stamp}: built in a copr of {COPR_OWNER}, but which one could not be confirmed: {source}; "
+        f"another copr of {COPR_OWNER} may lack the 16 KiB alignment patches",
+        f"reinstall it from the copr, which also records where it came from: `{enable_copr(COPR)} && dnf -y reinstall "
+        f"{package.nevr}` (if dnf finds no such build there, it is not the copr's)",
+    )
+
+
+def _copr_origin(facts: Facts, package: Package) -> tuple[CoprRepo | None, str]:
+    """Which copr project this package came from, and the record that says so.
+
+    dnf5's per-package record comes first; without one, the copr repo files: one project of the
+    owner configured is taken as the source, several or none leave it open.
+    """
+    recorded = facts.from_repo(package)
+    if recorded:
+        repo = parse_copr_repo_id(recorded)
+        said = f"/{DNF5_NEVRAS} records it as installed from {recorded}"
+        return (repo if repo is not None and repo.hub == COPR_HUB else None), said
+    mine = {repo: where for repo, (_, where) in facts.copr_repos().items() if repo.owner == COPR_OWNER}
+    if len(mine) == 1:
+        [(repo, where)] = mine.items()
+        return repo, f"{where} is the only copr of {COPR_OWNER} the image configures (no dnf5 record for it)"
+    if mine:
+        listed = ", ".join(sorted(repo.name for repo in mine))
+        return None, f"the image configures several coprs of {COPR_OWNER} ({listed}) and has no dnf5 record for it"
+    return None, f"no dnf5 record for it in /{DNF5_NEVRAS} and no {COPR_OWNER} copr repo file in /{REPO_DIR}"
 
 
 def _version_lock(facts: Facts, package: Package | None) -> Check:

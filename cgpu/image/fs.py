@@ -53,9 +53,9 @@ def keep_content(path: str) -> bool:
         return True
     if name.startswith(("rpmdb.sqlite", "versionlock.")) or name == "os-release":
         return True
-    if path.startswith("etc/ld.so.conf"):
+    if path.startswith("etc/ld.so.conf") or (path.startswith("etc/yum.repos.d/") and name.endswith(".repo")):
         return True
-    return path in ("var/lib/dpkg/status", "lib/apk/db/installed")
+    return path in ("var/lib/dpkg/status", "lib/apk/db/installed", "usr/lib/sysimage/libdnf5/nevras.toml")
 
 
 def normalize_member(name: str) -> tuple[str | None, str]:

@@ -12,6 +12,7 @@ import os
 import re
 import sqlite3
 import struct
+import sys
 import tempfile
 from dataclasses import dataclass, field
 
@@ -50,6 +51,11 @@ class Package:
     @property
     def nevr(self) -> str:
         return f"{self.name}-{self.evr}"
+
+    @property
+    def nevra(self) -> str:
+        """As libdnf5 spells it (`to_nevra_string`: no epoch when it is 0)."""
+        return f"{self.nevr}.{self.arch}"
 
 
 def parse_rpm_header(blob: bytes, *, with_files: bool = False) -> Package:
@@ -280,3 +286,102 @@ def _same_evr(value: str, package: Package) -> bool:
     if (int(epoch) if epoch.isdigit() else 0) != (package.epoch or 0):
         return False
     return rest == f"{package.version}-{package.release}"
+
+
+# --- where an rpm came from: Copr's vendor stamp, dnf's repository files, dnf5's records ----------
+
+COPR_HUB = "copr.fedorainfracloud.org"
+
+
+def copr_owner(vendor: str) -> str:
+    """The owner Fedora Copr's VENDOR stamp names (`@group` for a group), "" for any other vendor.
+
+    copr-rpmbuild defines `%vendor` as "<rpm_vendor_copr_name> - user <owner>" or
+    "... - group @<group>" (rpmbuild/copr_rpmbuild/helpers.py, `macros_for_task`), and Fedora's
+    instance names itself "Fedora Copr". It names no project, and Copr sets no packager.
+    """
+    match = re.fullmatch(r"Fedora Copr - (?:user ([^\s@]+)|group (@\S+))", vendor.strip())
+    return (match.group(1) or match.group(2)) if match else ""
+
+
+@dataclass(frozen=True)
+class CoprRepo:
+    hub: str
+    owner: str  # `@group` for a group
+    project: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.owner}/{self.project}"
+
+
+def parse_copr_repo_id(repo_id: str) -> CoprRepo | None:
+    """dnf's id of a copr repository, `copr:<hub>:<owner>:<project>`, or None for any other id.
+
+    dnf5's copr plugin spells a group owner `group_<name>` there and adds `:ml` for the multilib
+    repository (dnf5-plugins/copr_plugin/copr_repo.cpp); dnf4's plugin makes the same ids.
+    """
+    parts = repo_id.split(":", 3)
+    if len(parts) != 4 or parts[0] != "copr" or not all(parts[1:]):
+        return None
+    _, hub, owner, project = parts
+    if owner.startswith("group_"):
+        owner = "@" + owner[len("group_") :]
+    return CoprRepo(hub, owner, project.removesuffix(":ml"))
+
+
+def read_repo_file(text: str) -> dict[str, bool]:
+    """A dnf `.repo` file (ini): each section id and whether it is enabled (dnf's default: yes)."""
+    sections: dict[str, bool] = {}
+    section = ""
+    for raw in text.splitlines():
+        line = raw.strip()
+        if line.startswith("[") and line.endswith("]"):
+            section = line[1:-1].strip()
+            sections.setdefault(section, True)
+        elif section and not line.startswith(("#", ";")) and "=" in line:
+            key, _, value = line.partition("=")
+            if key.strip() == "enabled":
+                sections[section] = value.strip().lower() not in ("0", "no", "false", "off")
+    return sections
+
+
+def read_dnf5_nevras(text: str) -> dict[str, str]:
+    """dnf5's /usr/lib/sysimage/libdnf5/nevras.toml: NEVRA -> id of the repository it was installed from.
+
+    libdnf5/system/state.cpp writes `version = "1.0"` and a `[nevras]` table of
+    `"name-[epoch:]version-release.arch" = {from_repo = "repo id"}`. Read with tomllib where
+    Python has it (3.11+); on 3.10 with a scanner for that flat shape. ImageReadError when it is
+    not TOML.
+    """
+    if sys.version_info >= (3, 11):
+        import tomllib
+
+        try:
+            document = tomllib.loads(text)
+        except (tomllib.TOMLDecodeError, RecursionError) as exc:
+            raise ImageReadError(f"not valid TOML ({exc or 'nested too deeply'})") from None
+        nevras = document.get("nevras")
+        if not isinstance(nevras, dict):
+            return {}
+        return {
+            nevra: state["from_repo"]
+            for nevra, state in nevras.items()
+            if isinstance(state, dict) and isinstance(state.get("from_repo"), str)
+        }
+    return _scan_nevras(text)
+
+
+def _scan_nevras(text: str) -> dict[str, str]:
+    """The `[nevras]` lines as libdnf5 writes them, without a TOML parser (Python 3.10)."""
+    found: dict[str, str] = {}
+    table = ""
+    for raw in text.splitlines():
+        line = raw.strip()
+        if line.startswith("["):
+            table = line.strip("[] ")
+            continue
+        match = re.fullmatch(r'"([^"\\]+)"\s*=\s*\{\s*from_repo\s*=\s*"([^"\\]*)"\s*\}', line)
+        if table == "nevras" and match:
+            found[match.group(1)] = match.group(2)
+    return found

@@ -28,7 +28,6 @@ from tests.image.trees import (
     icd,
     layer_tar,
     member,
-    mesa_header,
     oci_archive,
 )
 
@@ -43,7 +42,7 @@ def check_image(ref: str, **options) -> tuple[dict, ExitCode]:
 VARIANTS = {
     "good": (fedora_tree, "arm64", "yes", "mesa-build", "the libkrun build"),
     "stock": (
-        lambda r: fedora_tree(r, mesa=mesa_header(STOCK_VENDOR, "1.fc44"), lock=False),
+        lambda r: fedora_tree(r, vendor=STOCK_VENDOR, release="1.fc44", lock=False, mesa_from="fedora"),
         "arm64",
         "no",
         "mesa-build",
@@ -61,11 +60,13 @@ VARIANTS = {
     "debian": (debian_tree, "arm64", "no", "mesa-build", "mesa-vulkan-drivers-22.3.6-1+deb12u1"),
     "amd64": (lambda r: fedora_tree(r, machine=X86_64), "amd64", "no", "architecture", "krunkit VMs run arm64 only"),
     "other-copr": (
-        lambda r: fedora_tree(r, mesa=mesa_header("Fedora Project COPR (someone/mesa-test)")),
+        lambda r: fedora_tree(
+            r, vendor="Fedora Copr - user someone", mesa_from="copr:copr.fedorainfracloud.org:someone:mesa-git"
+        ),
         "arm64",
         "unknown",
         "mesa-build",
-        "a copr build, but not slp/mesa-libkrun-vulkan",
+        "built in a copr of someone, not in slp/mesa-libkrun-vulkan",
     ),
 }
 EXIT = {"yes": ExitCode.OK, "no": ExitCode.IMAGE_NO, "unknown": ExitCode.IMAGE_UNKNOWN}
@@ -487,3 +488,17 @@ def test_oci_layout_dir_and_multi_platform_index(roots, tmp_path):
         "source": f"OCI layout {layout}",
         "message": "the index lists 2 manifests; checked linux/arm64",
     } in result["problems"]
+
+
+def test_old_copr_build_passes_and_is_reinstalled_from_its_own_copr(tmp_path):
+    root = fedora_tree(tmp_path / "root", mesa_from="copr:copr.fedorainfracloud.org:slp:mesa-krunkit")
+    (root / "etc/yum.repos.d/_copr:copr.fedorainfracloud.org:slp:mesa-krunkit.repo").unlink()  # `dnf copr remove`
+    (root / "usr/lib64/libvulkan_virtio.so").unlink()
+    result, code = check_image(f"dir:{root}")
+    checks = {c["name"]: c for c in result["checks"]}
+    assert code == ExitCode.IMAGE_NO and checks["mesa-build"]["status"] == "pass"
+    assert "the libkrun build from the old copr slp/mesa-krunkit" in checks["mesa-build"]["evidence"]
+    assert checks["venus-icd"]["fix"].startswith(
+        "restore the files Mesa installs: `dnf -y install dnf-plugins-core && dnf -y copr enable slp/mesa-krunkit "
+        "&& dnf -y reinstall mesa-vulkan-drivers-25.3.6-102.fc44`"
+    )

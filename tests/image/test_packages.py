@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import struct
 import subprocess
+import sys
 
 import pytest
 from hypothesis import given, settings
@@ -12,17 +13,31 @@ from hypothesis import strategies as st
 
 from cgpu.image.fs import ImageReadError
 from cgpu.image.packages import (
+    CoprRepo,
     Package,
     RpmHeaderError,
+    _scan_nevras,
+    copr_owner,
     lock_matches,
+    parse_copr_repo_id,
     parse_rpm_header,
     read_apk_installed,
+    read_dnf5_nevras,
     read_dpkg_status,
+    read_repo_file,
     read_rpmdb,
     read_versionlock_list,
     read_versionlock_toml,
 )
-from tests.image.trees import COPR_VENDOR, mesa_header, rpm_header, write_rpmdb
+from tests.image.trees import (
+    COPR_REPO_ID,
+    COPR_VENDOR,
+    copr_repo_file,
+    mesa_header,
+    nevras_toml,
+    rpm_header,
+    write_rpmdb,
+)
 
 
 def test_rpm_header_fields_and_file_list():
@@ -192,3 +207,104 @@ def test_lock_and_status_readers_take_any_text(text):
         lock_matches([lock], MESA)
     read_dpkg_status(text)
     read_apk_installed(text)
+
+
+# --- where a package came from -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "vendor, owner",
+    [
+        ("Fedora Copr - user slp", "slp"),
+        ("Fedora Copr - user wezfurlong", "wezfurlong"),
+        ("Fedora Copr - group @mesa", "@mesa"),
+        ("Fedora Project", ""),
+        ("Fedora Project COPR (slp/mesa-libkrun-vulkan)", ""),  # the mockchain-era form names no current build
+        ("Unknown Copr - user slp", ""),  # copr-rpmbuild's default name: not Fedora's instance
+        ("Fedora Copr - user ", ""),
+        ("", ""),
+    ],
+)
+def test_copr_owner_from_the_vendor_copr_stamps(vendor, owner):
+    assert copr_owner(vendor) == owner
+
+
+@pytest.mark.parametrize(
+    "repo_id, repo",
+    [
+        (COPR_REPO_ID, CoprRepo("copr.fedorainfracloud.org", "slp", "mesa-libkrun-vulkan")),
+        (
+            "copr:copr.fedorainfracloud.org:group_mesa:mesa-git:ml",
+            CoprRepo("copr.fedorainfracloud.org", "@mesa", "mesa-git"),
+        ),
+        (
+            "copr:copr.fedorainfracloud.org:group_copr:copr-pull-requests:pr:2545",
+            CoprRepo("copr.fedorainfracloud.org", "@copr", "copr-pull-requests:pr:2545"),
+        ),
+        ("fedora", None),
+        ("@commandline", None),
+        ("copr:copr.fedorainfracloud.org:slp", None),
+        ("copr::slp:x", None),
+    ],
+)
+def test_copr_repo_ids_as_dnf_makes_them(repo_id, repo):
+    assert parse_copr_repo_id(repo_id) == repo
+
+
+def test_repo_file_sections_and_enabled():
+    name, text = copr_repo_file()
+    assert name == f"_{COPR_REPO_ID}.repo"
+    assert read_repo_file(text) == {COPR_REPO_ID: True}
+    assert read_repo_file("[a]\nenabled = 0\n[b]\n# enabled=0\nname=b\n[c]\nenabled=False\n") == {
+        "a": False,
+        "b": True,
+        "c": False,
+    }
+
+
+NEVRAS = (
+    'version = "1.0"\n\n[nevras]\n'
+    f'"mesa-vulkan-drivers-25.3.6-102.fc44.aarch64" = {{ from_repo = "{COPR_REPO_ID}" }}\n'
+    '"vulkan-loader-1.4.313.0-1.fc44.aarch64" = {from_repo="fedora"}\n'  # toml11 before 4 wrote no spaces
+    '"glibc-2.42-5.fc44.aarch64" = {from_repo=""}\n'
+)
+
+
+@pytest.mark.parametrize("reader", [read_dnf5_nevras, _scan_nevras])
+def test_dnf5_nevras_from_repo(reader):
+    assert reader(NEVRAS) == {
+        "mesa-vulkan-drivers-25.3.6-102.fc44.aarch64": COPR_REPO_ID,
+        "vulkan-loader-1.4.313.0-1.fc44.aarch64": "fedora",
+        "glibc-2.42-5.fc44.aarch64": "",
+    }
+    assert reader(nevras_toml({"x-1-1.noarch": "fedora"})) == {"x-1-1.noarch": "fedora"}
+    assert reader('version = "1.0"\n[groups]\n"x-1-1.noarch" = {from_repo="fedora"}\n') == {}
+
+
+def test_nevra_as_libdnf5_spells_it():
+    assert Package("mesa-vulkan-drivers", "25.3.6", "102.fc44", arch="aarch64").nevra == (
+        "mesa-vulkan-drivers-25.3.6-102.fc44.aarch64"
+    )
+    assert Package("x", "1", "2", epoch=3, arch="noarch").nevra == "x-3:1-2.noarch"
+
+
+def test_nevras_that_is_not_toml_is_an_image_read_error():
+    if sys.version_info < (3, 11):
+        pytest.skip("Python 3.10 reads nevras.toml with a line scanner, which skips what it does not know")
+    with pytest.raises(ImageReadError, match="not valid TOML"):
+        read_dnf5_nevras("[nevras\n")
+    with pytest.raises(ImageReadError, match="not valid TOML"):
+        read_dnf5_nevras("a = " + "[" * 100_000)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=400))
+def test_origin_readers_take_any_text(text):
+    read_repo_file(text)
+    _scan_nevras(text)
+    parse_copr_repo_id(text)
+    copr_owner(text)
+    try:
+        read_dnf5_nevras(text)
+    except ImageReadError:
+        pass

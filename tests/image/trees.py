@@ -18,7 +18,9 @@ import tarfile
 from pathlib import Path
 
 AARCH64, X86_64 = 183, 62
-COPR_VENDOR = "Fedora Project COPR (slp/mesa-libkrun-vulkan)"
+# what copr-rpmbuild stamps (its macros_for_task): the owner only, and no packager
+COPR_VENDOR = "Fedora Copr - user slp"
+COPR_REPO_ID = "copr:copr.fedorainfracloud.org:slp:mesa-libkrun-vulkan"  # dnf's id for `copr enable` of it
 STOCK_VENDOR = "Fedora Project"
 
 # rpm tag numbers and types (rpm's rpmtag.h)
@@ -101,7 +103,7 @@ def mesa_header(vendor: str = COPR_VENDOR, release: str = "102.fc44", version: s
         RELEASE=release,
         ARCH="aarch64",
         VENDOR=vendor,
-        PACKAGER="Copr" if "COPR" in vendor else "Fedora Project",
+        **({} if vendor.startswith("Fedora Copr") else {"PACKAGER": "Fedora Project"}),
         BUILDHOST="builder",
         FILES=[
             "/usr/lib64/libvulkan_virtio.so",
@@ -109,6 +111,27 @@ def mesa_header(vendor: str = COPR_VENDOR, release: str = "102.fc44", version: s
             "/usr/share/vulkan/icd.d/virtio_icd.aarch64.json",
         ],
     )
+
+
+def copr_repo_file(repo_id: str = COPR_REPO_ID) -> tuple[str, str]:
+    """The file `dnf copr enable` writes under /etc/yum.repos.d: its name and text (dnf5's copr plugin)."""
+    _, hub, owner, project = repo_id.split(":", 3)
+    web_owner = "@" + owner[len("group_") :] if owner.startswith("group_") else owner
+    text = (
+        f"[{repo_id}]\nname=Copr repo for {project} owned by {web_owner}\n"
+        f"baseurl=https://download.{hub}/results/{web_owner}/{project}/fedora-$releasever-$basearch/\n"
+        "type=rpm-md\nskip_if_unavailable=True\ngpgcheck=1\n"
+        f"gpgkey=https://download.{hub}/results/{web_owner}/{project}/pubkey.gpg\n"
+        "repo_gpgcheck=0\nenabled=1\nenabled_metadata=1\n"
+    )
+    return f"_{repo_id}.repo", text
+
+
+def nevras_toml(from_repo: dict[str, str]) -> str:
+    """dnf5's /usr/lib/sysimage/libdnf5/nevras.toml, as libdnf5 (toml11 4) formats it."""
+    lines = ['version = "1.0"', "", "[nevras]"]
+    lines += [f'"{nevra}" = {{ from_repo = "{repo}" }}' for nevra, repo in sorted(from_repo.items())]
+    return "\n".join(lines) + "\n"
 
 
 def _put(root: Path, path: str, content: bytes | str) -> None:
@@ -130,14 +153,20 @@ def icd(library: str) -> str:
 def fedora_tree(
     root: Path,
     *,
-    mesa: bytes | None = None,
+    vendor: str = COPR_VENDOR,
+    release: str = "102.fc44",
     loader: bool = True,
     lock: bool = True,
     python: bool = True,
     machine: int = AARCH64,
     manifest: str | None = None,
+    mesa_from: str = COPR_REPO_ID,
 ) -> Path:
-    """A Fedora 44 rootfs with (by default) the libkrun Mesa build, pinned: the good Venus image."""
+    """A Fedora 44 rootfs with (by default) the libkrun Mesa build, pinned: the good Venus image.
+
+    dnf's records are there as `krunkit/Containerfile` leaves them: the copr's repo file when
+    Mesa came from a copr, and dnf5's record that Mesa came from `mesa_from` ("" for none).
+    """
     for link, target in (
         ("lib", "usr/lib"),
         ("lib64", "usr/lib64"),
@@ -165,13 +194,18 @@ def fedora_tree(
         _link(root, "usr/bin/python3", "python3.14")
     headers = [
         rpm_header(NAME="glibc", VERSION="2.42", RELEASE="5.fc44", ARCH="aarch64", VENDOR=STOCK_VENDOR),
-        mesa if mesa is not None else mesa_header(),
+        mesa_header(vendor, release),
     ]
     if loader:
         headers.append(
             rpm_header(NAME="vulkan-loader", VERSION="1.4.313.0", RELEASE="1.fc44", ARCH="aarch64", VENDOR=STOCK_VENDOR)
         )
     write_rpmdb(root / "usr/lib/sysimage/rpm/rpmdb.sqlite", headers)
+    if mesa_from.startswith("copr:"):
+        _put(root, "etc/yum.repos.d/" + copr_repo_file(mesa_from)[0], copr_repo_file(mesa_from)[1])
+    if mesa_from:
+        nevra = f"mesa-vulkan-drivers-25.3.6-{release}.aarch64"
+        _put(root, "usr/lib/sysimage/libdnf5/nevras.toml", nevras_toml({nevra: mesa_from}))
     if lock:
         _put(
             root,
@@ -244,13 +278,20 @@ def member(
     return info, data
 
 
-def docker_archive(path: Path, layers: list[bytes], *, arch: str = "arm64", env: list[str] = ()) -> Path:
+def docker_archive(
+    path: Path,
+    layers: list[bytes],
+    *,
+    arch: str = "arm64",
+    env: list[str] = (),
+    tag: str = "localhost/cgpu-test:hand",
+) -> Path:
     config = json.dumps(
         {
             "architecture": arch,
             "os": "linux",
             "config": {"Env": list(env)},
-            "rootfs": {"type": "layers", "diff_ids": []},
+            "rootfs": {"type": "layers", "diff_ids": [_diff_id(layer) for layer in layers]},
         }
     ).encode()
     files = {"config.json": config}
@@ -258,14 +299,14 @@ def docker_archive(path: Path, layers: list[bytes], *, arch: str = "arm64", env:
     for number, layer in enumerate(layers):
         names.append(f"layer{number}/layer.tar")
         files[names[-1]] = layer
-    files["manifest.json"] = json.dumps(
-        [{"Config": "config.json", "RepoTags": ["localhost/cgpu-test:hand"], "Layers": names}]
-    ).encode()
+    files["manifest.json"] = json.dumps([{"Config": "config.json", "RepoTags": [tag], "Layers": names}]).encode()
     _write_tar(path, files)
     return path
 
 
-def oci_archive(path: Path, layers: list[bytes], *, arch: str = "arm64", gzip_layers: bool = True) -> Path:
+def oci_archive(
+    path: Path, layers: list[bytes], *, arch: str = "arm64", gzip_layers: bool = True, env: list[str] = ()
+) -> Path:
     import gzip
 
     files: dict[str, bytes] = {"oci-layout": b'{"imageLayoutVersion": "1.0.0"}'}
@@ -276,7 +317,14 @@ def oci_archive(path: Path, layers: list[bytes], *, arch: str = "arm64", gzip_la
         return {"mediaType": media_type, "digest": f"sha256:{digest}", "size": len(data)}
 
     config = blob(
-        json.dumps({"architecture": arch, "os": "linux", "config": {}}).encode(),
+        json.dumps(
+            {
+                "architecture": arch,
+                "os": "linux",
+                "config": {"Env": list(env)},
+                "rootfs": {"type": "layers", "diff_ids": [_diff_id(layer) for layer in layers]},
+            }
+        ).encode(),
         "application/vnd.oci.image.config.v1+json",
     )
     layer_descs = [
@@ -294,6 +342,10 @@ def oci_archive(path: Path, layers: list[bytes], *, arch: str = "arm64", gzip_la
     files["index.json"] = json.dumps({"schemaVersion": 2, "manifests": [manifest]}).encode()
     _write_tar(path, files)
     return path
+
+
+def _diff_id(layer: bytes) -> str:
+    return "sha256:" + hashlib.sha256(layer).hexdigest()
 
 
 def _write_tar(path: Path, files: dict[str, bytes]) -> None:
