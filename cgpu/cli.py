@@ -24,6 +24,7 @@ from enum import IntEnum
 from typing import Any
 
 from cgpu import __version__
+from cgpu.apis import API_ORDER
 from cgpu.backends import BACKENDS, MAX_TIMEOUT, OPTIONS, default_backend, run_backend
 from cgpu.report import ReportBuilder
 
@@ -50,21 +51,79 @@ def _on_sigterm(_signum: int, _frame: object) -> None:
     raise Terminated()
 
 
+_EXIT_CODES = """exit status:
+  0    the backend ran (an empty answer is an answer)
+  1    cgpu could not run (missing tool, timeout, engine refused): the report says why
+  2    bad usage
+  3    internal error in cgpu (a bug; please report it)
+  4    image check: the image would not get vulkan under krunkit
+  5    image check: cannot tell from the image alone
+  130  interrupted (Ctrl-C); 143 terminated (SIGTERM); all cgpu started is stopped first"""
+
+_PROBE_EPILOG = f"""--timeout defaults (each command cgpu runs gets its own limit):
+  cdi      no command at all without --verify; --engine auto: 10 s; --verify: 60 s per
+           container, 30 s per engine API call
+  wsl      90 s (the first call boots the WSL VM)
+  krunkit  180 s with --machine, 300 s with --vm-image (boot and probe)
+  local    30 s per API
+
+examples:
+  cgpu probe                                   the answer for this node
+  cgpu probe --brief                           one line: cuda,vulkan,opencl (unknown ones end in ?)
+  cgpu probe --list-devices                    every CDI device name, its status and spec file
+  cgpu probe --explain cuda --device nvidia.com/gpu=0
+  cgpu probe --json --spec-dir /etc/cdi --root /host
+
+{_EXIT_CODES}"""
+
+_IMAGE_EPILOG = f"""examples:
+  cgpu image check quay.io/slopezpa/fedora-vgpu-llama
+  cgpu image check oci-archive:probe.tar --json
+  cgpu image check localhost/my-app --machine podman-machine-default
+
+--timeout default: 300 s for exporting the image from podman or docker.
+
+{_EXIT_CODES}"""
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="cgpu", description="Which GPU APIs does a container started here actually get?"
+        prog="cgpu",
+        description="Which GPU APIs does a container started here actually get?",
+        epilog=f"examples:\n  cgpu probe\n  cgpu image check REF\n  cgpu schema\n\n{_EXIT_CODES}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"cgpu {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    probe = sub.add_parser("probe", help="report the GPU APIs containers get on this node")
+    probe = sub.add_parser(
+        "probe",
+        help="report the GPU APIs containers get on this node",
+        description="Report the GPU APIs a container started on this node gets, and why.",
+        epilog=_PROBE_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     probe.add_argument("--backend", choices=BACKENDS, help="default: cdi on Linux, wsl on Windows, krunkit on macOS")
-    probe.add_argument("--json", action="store_true", help="print the report as one JSON object")
     probe.add_argument("--timeout", type=_seconds, metavar="SECONDS", help="limit for each command cgpu runs")
     probe.add_argument(
         "--probe-image",
         metavar="REF",
         help="a local image that runs cgpu's probe (cdi --verify, krunkit); never pulled",
+    )
+    output = probe.add_argument_group("output (one of)").add_mutually_exclusive_group()
+    output.add_argument("--json", action="store_true", help="the report as one JSON object (for machines)")
+    output.add_argument("--brief", action="store_true", help="one line: the APIs containers get, unknown ones with ?")
+    output.add_argument(
+        "--list-devices", action="store_true", help="every device name with its status, APIs and spec file"
+    )
+    output.add_argument(
+        "--explain", choices=API_ORDER, metavar="API", help="the checklist behind one API's answer, per device"
+    )
+    probe.add_argument(
+        "--color",
+        choices=("auto", "always", "never"),
+        default="auto",
+        help="colour the human output: auto (default) on a terminal unless NO_COLOR is set",
     )
     cdi = probe.add_argument_group("cdi backend (Linux)")
     cdi.add_argument(
@@ -95,21 +154,46 @@ def _parser() -> argparse.ArgumentParser:
     krunkit.add_argument("--vm-image", metavar="PATH", help="boot this disk image with krunkit instead")
     krunkit.add_argument("--refresh", action="store_true", help="ignore the cached answer")
 
-    image = sub.add_parser("image", help="image tools")
+    image = sub.add_parser("image", help="image tools", description="Image tools.")
     image_sub = image.add_subparsers(dest="image_command", required=True, metavar="COMMAND")
-    check = image_sub.add_parser("check", help="would this image get vulkan under krunkit (Mesa/Venus)?")
-    check.add_argument("ref", help="podman/docker image, oci-archive:PATH, docker-archive:PATH or dir:PATH")
-    check.add_argument("--json", action="store_true")
+    check = image_sub.add_parser(
+        "check",
+        help="would this image get vulkan under krunkit (Mesa/Venus)?",
+        description="Would this image get vulkan in a krunkit VM (Mesa's Venus driver)? Reads the image without "
+        "running it; with --machine also runs cgpu's probe in it inside that VM.",
+        epilog=_IMAGE_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    check.add_argument(
+        "ref",
+        help="NAME[:TAG] (a local podman image, else a local Docker one; never pulled), "
+        "containers-storage:NAME (podman only), docker-daemon:NAME (Docker only), oci-archive:PATH, "
+        "docker-archive:PATH (`docker save`, `podman save`), oci:PATH (an OCI layout) or dir:PATH (a root "
+        "filesystem, e.g. `podman image mount`'s output)",
+    )
+    check.add_argument("--json", action="store_true", help="the answer as one JSON object (for machines)")
     check.add_argument("--machine", metavar="NAME", help="also run the probe in this krunkit VM")
-    check.add_argument("--timeout", type=_seconds, metavar="SECONDS")
+    check.add_argument(
+        "--timeout", type=_seconds, metavar="SECONDS", help="limit for each command cgpu runs (default: 300)"
+    )
+    check.add_argument("--color", choices=("auto", "always", "never"), default="auto", help="as for probe")
 
-    sub.add_parser("schema", help="print the JSON Schema of the probe report")
+    sub.add_parser(
+        "schema",
+        help="print the JSON Schema of the probe report",
+        description="Print the JSON Schema of the probe report (`cgpu probe --json`).",
+        epilog="example:\n  cgpu schema > cgpu-report.schema.json",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
+    argv, devices = _take_devices(list(sys.argv[1:] if argv is None else argv))
     args = parser.parse_args(argv)
+    if devices:
+        args.devices = devices + (args.devices or [])
     try:
         previous = signal.signal(signal.SIGTERM, _on_sigterm)
     except ValueError:  # called in another thread: only the main one takes signals
@@ -134,20 +218,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             signal.signal(signal.SIGTERM, previous)
 
 
+_OUTPUT_FLAGS = ("command", "backend", "json", "brief", "list_devices", "explain", "color")
+
+
 def _probe(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     backend = args.backend or default_backend()
-    given = {
-        key: value
-        for key, value in vars(args).items()
-        if key not in ("command", "backend", "json") and value not in (None, False)
-    }
+    given = {key: value for key, value in vars(args).items() if key not in _OUTPUT_FLAGS and value not in (None, False)}
     misplaced = set(given) - OPTIONS[backend]
     if misplaced:
         flags = ", ".join("--" + key.removesuffix("s").replace("_", "-") for key in sorted(misplaced))
         parser.error(f"{flags} do(es) not apply to --backend {backend}")
-    progress = None if args.json else _progress
+    human = not (args.json or args.brief)
     try:
-        builder = run_backend(backend, given, progress=progress)
+        builder = run_backend(backend, given, progress=_progress if human else None)
         if builder.bad_usage:
             code = ExitCode.USAGE
         elif builder.could_not_run:
@@ -161,18 +244,60 @@ def _probe(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         builder.failed("cgpu", f"internal error, please report it: {type(exc).__name__}: {exc}")
         code = ExitCode.INTERNAL
     if code == ExitCode.USAGE:  # nothing was checked: no report that could pass for an answer
+        from cgpu.terminal import escape_lines
+
         for problem in builder.problems:
             if problem["severity"] == "error":
-                print(f"cgpu probe: error: {problem['message']}", file=sys.stderr)
+                print(f"cgpu probe: error: {escape_lines(problem['message'])}", file=sys.stderr)
         return code
     report = builder.build()
     if args.json:
         _emit(json.dumps(report, indent=2))
-    else:
-        from cgpu.render import render_report
+        return code
+    from cgpu import render
+    from cgpu.terminal import Style, width
 
-        _emit(render_report(report))
+    if args.brief:
+        _emit(render.brief(report))
+        return code
+    columns, style = width(), Style.choose(args.color)
+    if args.list_devices:
+        _emit(render.render_device_list(report, columns=columns, style=style))
+    elif args.explain:
+        text = render.render_explain(
+            report, args.explain, devices=args.devices, root=args.root or "/", columns=columns, style=style
+        )
+        _emit(text)
+    else:
+        _emit(render.render_report(report, columns=columns, style=style))
     return code
+
+
+def _take_devices(argv: list[str]) -> tuple[list[str], list[str]]:
+    """`probe`'s `--device NAME` and `--device=NAME`, taken out before argparse sees them.
+
+    argparse looks for the next option by scanning the index of every option again, for each
+    option: quadratic in their number (50,000 `--device` flags took 86 s). Anything unusual
+    (a value starting with `-`, anything after `--`) is left for argparse to judge.
+    """
+    if not argv or argv[0] != "probe":
+        return argv, []
+    rest, devices = [argv[0]], []
+    index = 1
+    while index < len(argv):
+        arg = argv[index]
+        if arg == "--":
+            rest += argv[index:]
+            break
+        if arg.startswith("--device="):
+            devices.append(arg.removeprefix("--device="))
+        elif arg == "--device" and index + 1 < len(argv) and not argv[index + 1].startswith("-"):
+            devices.append(argv[index + 1])
+            index += 1
+        else:
+            rest.append(arg)
+        index += 1
+    return rest, devices
 
 
 def _image_check(args: argparse.Namespace) -> int:
@@ -183,11 +308,19 @@ def _image_check(args: argparse.Namespace) -> int:
             args.ref, machine=args.machine, timeout=args.timeout, progress=None if args.json else _progress
         )
         code = image_exit_code(result)
-        text = json.dumps(result, indent=2) if args.json else render_image_check(result)
+        if args.json:
+            text = json.dumps(result, indent=2)
+        else:
+            from cgpu.terminal import Style, width
+
+            text = render_image_check(result, columns=width(), style=Style.choose(args.color))
     except KeyboardInterrupt:
         raise
     except Exception as exc:  # a bug in cgpu: say so, never a traceback
-        print(f"cgpu image check: internal error, please report it: {type(exc).__name__}: {exc}", file=sys.stderr)
+        from cgpu.terminal import escape
+
+        message = escape(f"{type(exc).__name__}: {exc}")
+        print(f"cgpu image check: internal error, please report it: {message}", file=sys.stderr)
         return ExitCode.INTERNAL
     _emit(text)
     return code
@@ -228,4 +361,6 @@ def _seconds(text: str) -> float:
 
 
 def _progress(message: str) -> None:
-    print(f"cgpu: {message}", file=sys.stderr, flush=True)
+    from cgpu.terminal import escape
+
+    print(f"cgpu: {escape(message)}", file=sys.stderr, flush=True)
