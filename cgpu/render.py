@@ -196,19 +196,27 @@ def render_problems(problems: list[dict[str, str]], *, columns: int = 80, style:
 
 
 def render_device_list(report: dict[str, Any], *, columns: int = 80, style: Style = PLAIN) -> str:
-    """Every device name, one per line, with status, APIs and the spec that defines it
-    (as `nvidia-ctk cdi list` lists names, with cgpu's answer beside each)."""
+    """Every device name, one per line, with its status and APIs, under the spec file that
+    defines it (as `nvidia-ctk cdi list` lists names, with cgpu's answer beside each)."""
     devices = report["devices"]
-    if not devices:
-        return "\n".join(["no devices found", *render_problems(report["problems"], columns=columns, style=style)])
-    rows = [
-        [escape(d["name"]), device_status(d), ", ".join(d["apis"]) or "-", escape(d.get("spec", ""))] for d in devices
-    ]
-    header = ["DEVICE", "STATUS", "APIS", "SPEC"]
-    widths = [max(len(header[i]), *(len(r[i]) for r in rows)) for i in range(3)] + [0]
-    lines = [style(_cells(header, widths), "bold")]
-    for row in rows:
-        lines += wrap(_cells(row, widths), columns, indent=widths[0] + 2)
+    lines: list[str] = [] if devices else ["no devices found"]
+    by_spec: dict[str, list[dict[str, Any]]] = {}
+    for device in devices:
+        by_spec.setdefault(str(device.get("spec", "")), []).append(device)
+    rest = max(len(f"{device_status(d)}  {', '.join(d['apis']) or '-'}") for d in devices) if devices else 0
+    fitting = [len(escape(d["name"])) for d in devices if len(escape(d["name"])) + 4 + rest <= columns]
+    name_width = max(fitting, default=0)
+    for spec, group in by_spec.items():
+        if lines:
+            lines.append("")
+        lines += [style(line, "bold") for line in wrap(f"spec {escape(spec)}" if spec else "devices", columns)]
+        for device in group:
+            name, answer = escape(device["name"]), f"{device_status(device):<8} {', '.join(device['apis']) or '-'}"
+            if len(name) <= name_width:
+                lines.append(f"  {name:<{name_width}}  {answer}".rstrip())
+            else:  # a name wider than the column: on its own line, the answer below it
+                lines += wrap(name, columns, first="  ", indent=4)
+                lines += wrap(answer, columns, first=" " * (name_width + 4 if name_width else 6))
     errors = [p for p in report["problems"] if p["severity"] == "error"]
     lines += render_problems(errors, columns=columns, style=style)
     return "\n".join(lines)
@@ -229,7 +237,7 @@ def render_explain(
     """The checklist behind one API's answer: per device, whether a container can start with it
     (every host path it needs, looked for under `root`) and what it gives for `api`."""
     state = states(report)[api]
-    lines = _item(f"{api}: {state} ", escape(report["evidence"][api]), columns, style, "bold")
+    lines = _item(f"{api} ({state}): ", escape(report["evidence"][api]), columns, style, "bold")
     chosen = [d for d in report["devices"] if not devices or d["name"] in devices]
     if not chosen:
         lines.append("")
@@ -245,11 +253,12 @@ def render_explain(
             if missing:
                 lines += _check(
                     "absent",
-                    f"a container starts: {len(missing)} host path(s) it needs are missing under {where}: "
-                    + ", ".join(escape(p) for p in missing),
+                    f"a container starts: these host paths it needs are missing under {where}:",
                     columns,
                     style,
                 )
+                for path in missing:
+                    lines += _item("      ✗ ", escape(path), columns, style, "red")
             elif device.get("status") == "blocked":
                 lines += _check("absent", f"a container starts: {escape(device.get('reason', 'no'))}", columns, style)
             else:
