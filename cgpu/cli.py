@@ -178,6 +178,23 @@ def _parser() -> argparse.ArgumentParser:
     )
     check.add_argument("--color", choices=("auto", "always", "never"), default="auto", help="as for probe")
 
+    krunkit_cmd = sub.add_parser(
+        "krunkit",
+        help="krunkit tools",
+        description="Tools for the krunkit backend (macOS).",
+    )
+    krunkit_sub = krunkit_cmd.add_subparsers(dest="krunkit_command", required=True, metavar="COMMAND")
+    assets = krunkit_sub.add_parser(
+        "write-assets",
+        help="write the Venus probe image's build context (Containerfile, probe.py, guest files)",
+        description="Write the build context of the Venus probe image the krunkit backend runs: the "
+        "Containerfile, cgpu's probe as probe.py and the guest files of a probe VM. Nothing is overwritten.",
+        epilog="example:\n  cgpu krunkit write-assets cgpu-venus-probe\n"
+        "  podman --connection podman-machine-default build -t localhost/cgpu-venus-probe:latest cgpu-venus-probe",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    assets.add_argument("dir", metavar="DIR", help="a new or empty folder")
+
     sub.add_parser(
         "schema",
         help="print the JSON Schema of the probe report",
@@ -206,6 +223,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return ExitCode.OK
         if args.command == "image":
             return _image_check(args)
+        if args.command == "krunkit":
+            return _write_assets(args.dir)
         return _probe(parser, args)
     except Terminated:
         print("cgpu: terminated", file=sys.stderr)
@@ -324,6 +343,19 @@ def _image_check(args: argparse.Namespace) -> int:
         return ExitCode.INTERNAL
     _emit(text)
     return code
+
+
+def _write_assets(folder: str) -> int:
+    from cgpu.backends.krunkit.image_files import write_assets
+    from cgpu.terminal import escape
+
+    try:
+        written = write_assets(folder)
+    except OSError as exc:
+        print(f"cgpu krunkit write-assets: {escape(exc)}", file=sys.stderr)
+        return ExitCode.COULD_NOT_RUN
+    _emit("\n".join(escape(path) for path in written))
+    return ExitCode.OK
 
 
 _IMAGE_EXIT = {"yes": ExitCode.OK, "no": ExitCode.IMAGE_NO, "unknown": ExitCode.IMAGE_UNKNOWN}
