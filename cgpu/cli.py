@@ -194,6 +194,18 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     assets.add_argument("dir", metavar="DIR", help="a new or empty folder")
+    build = krunkit_sub.add_parser(
+        "build-image",
+        help="build the Venus probe image in a podman machine, showing the build as it runs",
+        description="Build the Venus probe image (localhost/cgpu-venus-probe:latest) from the build context "
+        "`write-assets` writes, with `podman build`: its output is shown live on stderr, and its last lines "
+        "again if it fails.",
+        epilog="example:\n  cgpu krunkit build-image --machine podman-machine-default\n\n"
+        "exit status: 0 built; 1 podman is missing, failed or ran past --timeout (then stopped); 2 bad usage",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    build.add_argument("--machine", metavar="NAME", help="the podman machine to build in (default: podman's default)")
+    build.add_argument("--timeout", type=_seconds, metavar="SECONDS", help="limit for the whole build (default: 1800)")
 
     sub.add_parser(
         "schema",
@@ -223,6 +235,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return ExitCode.OK
         if args.command == "image":
             return _image_check(args)
+        if args.command == "krunkit" and args.krunkit_command == "build-image":
+            return _build_image(args.machine, args.timeout)
         if args.command == "krunkit":
             return _write_assets(args.dir)
         return _probe(parser, args)
@@ -356,6 +370,44 @@ def _write_assets(folder: str) -> int:
         return ExitCode.COULD_NOT_RUN
     _emit("\n".join(escape(path) for path in written))
     return ExitCode.OK
+
+
+def _build_image(machine: str | None, timeout: float | None) -> int:
+    from cgpu.backends.krunkit import DEFAULT_PROBE_IMAGE
+    from cgpu.backends.krunkit.image_files import BUILD_TIMEOUT_S, build_image
+    from cgpu.run import CommandError, CommandTimeoutError, decode
+    from cgpu.terminal import escape_lines
+
+    def show(chunk: bytes) -> None:  # the build's own output, live; a closed stderr must not stop the reading
+        try:
+            sys.stderr.write(escape_lines(decode(chunk)))
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            pass
+
+    where = f"in podman machine {machine}" if machine else "with podman"
+    try:
+        done = build_image(machine=machine, tag=DEFAULT_PROBE_IMAGE, timeout=timeout or BUILD_TIMEOUT_S, tee=show)
+    except CommandError as exc:
+        kept = decode(exc.stdout + exc.stderr) if isinstance(exc, CommandTimeoutError) else ""
+        _build_failed(f"{exc}", kept)
+        return ExitCode.COULD_NOT_RUN
+    if done.returncode != 0:
+        _build_failed(f"podman build {where} failed (exit status {done.returncode})", decode(done.stdout + done.stderr))
+        return ExitCode.COULD_NOT_RUN
+    _emit(f"built {DEFAULT_PROBE_IMAGE} {escape_lines(where)}")
+    return ExitCode.OK
+
+
+def _build_failed(reason: str, output: str) -> None:
+    """Say why, then the build's last lines again: the live view has scrolled them away."""
+    from cgpu.terminal import escape, escape_lines
+
+    tail = output.rstrip("\n").split("\n")[-30:] if output.strip() else []
+    print(f"cgpu krunkit build-image: {escape(reason)}", file=sys.stderr)
+    if tail:
+        print("its last lines:", file=sys.stderr)
+        print(escape_lines("\n".join("  " + line for line in tail)), file=sys.stderr)
 
 
 _IMAGE_EXIT = {"yes": ExitCode.OK, "no": ExitCode.IMAGE_NO, "unknown": ExitCode.IMAGE_UNKNOWN}

@@ -4,8 +4,12 @@ and the guest files of a probe VM) so that a pip install can build it as a git c
 from __future__ import annotations
 
 import os
+import tempfile
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
+
+from cgpu.run import Completed, run
 
 ASSETS = ("Containerfile", "guest/cgpu-probe.service", "guest/cgpu-probe.sh")
 
@@ -31,3 +35,15 @@ def write_assets(folder: str) -> list[str]:
         os.chmod(path, mode)  # whatever the umask says: the guest runs the script
         written.append(str(path))
     return written
+
+
+BUILD_TIMEOUT_S = 1800.0  # dnf installs Mesa, the loader and Python in the VM: minutes on a slow network
+
+
+def build_image(*, machine: str | None, tag: str, timeout: float, tee: Callable[[bytes], None]) -> Completed:
+    """`podman [--connection MACHINE] build -t TAG` on a fresh copy of the build context, its output
+    handed to `tee` as it comes and kept for the caller; raises CommandError (not found, timed out)."""
+    with tempfile.TemporaryDirectory(prefix="cgpu-venus-probe-") as folder:
+        write_assets(folder)
+        argv = ["podman", *(["--connection", machine] if machine else []), "build", "-t", tag, folder]
+        return run(argv, timeout=timeout, tee=tee)
