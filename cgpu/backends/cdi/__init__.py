@@ -87,9 +87,48 @@ def probe(
         scan = ScanResult(devices={}, specs=[], problems=[])
     else:
         scan = scan_spec_dirs(dirs, max_version=max_version, engine_label=label)
+        _spec_dir_hints(report, dirs)
     answers = answer_scan(report, scan, HostFS(root), devices=devices, dirs=dirs)
     if verify and answers is not None:
         _verify(report, answers, dirs=dirs, engine=engine, probe_image=probe_image, timeout=timeout)
+
+
+_BACKUP_SUFFIXES = ("~", ".bak", ".orig", ".old", ".swp", ".tmp", ".rpmnew", ".rpmsave", ".dpkg-old", ".dpkg-dist")
+
+
+def _spec_dir_hints(report: ReportBuilder, dirs: list[str]) -> None:
+    """Info for a person: files in a spec dir that engines skip (`.yml`, backups, hidden files),
+    and why a spec dir with no spec gives no device. The reader skips them silently, as engines do."""
+    from cgpu.cdi.scan import SPEC_EXTENSIONS
+
+    for folder in dirs:
+        if os.path.islink(folder) or not os.path.isdir(folder):
+            continue  # the reader already said why it skipped it
+        try:
+            names = sorted(os.listdir(folder))
+        except OSError:
+            continue
+        skipped = [n for n in names if not n.endswith(SPEC_EXTENSIONS) and not os.path.isdir(os.path.join(folder, n))]
+        yml = [n for n in skipped if n.lower().endswith((".yml", ".yaml", ".json"))]
+        backups = [n for n in skipped if n not in yml and n.endswith(_BACKUP_SUFFIXES)]
+        hidden = [n for n in skipped if n not in yml and n not in backups and n.startswith(".")]
+        other = [n for n in skipped if n not in yml and n not in backups and n not in hidden]
+        for group, why in (
+            (yml, "engines read only *.json and *.yaml (case-sensitive): rename to use them"),
+            (backups, "backup or editor files: engines skip them, and so does cgpu"),
+            (hidden, "hidden files that are not *.json or *.yaml: engines skip them, and so does cgpu"),
+            (other, "not *.json or *.yaml: engines skip them, and so does cgpu"),
+        ):
+            if group:
+                report.problem("info", folder, f"skipped {_names(group, 5)}: {why}")
+        if not any(n.endswith(SPEC_EXTENSIONS) for n in names):
+            report.problem(
+                "info",
+                folder,
+                "this spec dir holds no *.json or *.yaml spec, so it defines no device: generate one with "
+                "`nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml` (NVIDIA), `amd-ctk cdi generate` (AMD) "
+                "or your vendor's CDI generator, or point --spec-dir at the dir that has them",
+            )
 
 
 def answer_scan(
