@@ -45,6 +45,7 @@ def test_escape_shows_every_control_and_keeps_the_text_readable():
     assert shown.startswith("\\e[8A\\r\\e[8m\\e]52;c;")
     assert "\\x9b2J\\x7f\\u202etxt.exe\\x00\\ncontainers get" in shown
     assert escape(os.fsdecode(b"spec-\xff.yaml")) == "spec-\\xff.yaml"  # an undecodable file name byte
+    assert escape("a\u2028b\u200bc\u2066") == "a\\u2028b\\u200bc\\u2066"  # line separator, invisible ones
 
 
 @given(st.text(alphabet=st.characters(codec=None)))

@@ -1446,25 +1446,25 @@ def main(argv=None):
 # --------------------------------------------------------------------------------------------
 # --human: the answer for a person (cgpu.terminal has the same sanitiser; a test keeps them equal)
 
-_UNSAFE = "[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\x1b": "\\e"}
 
 
+def _shown(char):
+    if char.isprintable() or char == " ":
+        return char
+    code = ord(char)
+    if char in _NAMED:
+        return _NAMED[char]
+    if 0xDC80 <= code <= 0xDCFF:
+        return "\\x%02x" % (code - 0xDC00)
+    return "\\x%02x" % code if code < 0x100 else "\\u%04x" % code
+
+
 def escape(text):
-    """Control characters, bidi overrides and lone surrogates shown escaped: a driver's name or
-    stderr cannot move the cursor, forge a line or write the clipboard."""
-    import re
-
-    def shown(match):
-        char = match.group()
-        code = ord(char)
-        if char in _NAMED:
-            return _NAMED[char]
-        if 0xDC80 <= code <= 0xDCFF:
-            return "\\x%02x" % (code - 0xDC00)
-        return "\\x%02x" % code if code < 0x100 else "\\u%04x" % code
-
-    return re.sub(_UNSAFE, shown, str(text))
+    """Every character Python does not call printable (controls, bidi overrides, lone surrogates)
+    shown escaped: a driver's name or stderr cannot move the cursor, forge a line or write the clipboard."""
+    value = str(text)
+    return value if value.isprintable() else "".join(map(_shown, value))
 
 
 def render_human(data, columns=None):
