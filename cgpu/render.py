@@ -67,7 +67,11 @@ def render_report(report: dict[str, Any], *, columns: int = 80, style: Style = P
     state = states(report)
     lines = [
         summary(report, style),
-        style(f"cgpu {escape(report['cgpu_version'])} · backend {report['backend']} · {report['platform']}", "dim"),
+        style(
+            f"cgpu {escape(report['cgpu_version'])} · backend {escape(report['backend'])} · "
+            f"{escape(report['platform'])}",
+            "dim",
+        ),
         "",
     ]
     for api in API_ORDER:
@@ -238,6 +242,8 @@ def render_explain(
     (every host path it needs, looked for under `root`) and what it gives for `api`."""
     state = states(report)[api]
     lines = _item(f"{api} ({state}): ", escape(report["evidence"][api]), columns, style, "bold")
+    if api == "metal":  # no device is checked for it: the evidence is the whole answer
+        return "\n".join(lines)
     chosen = [d for d in report["devices"] if not devices or d["name"] in devices]
     if not chosen:
         lines.append("")
