@@ -137,6 +137,9 @@ def test_mig_sample_answers_on_the_first_line_and_groups_aliases(run_cli):
     assert "devices: 33 names, 17 distinct (aliases of one device share a row)" in out
     assert "also MIG-3f0a0000-7c1e-5b4a-8d2f-1a2b3c4d5e00" in out
     assert sum(line.startswith("  - metal") for line in lines) == 1 and "  - metal    Apple host API" in out
+    devices = {d["name"]: d for d in json.loads(run_cli("probe", *MIG, "--json")[1])["devices"]}
+    assert devices["nvidia.com/gpu=GPU-4a9c0b0e-1f83-5d2a-9e55-2b1c7d0e6f00"]["alias_of"] == "nvidia.com/gpu=0"
+    assert "alias_of" not in devices["nvidia.com/gpu=0:1"]  # another MIG instance of GPU 0, not a name of 0:0
 
 
 @pytest.mark.parametrize("columns", ["80", "120", None])
@@ -202,8 +205,11 @@ def test_colour_on_a_terminal_only_and_never_with_no_color():
     )
 
 
-def test_style_choice():
+def test_style_choice(monkeypatch):
+    monkeypatch.setenv("NO_COLOR", "1")  # no-color.org: an explicit --color wins over it, auto does not
     assert Style.choose("always").enabled and not Style.choose("never").enabled
+    with open(os.devnull, "w") as devnull:
+        assert not Style.choose("auto", stream=devnull).enabled
     assert Style(True)("x", "red") == "\x1b[31mx\x1b[0m" and Style(False)("x", "red") == "x"
 
 
