@@ -53,24 +53,26 @@ def _on_sigterm(_signum: int, _frame: object) -> None:
 
 _EXIT_CODES = """exit status:
   0    the backend ran (an empty answer is an answer)
-  1    cgpu could not run (missing tool, timeout, engine refused): the report says why
+  1    cgpu could not run (missing tool, timeout, engine refused): the report
+       says why
   2    bad usage
   3    internal error in cgpu (a bug; please report it)
   4    image check: the image would not get vulkan under krunkit
   5    image check: cannot tell from the image alone
-  130  interrupted (Ctrl-C); 143 terminated (SIGTERM); all cgpu started is stopped first"""
+  130  interrupted (Ctrl-C); 143 terminated (SIGTERM); either way everything
+       cgpu started is stopped first"""
 
 _PROBE_EPILOG = f"""--timeout defaults (each command cgpu runs gets its own limit):
-  cdi      no command at all without --verify; --engine auto: 10 s; --verify: 60 s per
-           container, 30 s per engine API call
+  cdi      nothing runs without --verify; --engine auto: 10 s;
+           --verify: 60 s per container, 30 s per engine API call
   wsl      90 s (the first call boots the WSL VM)
-  krunkit  180 s with --machine, 300 s with --vm-image (boot and probe)
+  krunkit  180 s in a podman machine, 300 s with --vm-image (boot and probe)
   local    30 s per API
 
 examples:
-  cgpu probe                                   the answer for this node
-  cgpu probe --brief                           one line: cuda,vulkan,opencl (unknown ones end in ?)
-  cgpu probe --list-devices                    every CDI device name, its status and spec file
+  cgpu probe                   the answer for this node
+  cgpu probe --brief        one line, e.g. cuda,vulkan,opencl (unknown: cuda?)
+  cgpu probe --list-devices    every CDI device name, its status and spec file
   cgpu probe --explain cuda --device nvidia.com/gpu=0
   cgpu probe --json --spec-dir /etc/cdi --root /host
 
@@ -159,8 +161,8 @@ def _parser() -> argparse.ArgumentParser:
     check = image_sub.add_parser(
         "check",
         help="would this image get vulkan under krunkit (Mesa/Venus)?",
-        description="Would this image get vulkan in a krunkit VM (Mesa's Venus driver)? Reads the image without "
-        "running it; with --machine also runs cgpu's probe in it inside that VM.",
+        description="Would this image get vulkan in a krunkit VM (Mesa's Venus driver)? Reads the\n"
+        "image without running it; with --machine also runs cgpu's probe in it inside\nthat VM.",
         epilog=_IMAGE_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -187,21 +189,23 @@ def _parser() -> argparse.ArgumentParser:
     assets = krunkit_sub.add_parser(
         "write-assets",
         help="write the Venus probe image's build context (Containerfile, probe.py, guest files)",
-        description="Write the build context of the Venus probe image the krunkit backend runs: the "
-        "Containerfile, cgpu's probe as probe.py and the guest files of a probe VM. Nothing is overwritten.",
+        description="Write the build context of the Venus probe image the krunkit backend runs: the\n"
+        "Containerfile, cgpu's probe as probe.py and the guest files of a probe VM.\nNothing is overwritten.",
         epilog="example:\n  cgpu krunkit write-assets cgpu-venus-probe\n"
-        "  podman --connection podman-machine-default build -t localhost/cgpu-venus-probe:latest cgpu-venus-probe",
+        "  podman --connection podman-machine-default build \\\n"
+        "      -t localhost/cgpu-venus-probe:latest cgpu-venus-probe",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     assets.add_argument("dir", metavar="DIR", help="a new or empty folder")
     build = krunkit_sub.add_parser(
         "build-image",
         help="build the Venus probe image in a podman machine, showing the build as it runs",
-        description="Build the Venus probe image (localhost/cgpu-venus-probe:latest) from the build context "
-        "`write-assets` writes, with `podman build`: its output is shown live on stderr, and its last lines "
-        "again if it fails.",
+        description="Build the Venus probe image (localhost/cgpu-venus-probe:latest) from the build\n"
+        "context `write-assets` writes, with `podman build`: its output is shown live on\n"
+        "stderr, and its last lines again if it fails.",
         epilog="example:\n  cgpu krunkit build-image --machine podman-machine-default\n\n"
-        "exit status: 0 built; 1 podman is missing, failed or ran past --timeout (then stopped); 2 bad usage",
+        "exit status:\n  0  built\n  1  podman is missing, failed, or ran past --timeout (then stopped)\n"
+        "  2  bad usage",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     build.add_argument("--machine", metavar="NAME", help="the podman machine to build in (default: podman's default)")
