@@ -20,26 +20,17 @@ _METAL_SHORT = "Apple host API: never reaches a Linux container (Vulkan over Ven
 
 
 def states(report: dict[str, Any]) -> dict[str, str]:
-    """Each API's state; a report without `apis` (format 1) says only what it provides."""
-    apis = report.get("apis") or {}
-    return {
-        api: apis.get(api, {}).get("state") or ("provided" if api in report["containers"] else "absent")
-        for api in API_ORDER
-    }
+    return {api: report["apis"][api]["state"] for api in API_ORDER}
 
 
-def summary(report: dict[str, Any], style: Style = PLAIN) -> str:
+def summary(report: dict[str, Any]) -> str:
     """The answer in one line: what containers get, what cgpu could not tell, devices and problems."""
     state = states(report)
     provided = [api for api in API_ORDER if state[api] == "provided"]
     unknown = [api for api in API_ORDER if state[api] == "unknown"]
-    if provided:
-        got = style(", ".join(provided), "bold", "green")
-    else:  # never "none" while an API is unknown: that would pass for a no
-        got = style("nothing known", "bold", "yellow") if unknown else style("none", "bold")
-    parts = [f"containers get: {got}"]
-    if unknown:
-        parts[0] += f"; {style('unknown: ' + ', '.join(unknown), 'yellow')}"
+    # never "none" while an API is unknown: that would pass for a no
+    got = ", ".join(provided) or ("nothing known" if unknown else "none")
+    parts = [f"containers get: {got}" + (f"; unknown: {', '.join(unknown)}" if unknown else "")]
     devices = report["devices"]
     parts.append(f"{len(devices)} device{'' if len(devices) == 1 else 's'}")
     problems = merge_problems(report["problems"])
@@ -65,15 +56,13 @@ def brief(report: dict[str, Any]) -> str:
 
 def render_report(report: dict[str, Any], *, columns: int = 80, style: Style = PLAIN) -> str:
     state = states(report)
-    lines = [
-        summary(report, style),
-        style(
-            f"cgpu {escape(report['cgpu_version'])} · backend {escape(report['backend'])} · "
-            f"{escape(report['platform'])}",
-            "dim",
-        ),
-        "",
-    ]
+    colour = ("bold", "yellow") if "unknown" in state.values() else ("bold",)
+    lines = [style(line, *colour) for line in wrap(summary(report), columns, indent=2)]
+    about = (
+        f"cgpu {escape(report['cgpu_version'])} · backend {escape(report['backend'])} · {escape(report['platform'])}"
+    )
+    lines += [style(line, "dim") for line in wrap(about, columns, indent=2)]
+    lines.append("")
     for api in API_ORDER:
         text = _METAL_SHORT if api == "metal" and report["evidence"][api] == METAL_EVIDENCE else report["evidence"][api]
         lines += _item(f"  {_MARK[state[api]]} {api:<9}", escape(text), columns, style, *_STATE_STYLE[state[api]])
