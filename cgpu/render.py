@@ -126,20 +126,26 @@ def render_devices(devices: list[dict[str, Any]], *, columns: int = 80, style: S
         rows.append((row, aliases, first))
     header = ["DEVICE", "STATUS", "APIS"] + (["LIVE (--verify)"] if verified else [])
     widths = [max(len(header[i]), *(len(r[0][i]) for r in rows)) for i in range(len(header))]
+    rest = sum(widths[1:]) + 2 * (len(widths) - 1)
+    # A name too long for the column goes on a line of its own, its row below it.
+    widths[0] = max([len(r[0][0]) for r in rows if len(r[0][0]) + 2 + rest <= columns], default=len(header[0]))
     title = f"devices: {len(devices)} name{'s' if len(devices) != 1 else ''}"
     if len(groups) != len(devices):
         title += f", {len(groups)} distinct (aliases of one device share a row)"
     lines = wrap(title, columns)
     lines.append(style(_cells(header, widths), "bold"))
     for row, aliases, device in rows:
+        if len(row[0]) > widths[0]:
+            lines += wrap(row[0], columns, indent=4)
+            row = ["", *row[1:]]
         text = _cells(row, widths)
         also = f"  (also {', '.join(aliases)})" if aliases else ""
-        if len(text) > columns or len(text + also) > columns:
+        if len(text + also) <= columns:
+            lines.append(text + also)
+        else:
             lines += wrap(text, columns, indent=widths[0] + 2)
             if also:
                 lines += wrap(f"also {', '.join(aliases)}", columns, first="    ")
-        else:
-            lines.append(text + also)
         if device.get("reason") and device_status(device) != "ok":
             lines += wrap(escape(device["reason"]), columns, first="    ")
     return lines

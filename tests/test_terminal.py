@@ -153,6 +153,17 @@ def test_no_line_is_wider_than_the_terminal(run_cli, columns):
             assert max(len(line) for line in out.splitlines()) <= int(columns or 80), (args, mode)
 
 
+def test_a_name_too_long_for_the_column_gets_a_line_of_its_own(run_cli):
+    uuid = "nvidia.com/gpu=GPU-4a9c0b0e-1f83-5d2a-9e55-2b1c7d0e6f00"
+    code, out, _ = run_cli("probe", *MIG, "--device", uuid, "--device", "nvidia.com/gpu=all")
+    table = out[out.index("DEVICE") :].splitlines()
+    assert table[1:4] == [
+        uuid,
+        " " * 20 + "ok      cuda, vulkan, opencl",
+        "nvidia.com/gpu=all  ok      cuda, vulkan, opencl",
+    ]
+
+
 def _on_a_terminal(*args: str, env: dict[str, str], columns: int = 120) -> str:
     """Run the CLI with a pseudo-terminal of `columns` as stdout: what a person sees."""
     import fcntl
