@@ -25,6 +25,7 @@ from enum import IntEnum
 from typing import Any
 
 from cgpu import __version__
+from cgpu.apis import API_ORDER
 from cgpu.backends import BACKENDS, MAX_TIMEOUT, OPTIONS, default_backend, run_backend
 from cgpu.report import ReportBuilder
 
@@ -51,25 +52,90 @@ def _on_sigterm(_signum: int, _frame: object) -> None:
     raise Terminated()
 
 
+_EXIT_CODES = """exit status:
+  0    the backend ran (an empty answer is an answer)
+  1    cgpu could not run (missing tool, timeout, engine refused): the report
+       says why
+  2    bad usage
+  3    internal error in cgpu (a bug; please report it)
+  4    image check: the image would not get vulkan under krunkit
+  5    image check: cannot tell from the image alone
+  130  interrupted (Ctrl-C); 143 terminated (SIGTERM); either way everything
+       cgpu started is stopped first"""
+
+_PROBE_EPILOG = f"""--timeout defaults (each command cgpu runs gets its own limit):
+  cdi      nothing runs without --verify; --engine auto: 10 s;
+           --verify: 60 s per container, 30 s per engine API call
+  wsl      90 s (the first call boots the WSL VM)
+  krunkit  180 s in a podman machine, 300 s with --vm-image (boot and probe)
+  local    30 s per API
+
+examples:
+  cgpu probe                   the answer for this node
+  cgpu probe --brief        one line, e.g. cuda,vulkan,opencl (unknown: cuda?)
+  cgpu probe --list-devices    every CDI device name, its status and spec file
+  cgpu probe --explain cuda --device nvidia.com/gpu=0
+  cgpu probe --json --spec-dir /etc/cdi --root /host
+
+{_EXIT_CODES}"""
+
+_IMAGE_EPILOG = f"""examples:
+  cgpu image check quay.io/slopezpa/fedora-vgpu-llama
+  cgpu image check oci-archive:probe.tar --json
+  cgpu image check localhost/my-app --machine podman-machine-default
+
+--timeout default: 300 s for exporting the image from podman or docker.
+
+{_EXIT_CODES}"""
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="cgpu", description="Which GPU APIs does a container started here actually get?"
+        prog="cgpu",
+        description="Which GPU APIs does a container started here actually get?",
+        epilog=(
+            "examples:\n  cgpu probe\n  cgpu watch --answer-file /run/cgpu/answer.json\n  cgpu image check REF\n"
+            f"  cgpu schema\n\n{_EXIT_CODES}"
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"cgpu {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    probe = sub.add_parser("probe", help="report the GPU APIs containers get on this node")
-    probe.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    probe = sub.add_parser(
+        "probe",
+        help="report the GPU APIs containers get on this node",
+        description="Report the GPU APIs a container started on this node gets, and why.",
+        epilog=_PROBE_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    output = probe.add_argument_group("output (one of)").add_mutually_exclusive_group()
+    output.add_argument("--json", action="store_true", help="the report as one JSON object (for machines)")
+    output.add_argument("--brief", action="store_true", help="one line: the APIs containers get, unknown ones with ?")
+    output.add_argument(
+        "--list-devices", action="store_true", help="every device name with its status, APIs and spec file"
+    )
+    output.add_argument(
+        "--explain", choices=API_ORDER, metavar="API", help="the checklist behind one API's answer, per device"
+    )
+    probe.add_argument(
+        "--color",
+        choices=("auto", "always", "never"),
+        default="auto",
+        help="colour the human output: auto (default) on a terminal unless NO_COLOR is set",
+    )
     _add_probe_options(probe)
 
     watch = sub.add_parser(
         "watch",
-        help="keep an answer file and/or an NFD feature file current (re-probes on change and at an interval)",
-        description=(
-            "Probe, write the answer, then probe again whenever a spec dir changes, the NVIDIA driver version "
-            "changes, and every --interval seconds. Runs until SIGTERM or Ctrl-C. Example: cgpu watch "
-            "--nfd-file /etc/kubernetes/node-feature-discovery/features.d/cgpu --answer-file /run/cgpu/answer.json"
-        ),
+        help="keep an answer file and/or an NFD feature file current",
+        description="Probe, write the answer, then probe again whenever a spec dir or the NVIDIA driver\n"
+        "version changes, and every --interval seconds. Runs until SIGTERM or Ctrl-C.",
+        epilog="example:\n  cgpu watch --nfd-file /etc/kubernetes/node-feature-discovery/features.d/cgpu \\\n"
+        "      --answer-file /run/cgpu/answer.json\n\n"
+        "exit status:\n  2    bad usage\n  1    an answer file cannot be written\n"
+        "  130  interrupted (Ctrl-C); 143 terminated (SIGTERM): the last complete files stay",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     watch.add_argument("--answer-file", metavar="PATH", help="keep the JSON report here (replaced atomically)")
     watch.add_argument("--nfd-file", metavar="PATH", help="keep a Node Feature Discovery feature file here")
@@ -84,15 +150,68 @@ def _parser() -> argparse.ArgumentParser:
     )
     _add_probe_options(watch)
 
-    image = sub.add_parser("image", help="image tools")
+    image = sub.add_parser("image", help="image tools", description="Image tools.")
     image_sub = image.add_subparsers(dest="image_command", required=True, metavar="COMMAND")
-    check = image_sub.add_parser("check", help="would this image get vulkan under krunkit (Mesa/Venus)?")
-    check.add_argument("ref", help="podman/docker image, oci-archive:PATH, docker-archive:PATH or dir:PATH")
-    check.add_argument("--json", action="store_true")
+    check = image_sub.add_parser(
+        "check",
+        help="would this image get vulkan under krunkit (Mesa/Venus)?",
+        description="Would this image get vulkan in a krunkit VM (Mesa's Venus driver)? Reads the\n"
+        "image without running it; with --machine also runs cgpu's probe in it inside\nthat VM.",
+        epilog=_IMAGE_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    check.add_argument(
+        "ref",
+        help="NAME[:TAG] (a local podman image, else a local Docker one; never pulled), "
+        "containers-storage:NAME (podman only), docker-daemon:NAME (Docker only), oci-archive:PATH, "
+        "docker-archive:PATH (`docker save`, `podman save`), oci:PATH (an OCI layout) or dir:PATH (a root "
+        "filesystem, e.g. `podman image mount`'s output)",
+    )
+    check.add_argument("--json", action="store_true", help="the answer as one JSON object (for machines)")
     check.add_argument("--machine", metavar="NAME", help="also run the probe in this krunkit VM")
-    check.add_argument("--timeout", type=_seconds, metavar="SECONDS")
+    check.add_argument(
+        "--timeout", type=_seconds, metavar="SECONDS", help="limit for each command cgpu runs (default: 300)"
+    )
+    check.add_argument("--color", choices=("auto", "always", "never"), default="auto", help="as for probe")
 
-    sub.add_parser("schema", help="print the JSON Schema of the probe report")
+    krunkit_cmd = sub.add_parser(
+        "krunkit",
+        help="krunkit tools",
+        description="Tools for the krunkit backend (macOS).",
+    )
+    krunkit_sub = krunkit_cmd.add_subparsers(dest="krunkit_command", required=True, metavar="COMMAND")
+    assets = krunkit_sub.add_parser(
+        "write-assets",
+        help="write the Venus probe image's build context (Containerfile, probe.py, guest files)",
+        description="Write the build context of the Venus probe image the krunkit backend runs: the\n"
+        "Containerfile, cgpu's probe as probe.py and the guest files of a probe VM.\nNothing is overwritten.",
+        epilog="example:\n  cgpu krunkit write-assets cgpu-venus-probe\n"
+        "  podman --connection podman-machine-default build \\\n"
+        "      -t localhost/cgpu-venus-probe:latest cgpu-venus-probe",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    assets.add_argument("dir", metavar="DIR", help="a new or empty folder")
+    build = krunkit_sub.add_parser(
+        "build-image",
+        help="build the Venus probe image in a podman machine, showing the build as it runs",
+        description="Build the Venus probe image (localhost/cgpu-venus-probe:latest) from the build\n"
+        "context `write-assets` writes, with `podman build`: its output is shown live on\n"
+        "stderr, and its last lines again if it fails.",
+        epilog="example:\n  cgpu krunkit build-image --machine podman-machine-default\n\n"
+        "exit status:\n  0  built\n  1  podman is missing, failed, or ran past --timeout (then stopped)\n"
+        "  2  bad usage",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    build.add_argument("--machine", metavar="NAME", help="the podman machine to build in (default: podman's default)")
+    build.add_argument("--timeout", type=_seconds, metavar="SECONDS", help="limit for the whole build (default: 1800)")
+
+    sub.add_parser(
+        "schema",
+        help="print the JSON Schema of the probe report",
+        description="Print the JSON Schema of the probe report (`cgpu probe --json`).",
+        epilog="example:\n  cgpu schema > cgpu-report.schema.json",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     return parser
 
 
@@ -137,7 +256,10 @@ def _add_probe_options(parser: argparse.ArgumentParser) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
+    argv, devices = _take_devices(list(sys.argv[1:] if argv is None else argv))
     args = parser.parse_args(argv)
+    if devices:
+        args.devices = devices + (args.devices or [])
     try:
         previous = signal.signal(signal.SIGTERM, _on_sigterm)
     except ValueError:  # called in another thread: only the main one takes signals
@@ -150,6 +272,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return ExitCode.OK
         if args.command == "image":
             return _image_check(args)
+        if args.command == "krunkit" and args.krunkit_command == "build-image":
+            return _build_image(args.machine, args.timeout)
+        if args.command == "krunkit":
+            return _write_assets(args.dir)
         if args.command == "watch":
             return _watch(parser, args)
         return _probe(parser, args)
@@ -164,6 +290,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             signal.signal(signal.SIGTERM, previous)
 
 
+_OUTPUT_FLAGS = ("command", "backend", "json", "brief", "list_devices", "explain", "color")
 _WATCH_ONLY = ("answer_file", "nfd_file", "interval", "expiry")
 
 
@@ -172,7 +299,7 @@ def _backend_options(parser: argparse.ArgumentParser, args: argparse.Namespace, 
     given = {
         key: value
         for key, value in vars(args).items()
-        if key not in ("command", "backend", "json", *_WATCH_ONLY) and value not in (None, False)
+        if key not in (*_OUTPUT_FLAGS, *_WATCH_ONLY) and value not in (None, False)
     }
     misplaced = set(given) - OPTIONS[backend]
     if misplaced:
@@ -181,7 +308,9 @@ def _backend_options(parser: argparse.ArgumentParser, args: argparse.Namespace, 
     return given
 
 
-def _run(backend: str, given: dict[str, Any], progress: Callable[[str], None] | None) -> tuple[ReportBuilder, int]:
+def _run(
+    command: str, backend: str, given: dict[str, Any], progress: Callable[[str], None] | None
+) -> tuple[ReportBuilder, ExitCode]:
     """Run the backend: its report and the exit status it earns (a bug in cgpu is a report too)."""
     try:
         builder = run_backend(backend, given, progress=progress)
@@ -198,30 +327,46 @@ def _run(backend: str, given: dict[str, Any], progress: Callable[[str], None] | 
         builder.failed("cgpu", f"internal error, please report it: {type(exc).__name__}: {exc}")
         code = ExitCode.INTERNAL
     if code == ExitCode.USAGE:  # nothing was checked: no report that could pass for an answer
+        from cgpu.terminal import escape_lines
+
         for problem in builder.problems:
             if problem["severity"] == "error":
-                print(f"cgpu: error: {problem['message']}", file=sys.stderr)
+                print(f"cgpu {command}: error: {escape_lines(problem['message'])}", file=sys.stderr)
     return builder, code
 
 
 def _probe(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     backend = args.backend or default_backend()
     given = _backend_options(parser, args, backend)
-    builder, code = _run(backend, given, None if args.json else _progress)
+    human = not (args.json or args.brief)
+    builder, code = _run("probe", backend, given, _progress if human else None)
     if code == ExitCode.USAGE:
         return code
     report = builder.build()
     if args.json:
         _emit(json.dumps(report, indent=2))
-    else:
-        from cgpu.render import render_report
+        return code
+    from cgpu import render
+    from cgpu.terminal import Style, width
 
-        _emit(render_report(report))
+    if args.brief:
+        _emit(render.brief(report))
+        return code
+    columns, style = width(), Style.choose(args.color)
+    if args.list_devices:
+        _emit(render.render_device_list(report, columns=columns, style=style))
+    elif args.explain:
+        text = render.render_explain(
+            report, args.explain, devices=args.devices, root=args.root or "/", columns=columns, style=style
+        )
+        _emit(text)
+    else:
+        _emit(render.render_report(report, columns=columns, style=style))
     return code
 
 
 def _watch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    """Runs until SIGTERM (143) or Ctrl-C (130); bad usage found on the first probe is 2."""
+    """Runs until SIGTERM (143) or Ctrl-C (130); bad usage found by the first probe is 2."""
     from cgpu.fleet.watch import watch
 
     if not (args.answer_file or args.nfd_file):
@@ -235,14 +380,16 @@ def _watch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         spec_dirs = list(args.spec_dirs or DEFAULT_SPEC_DIRS)
 
     def probe() -> dict[str, Any]:
-        builder, code = _run(backend, given, None)
+        builder, code = _run("watch", backend, given, None)
         if code == ExitCode.USAGE:
             raise _BadUsage()
         return builder.build()
 
     def log(message: str) -> None:
+        from cgpu.terminal import escape_lines
+
         stamp = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-        print(f"cgpu watch {stamp} {message}", file=sys.stderr, flush=True)
+        print(f"cgpu watch {stamp} {escape_lines(message)}", file=sys.stderr, flush=True)
 
     try:
         watch(
@@ -258,13 +405,42 @@ def _watch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     except _BadUsage:
         return ExitCode.USAGE
     except OSError as exc:  # the answer or feature file cannot be written
-        print(f"cgpu watch: error: {exc}", file=sys.stderr)
+        from cgpu.terminal import escape
+
+        print(f"cgpu watch: error: {escape(exc)}", file=sys.stderr)
         return ExitCode.COULD_NOT_RUN
     return ExitCode.OK
 
 
 class _BadUsage(Exception):
     """The first probe found the options cannot work (already printed)."""
+
+
+def _take_devices(argv: list[str]) -> tuple[list[str], list[str]]:
+    """`probe`'s and `watch`'s `--device NAME` and `--device=NAME`, taken out before argparse sees them.
+
+    argparse looks for the next option by scanning the index of every option again, for each
+    option: quadratic in their number (50,000 `--device` flags took 86 s). Anything unusual
+    (a value starting with `-`, anything after `--`) is left for argparse to judge.
+    """
+    if not argv or argv[0] not in ("probe", "watch"):
+        return argv, []
+    rest, devices = [argv[0]], []
+    index = 1
+    while index < len(argv):
+        arg = argv[index]
+        if arg == "--":
+            rest += argv[index:]
+            break
+        if arg.startswith("--device="):
+            devices.append(arg.removeprefix("--device="))
+        elif arg == "--device" and index + 1 < len(argv) and not argv[index + 1].startswith("-"):
+            devices.append(argv[index + 1])
+            index += 1
+        else:
+            rest.append(arg)
+        index += 1
+    return rest, devices
 
 
 def _image_check(args: argparse.Namespace) -> int:
@@ -275,14 +451,73 @@ def _image_check(args: argparse.Namespace) -> int:
             args.ref, machine=args.machine, timeout=args.timeout, progress=None if args.json else _progress
         )
         code = image_exit_code(result)
-        text = json.dumps(result, indent=2) if args.json else render_image_check(result)
+        if args.json:
+            text = json.dumps(result, indent=2)
+        else:
+            from cgpu.terminal import Style, width
+
+            text = render_image_check(result, columns=width(), style=Style.choose(args.color))
     except KeyboardInterrupt:
         raise
     except Exception as exc:  # a bug in cgpu: say so, never a traceback
-        print(f"cgpu image check: internal error, please report it: {type(exc).__name__}: {exc}", file=sys.stderr)
+        from cgpu.terminal import escape
+
+        message = escape(f"{type(exc).__name__}: {exc}")
+        print(f"cgpu image check: internal error, please report it: {message}", file=sys.stderr)
         return ExitCode.INTERNAL
     _emit(text)
     return code
+
+
+def _write_assets(folder: str) -> int:
+    from cgpu.backends.krunkit.image_files import write_assets
+    from cgpu.terminal import escape
+
+    try:
+        written = write_assets(folder)
+    except OSError as exc:
+        print(f"cgpu krunkit write-assets: {escape(exc)}", file=sys.stderr)
+        return ExitCode.COULD_NOT_RUN
+    _emit("\n".join(escape(path) for path in written))
+    return ExitCode.OK
+
+
+def _build_image(machine: str | None, timeout: float | None) -> int:
+    from cgpu.backends.krunkit import DEFAULT_PROBE_IMAGE
+    from cgpu.backends.krunkit.image_files import BUILD_TIMEOUT_S, build_image
+    from cgpu.run import CommandError, CommandTimeoutError, decode
+    from cgpu.terminal import escape_lines
+
+    def show(chunk: bytes) -> None:  # the build's own output, live; a closed stderr must not stop the reading
+        try:
+            sys.stderr.write(escape_lines(decode(chunk)))
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            pass
+
+    where = f"in podman machine {machine}" if machine else "with podman"
+    try:
+        done = build_image(machine=machine, tag=DEFAULT_PROBE_IMAGE, timeout=timeout or BUILD_TIMEOUT_S, tee=show)
+    except CommandError as exc:
+        kept = decode(exc.stdout + exc.stderr) if isinstance(exc, CommandTimeoutError) else ""
+        _build_failed(f"{exc}", kept)
+        return ExitCode.COULD_NOT_RUN
+    if done.returncode != 0:
+        _build_failed(f"podman build {where} failed (exit status {done.returncode})", decode(done.stdout + done.stderr))
+        return ExitCode.COULD_NOT_RUN
+    _emit(f"built {DEFAULT_PROBE_IMAGE} {escape_lines(where)}")
+    return ExitCode.OK
+
+
+def _build_failed(reason: str, output: str) -> None:
+    """Say why, then the build's last lines again: the live view has scrolled them away."""
+    from cgpu.terminal import escape, escape_lines
+
+    tail = output.rstrip("\n").split("\n")[-30:] if output.strip() else []
+    print(f"cgpu krunkit build-image: {escape(reason)}", file=sys.stderr)
+    if tail:
+        print("its last lines:", file=sys.stderr)
+        print(escape_lines("\n".join("  " + line for line in tail)), file=sys.stderr)
 
 
 _IMAGE_EXIT = {"yes": ExitCode.OK, "no": ExitCode.IMAGE_NO, "unknown": ExitCode.IMAGE_UNKNOWN}
@@ -320,4 +555,6 @@ def _seconds(text: str) -> float:
 
 
 def _progress(message: str) -> None:
-    print(f"cgpu: {message}", file=sys.stderr, flush=True)
+    from cgpu.terminal import escape
+
+    print(f"cgpu: {escape(message)}", file=sys.stderr, flush=True)

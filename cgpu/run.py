@@ -55,12 +55,15 @@ def run(
     input: bytes | None = None,
     env: Mapping[str, str] | None = None,
     cwd: str | None = None,
+    tee: Callable[[bytes], None] | None = None,
 ) -> Completed:
     """Run argv to completion or kill its whole process group at `timeout` seconds.
 
     Each output stream keeps its first MAX_OUTPUT bytes (the rest is read and dropped, so the
     command never blocks on a full pipe). A process that keeps the pipes open after the command
-    exited (a daemon it left behind) counts against the same timeout.
+    exited (a daemon it left behind) counts against the same timeout. `tee`, when given, is
+    handed each chunk of stdout and stderr as it arrives (a live view of a long build), from the
+    reading threads; what is kept is the same.
     """
     argv = [os.fspath(a) for a in argv]
     try:
@@ -80,7 +83,7 @@ def run(
     except OSError as exc:
         raise CommandError(argv, f"could not start: {exc.strerror or exc}") from exc
     deadline = time.monotonic() + timeout
-    stdout, stderr = _Capped(proc.stdout), _Capped(proc.stderr)
+    stdout, stderr = _Capped(proc.stdout, tee), _Capped(proc.stderr, tee)
     workers = [stdout.start(), stderr.start()]
     if input is not None:
         workers.append(_start(_feed, proc.stdin, input))
@@ -114,8 +117,9 @@ def _wait(proc: subprocess.Popen, workers: list[threading.Thread], deadline: flo
 class _Capped:
     """Reads one pipe to its end in a thread, keeping the first MAX_OUTPUT bytes."""
 
-    def __init__(self, pipe: IO[bytes] | None) -> None:
+    def __init__(self, pipe: IO[bytes] | None, tee: Callable[[bytes], None] | None = None) -> None:
         self._pipe = pipe
+        self._tee = tee
         self._chunks: list[bytes] = []
         self._kept = 0
 
@@ -126,6 +130,8 @@ class _Capped:
         assert self._pipe is not None
         with self._pipe:
             while chunk := self._pipe.read1(65536):  # type: ignore[attr-defined]  # a BufferedReader
+                if self._tee is not None:
+                    self._tee(chunk)
                 if self._kept < MAX_OUTPUT:
                     chunk = chunk[: MAX_OUTPUT - self._kept]
                     self._chunks.append(chunk)

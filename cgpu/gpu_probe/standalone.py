@@ -2,7 +2,9 @@
 
 Standard library only, one file, Python 3.8+: copy it into any glibc image and run
 `python3 probe.py` (options: `--timeout SECONDS` per API, `--api NAME` repeatable). It prints
-one JSON object (shape in `docs/probe.md`, versioned by `probe_version`).
+one JSON object (shape in `docs/probe.md`, versioned by `probe_version`), on a terminal too:
+whatever runs it (cgpu, a script behind `podman run -t`) reads JSON. `--human` prints the same
+answer for a person instead, wrapped to the terminal, every value from a driver escaped.
 
 Each API is probed in its own child process (this file re-run with `--child API`), never by
 forking after a driver is loaded: drivers crash, hang, and CUDA poisons `fork()`. A child that
@@ -1421,6 +1423,7 @@ def main(argv=None):
         "--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds each API may take (default %(default)g)"
     )
     parser.add_argument("--api", action="append", choices=APIS, help="probe only this API (repeatable)")
+    parser.add_argument("--human", action="store_true", help="print for a person, not JSON (the default)")
     parser.add_argument("--child", choices=sorted(PROBES), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -1432,9 +1435,76 @@ def main(argv=None):
     except KeyboardInterrupt:
         sys.stderr.write("probe.py: interrupted\n")
         return 130
+    if args.human:
+        sys.stdout.write(render_human(data) + "\n")
+        return 0
     json.dump(data, sys.stdout, indent=2)
     sys.stdout.write("\n")
     return 0
+
+
+# --------------------------------------------------------------------------------------------
+# --human: the answer for a person (cgpu.terminal has the same sanitiser; a test keeps them equal)
+
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\x1b": "\\e"}
+
+
+def _shown(char):
+    if char.isprintable() or char == " ":
+        return char
+    code = ord(char)
+    if char in _NAMED:
+        return _NAMED[char]
+    if 0xDC80 <= code <= 0xDCFF:
+        return "\\x%02x" % (code - 0xDC00)
+    return "\\x%02x" % code if code < 0x100 else "\\u%04x" % code
+
+
+def escape(text):
+    """Every character Python does not call printable (controls, bidi overrides, lone surrogates)
+    shown escaped: a driver's name or stderr cannot move the cursor, forge a line or write the clipboard."""
+    value = str(text)
+    return value if value.isprintable() else "".join(map(_shown, value))
+
+
+def render_human(data, columns=None):
+    import shutil
+    import textwrap
+
+    if columns is None:
+        columns = shutil.get_terminal_size((80, 24)).columns if sys.stdout.isatty() else 80
+    columns = max(columns, 40)
+
+    def wrap(text, first, hang):
+        return textwrap.wrap(
+            escape(text), columns, initial_indent=first, subsequent_indent=" " * hang, break_on_hyphens=False
+        ) or [first.rstrip()]
+
+    apis = data.get("apis", {})
+    usable = [api for api in APIS if apis.get(api, {}).get("available")]
+    lines = ["GPU APIs that work here: %s" % (", ".join(usable) or "none")]
+    lines += wrap(
+        "probe %s · %s · Python %s · %s"
+        % (data.get("probe_version"), data.get("platform"), data.get("python"), data.get("libc")),
+        "",
+        2,
+    )
+    for api in APIS:
+        if api not in apis:
+            continue
+        result = apis[api]
+        mark = "+" if result.get("available") else "-"
+        lines += wrap(result.get("summary", ""), "  %s %-9s" % (mark, api), 13)
+        for device in result.get("devices") or []:
+            state = "counted" if device.get("counted") else "not counted: %s" % device.get("reason", "")
+            lines += wrap("%s (%s)" % (device.get("name", "?"), state), " " * 13, 15)
+        if result.get("stderr"):
+            lines += wrap("stderr: %s" % result["stderr"], " " * 13, 15)
+    if data.get("device_nodes"):
+        lines += wrap("device nodes: %s" % ", ".join(map(str, data["device_nodes"])), "", 2)
+    for name, value in sorted((data.get("env") or {}).items()):
+        lines += wrap("%s=%s" % (name, value), "env ", 4)
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -133,26 +133,37 @@ def merge_machine_probe(result: dict[str, Any], builder: Any, source: str) -> bo
 
 
 _MARK = {"pass": "ok", "fail": "FAIL", "unknown": "??", "skip": "-"}
+_MARK_STYLE = {"pass": ("green",), "fail": ("bold", "red"), "unknown": ("yellow",), "skip": ("dim",)}
+_ANSWER_STYLE = {"yes": ("bold", "green"), "no": ("bold", "red"), "unknown": ("bold", "yellow")}
 
 
-def render_image_check(result: dict[str, Any]) -> str:
+def render_image_check(result: dict[str, Any], *, columns: int = 80, style: Any = None) -> str:
+    """The answer first, then each check (evidence and fix wrapped under it), then problems.
+    Image names, tags, os-release and file paths come from the image: all pass through `escape`."""
     from cgpu.render import render_problems
+    from cgpu.terminal import PLAIN, escape, wrap
 
-    lines = [f"cgpu image check {result['image']}"]
-    about = [part for part in (result.get("source"), result.get("os"), result.get("architecture")) if part]
+    style = style or PLAIN
+    answer = {"yes": "YES", "no": "NO", "unknown": "UNKNOWN"}[result["verdict"]]
+    head = f"vulkan under krunkit: {answer}:"
+    lines = wrap(f"{head} {escape(result['reason'])}", columns, indent=2)
+    lines[0] = style(head, *_ANSWER_STYLE[result["verdict"]]) + lines[0][len(head) :]
+    lines += wrap(f"cgpu image check {escape(result['image'])}", columns, indent=2)
+    about = [escape(part) for part in (result.get("source"), result.get("os"), result.get("architecture")) if part]
     if about:
-        lines.append("  " + " · ".join(about))
+        lines += wrap(" · ".join(about), columns, first="  ")
     checks = result.get("checks") or []
     if checks:
         lines.append("")
-        width = max(len(c["name"]) for c in checks)
+        name_width = max(len(c["name"]) for c in checks)
         for check in checks:
             advisory = "" if check["required"] else " (advisory)"
-            lines.append(f"  {_MARK[check['status']]:<4} {check['name']:<{width}}  {check['evidence']}{advisory}")
+            mark = f"  {_MARK[check['status']]:<4}"
+            first = f"{mark} {escape(check['name']):<{name_width}}  "
+            row = wrap(f"{escape(check['evidence'])}{advisory}", columns, first=first)
+            row[0] = style(mark, *_MARK_STYLE[check["status"]]) + row[0][len(mark) :]
+            lines += row
             if check["fix"] and check["status"] in ("fail", "unknown"):
-                lines.append(f"       {'':<{width}}  fix: {check['fix']}")
-    lines.append("")
-    answer = {"yes": "YES", "no": "NO", "unknown": "UNKNOWN"}[result["verdict"]]
-    lines.append(f"vulkan under krunkit: {answer}: {result['reason']}")
-    lines.extend(render_problems(result["problems"]))
+                lines += wrap(f"fix: {escape(check['fix'])}", columns, first=" " * len(first))
+    lines.extend(render_problems(result["problems"], columns=columns, style=style))
     return "\n".join(lines)

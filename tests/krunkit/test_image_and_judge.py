@@ -45,7 +45,7 @@ def test_containerfile_pins_the_libkrun_mesa_build():
     # copr before the install, versionlock after it; the build fails if stock Mesa slipped in
     assert run.index("copr enable") < run.index("mesa-vulkan-drivers-${") < run.index("versionlock add")
     assert "rpm -q --qf '%{VERSION}-%{RELEASE}' mesa-vulkan-drivers" in run
-    assert ("COPY", "cgpu/gpu_probe/standalone.py /usr/local/lib/cgpu/probe.py") in steps
+    assert ("COPY", "probe.py /usr/local/lib/cgpu/probe.py") in steps  # `cgpu krunkit write-assets` writes probe.py
     assert json.loads(dict(steps)["ENTRYPOINT"]) == ["python3", "/usr/local/lib/cgpu/probe.py"]
 
 

@@ -212,8 +212,8 @@ def test_missing_probe_image_names_the_build(libkrun_machine):
     report, failed, _ = krunkit_report()  # the default image was never built here
     assert failed
     assert (
-        "podman --connection gpu-vm build -t localhost/cgpu-venus-probe:latest -f krunkit/Containerfile ."
-        in messages(report)
+        "cgpu krunkit write-assets cgpu-venus-probe && "
+        "podman --connection gpu-vm build -t localhost/cgpu-venus-probe:latest cgpu-venus-probe" in messages(report)
     )
 
 

@@ -87,9 +87,48 @@ def probe(
         scan = ScanResult(devices={}, specs=[], problems=[])
     else:
         scan = scan_spec_dirs(dirs, max_version=max_version, engine_label=label)
+        _spec_dir_hints(report, dirs)
     answers = answer_scan(report, scan, HostFS(root), devices=devices, dirs=dirs)
     if verify and answers is not None:
         _verify(report, answers, dirs=dirs, engine=engine, probe_image=probe_image, timeout=timeout)
+
+
+_BACKUP_SUFFIXES = ("~", ".bak", ".orig", ".old", ".swp", ".tmp", ".rpmnew", ".rpmsave", ".dpkg-old", ".dpkg-dist")
+
+
+def _spec_dir_hints(report: ReportBuilder, dirs: list[str]) -> None:
+    """Info for a person: files in a spec dir that engines skip (`.yml`, backups, hidden files),
+    and why a spec dir with no spec gives no device. The reader skips them silently, as engines do."""
+    from cgpu.cdi.scan import SPEC_EXTENSIONS
+
+    for folder in dirs:
+        if os.path.islink(folder) or not os.path.isdir(folder):
+            continue  # the reader already said why it skipped it
+        try:
+            names = sorted(os.listdir(folder))
+        except OSError:
+            continue
+        skipped = [n for n in names if not n.endswith(SPEC_EXTENSIONS) and not os.path.isdir(os.path.join(folder, n))]
+        yml = [n for n in skipped if n.lower().endswith((".yml", ".yaml", ".json"))]
+        backups = [n for n in skipped if n not in yml and n.endswith(_BACKUP_SUFFIXES)]
+        hidden = [n for n in skipped if n not in yml and n not in backups and n.startswith(".")]
+        other = [n for n in skipped if n not in yml and n not in backups and n not in hidden]
+        for group, why in (
+            (yml, "engines read only *.json and *.yaml (case-sensitive): rename to use them"),
+            (backups, "backup or editor files: engines skip them, and so does cgpu"),
+            (hidden, "hidden files that are not *.json or *.yaml: engines skip them, and so does cgpu"),
+            (other, "not *.json or *.yaml: engines skip them, and so does cgpu"),
+        ):
+            if group:
+                report.problem("info", folder, f"skipped {_names(group, 5)}: {why}")
+        if not any(n.endswith(SPEC_EXTENSIONS) for n in names):
+            report.problem(
+                "info",
+                folder,
+                "this spec dir holds no *.json or *.yaml spec, so it defines no device: generate one with "
+                "`nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml` (NVIDIA), `amd-ctk cdi generate` (AMD) "
+                "or your vendor's CDI generator, or point --spec-dir at the dir that has them",
+            )
 
 
 def answer_scan(
@@ -109,8 +148,12 @@ def answer_scan(
         return None
     answers = _answers(selected, host)
     _report_problems(report, answers, host)
+    first_named: dict[int, str] = {}  # devices with the same edits in one spec share their findings
     for answer in answers:
         details: dict[str, Any] = {"status": answer.status, "spec": answer.device.spec.path}
+        alias_of = first_named.setdefault(id(answer.findings), answer.name)
+        if alias_of != answer.name:  # another name (index, UUID) for what a container gets with alias_of
+            details["alias_of"] = alias_of
         details["checks"] = {api: f"{f.state}: {f.text}" for api, f in answer.findings.items()}
         if answer.blocked:
             details["missing"] = [path for path, _ in answer.missing]
@@ -258,19 +301,57 @@ def _select(
         try:
             parse_qualified_name(name)
         except ValueError as exc:
-            report.usage_error(
-                "--device", f"{name!r} is not a CDI device name ({exc}); use vendor/class=name, e.g. nvidia.com/gpu=0"
-            )
+            report.usage_error("--device", _bad_name(name, exc, scan))
             return None
     unknown = [name for name in wanted if name not in scan.devices and name not in dropped]
     if unknown:
         report.problem(
             "error",
-            ", ".join(unknown),
-            f"unresolvable CDI devices {', '.join(unknown)}: no valid spec in {', '.join(dirs)} "
-            f"defines them, so an engine refuses a container that requests them",
+            _names(unknown, 5),
+            f"unresolvable CDI devices {_names(unknown, 5)}: no valid spec in {', '.join(dirs)} "
+            f"defines them, so an engine refuses a container that requests them{_did_you_mean(unknown, scan)}",
         )
     return [scan.devices[name] for name in wanted if name in scan.devices]
+
+
+def _bad_name(name: str, error: ValueError, scan: ScanResult) -> str:
+    """Why `name` is not a qualified CDI name, in the words of what is missing, and the names it may mean."""
+    from cgpu.cdi.names import class_error, parse_device, vendor_error
+
+    qualifier, sep, device = name.partition("=")
+    vendor, device_class, _ = parse_device(name)
+    if not sep and "/" in name:
+        why = f"the =NAME part is missing (e.g. {name}=0 or {name}=all)"
+    elif not sep:
+        why = "it is not qualified: give vendor/class=name"
+    elif not device:
+        why = "the name after = is empty"
+    elif "/" not in qualifier:
+        why = f"the vendor/ part is missing before {qualifier}"
+    elif vendor and not vendor_error(vendor) and not class_error(device_class):  # the library's text says "class"
+        why = f"the name {device!r} must start and end with a letter or digit and hold only those and _ - . :"
+    else:
+        why = str(error)
+    near = [known for known in scan.devices if known.endswith(("/" + name, "=" + name)) or known.startswith(name + "=")]
+    hint = f"; did you mean {_names(near)}?" if near else "; use vendor/class=name, e.g. nvidia.com/gpu=0"
+    return f"{name!r} is not a CDI device name: {why}{hint}"
+
+
+def _did_you_mean(unknown: list[str], scan: ScanResult) -> str:
+    """Close names for the first few unknown ones (difflib is quadratic: a few, never 50,000)."""
+    if not scan.devices:
+        return ""
+    import difflib
+
+    known = list(scan.devices)
+    hints = []
+    for name in unknown[:3]:
+        close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+        if close:
+            hints.append(f"{name}: did you mean {', '.join(close)}?")
+    if hints:
+        return "; " + "; ".join(hints)
+    return f"; the names defined are {_names(known, 5)} (`cgpu probe --list-devices` lists them all)"
 
 
 # --- problems: blocked devices, stale specs, risky edits -----------------------------------------

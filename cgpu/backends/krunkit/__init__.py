@@ -40,11 +40,14 @@ from cgpu.report import ReportBuilder, current_platform
 from cgpu.run import CommandError, decode, run
 
 DEFAULT_PROBE_IMAGE: Final = "localhost/cgpu-venus-probe:latest"
-BUILD_PROBE_IMAGE: Final = "podman build -t localhost/cgpu-venus-probe:latest -f krunkit/Containerfile ."
+BUILD_PROBE_IMAGE: Final = (
+    "cgpu krunkit write-assets cgpu-venus-probe && podman build -t localhost/cgpu-venus-probe:latest cgpu-venus-probe"
+)
 GPU_DEVICE: Final = "/dev/dri"  # what ramalama and Podman Desktop pass for the VM's virtio-gpu
 LIBKRUN_MESA_FIX: Final = (
     "build the image with Mesa's libkrun build (dnf copr enable slp/mesa-libkrun-vulkan, then "
-    "mesa-vulkan-drivers pinned to that build and version-locked, as krunkit/Containerfile does)"
+    "mesa-vulkan-drivers pinned to that build and version-locked, as the Containerfile that "
+    "`cgpu krunkit write-assets` writes does)"
 )
 CACHE_TTL_S: Final = 24 * 3600
 QUICK_TIMEOUT_S: Final = 30.0  # podman machine list/inspect, krunkit --version, image inspect
