@@ -31,7 +31,7 @@ def check_image(
     ref: str, *, machine: str | None = None, timeout: float | None = None, progress: Callable[[str], None] | None = None
 ) -> dict[str, Any]:
     from cgpu.image.checks import check_dicts, run_checks, verdict
-    from cgpu.image.fs import Deadline, ImageReadError
+    from cgpu.image.fs import Deadline, DeadlineExceeded, ImageReadError
     from cgpu.image.source import open_image
 
     result: dict[str, Any] = {
@@ -54,7 +54,7 @@ def check_image(
             result["source"] = image.source
             problems += [{"severity": s, "source": image.source, "message": m} for s, m in image.notes]
             checks, found, info = run_checks(image)
-    except ImageReadError as exc:
+    except (ImageReadError, DeadlineExceeded) as exc:
         result["reason"] = f"could not read the image: {exc}"
         problems.append({"severity": "error", "source": ref, "message": str(exc)})
         result["status"] = "unreadable"

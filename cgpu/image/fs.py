@@ -30,8 +30,8 @@ class ImageReadError(Exception):
     """The image (or a file in it) could not be read; str() says what and where."""
 
 
-class DeadlineExceeded(ImageReadError):
-    pass
+class DeadlineExceeded(Exception):
+    """The check's --timeout passed: not an unreadable file but the end of the whole check."""
 
 
 class Deadline:
@@ -47,9 +47,11 @@ class Deadline:
     def expired(self) -> bool:
         return self._end is not None and time.monotonic() > self._end
 
-    def check(self) -> None:
+    def check(self, doing: str = "") -> None:
         if self.expired():
-            raise DeadlineExceeded(f"not done within --timeout {self.seconds:g} s; stopped")
+            raise DeadlineExceeded(
+                f"{doing + ': ' if doing else ''}not done within --timeout {self.seconds:g} s; stopped"
+            )
 
 
 @dataclass(frozen=True)

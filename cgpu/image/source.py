@@ -230,7 +230,7 @@ def _time_left(deadline: Deadline) -> float:
     if left is None:
         return 24 * 3600.0
     if left <= 0:
-        raise DeadlineExceeded(f"not done within --timeout {deadline.seconds:g} s; stopped")
+        deadline.check("exporting the image")
     return left
 
 
