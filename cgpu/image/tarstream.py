@@ -24,6 +24,7 @@ _PAX_MAX = 1024**2  # an extended header; real ones are a few hundred bytes
 _META_RUN = 8  # extended headers (PAX, GNU long name/link) before one member
 _SKIP_CHUNK = 1024**2
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+_HIGH = bytes(range(128, 256))
 _KINDS = {b"0": "file", b"\0": "file", b"7": "file", b"1": "hardlink", b"2": "symlink", b"5": "dir"}
 
 
@@ -168,10 +169,13 @@ class TarReader:
 
 
 def _check_sum(block: bytes, at: int) -> None:
+    """The sum of the header's bytes with the checksum field as spaces: unsigned, or signed as old tars wrote it."""
     stored = _number(block[148:156], "checksum", at)
-    unsigned = sum(block[:148]) + 8 * 32 + sum(block[156:])
-    signed = unsigned - 256 * sum(1 for b in block if b > 127) + 256 * sum(1 for b in block[148:156] if b > 127)
-    if stored not in (unsigned, signed):
+    unsigned = sum(block) - sum(block[148:156]) + 8 * 32
+    if stored == unsigned:
+        return
+    high = len(block) - len(block.translate(None, _HIGH)) - (8 - len(block[148:156].translate(None, _HIGH)))
+    if stored != unsigned - 256 * high:
         raise TarFormatError(f"not a tar header at offset {at} (bad checksum)")
 
 
@@ -184,7 +188,7 @@ def _number(field: bytes, what: str, at: int) -> int:
     digits = field.split(b"\0", 1)[0].strip(b" ")
     if not digits:
         return 0
-    if not all(48 <= b <= 55 for b in digits):
+    if digits.translate(None, b"01234567"):
         raise TarFormatError(f"the header at offset {at} has a malformed {what} field")
     return int(digits, 8)
 
