@@ -185,7 +185,9 @@ def _docker_save(
 
     def export() -> None:
         try:
-            client = docker.from_env(timeout=_time_left(deadline))  # seconds as given: 0.5 stays 0.5
+            left = deadline.left()
+            # the seconds as given, 0.5 stays 0.5 (docker-py's own default without a deadline)
+            client = docker.from_env(**({"timeout": max(left, 0.01)} if left is not None else {}))
             try:
                 image = client.images.get(name)
                 say(f"exporting {name} from Docker")
@@ -207,7 +209,7 @@ def _docker_save(
     worker = threading.Thread(target=export, name="cgpu-docker-save", daemon=True)
     worker.start()
     try:
-        worker.join(_time_left(deadline))
+        worker.join(deadline.left())
     finally:
         stop.set()  # also on Ctrl-C: the worker writes nothing more into the folder being removed
     if worker.is_alive():

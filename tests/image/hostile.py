@@ -35,15 +35,23 @@ def padded(data: bytes) -> bytes:
 
 
 def member(name: str, data: bytes = b"", *, kind: bytes = b"0", link: str = "") -> bytes:
-    """A member; a long link target goes in a PAX record, as GNU tar and Go write it."""
-    pax = b""
-    if len(link.encode()) > 100:
-        record = b" linkpath=" + link.encode() + b"\n"
-        length = len(record) + len(str(len(record)))
-        length = len(record) + len(str(length))
-        pax = pax_header(b"%d" % length + record)
+    """A member; a long name or link target goes in a PAX record, as GNU tar and Go write them."""
+    records = b"".join(
+        pax_record(key, value.encode())
+        for key, value in (("path", name), ("linkpath", link))
+        if len(value.encode()) > 100
+    )
+    pax = pax_header(records) if records else b""
     size = len(data) if kind == b"0" else 0
-    return pax + header(name.encode(), size=size, kind=kind, link=link.encode()[:100]) + padded(data)
+    return pax + header(name.encode()[:100], size=size, kind=kind, link=link.encode()[:100]) + padded(data)
+
+
+def pax_record(key: str, value: bytes) -> bytes:
+    """`LENGTH KEY=VALUE\\n`, LENGTH counting its own digits."""
+    body = b" " + key.encode() + b"=" + value + b"\n"
+    length = len(body) + len(str(len(body)))
+    length = len(body) + len(str(length))
+    return b"%d" % length + body
 
 
 def pax_header(records: bytes) -> bytes:
