@@ -183,7 +183,7 @@ def _docker_save(
     stop = threading.Event()
     outcome: list[BaseException | bool] = []
 
-    def export() -> None:
+    def export(out: IO[bytes]) -> None:
         try:
             left = deadline.left()
             # the seconds as given, 0.5 stays 0.5 (docker-py's own default without a deadline)
@@ -192,26 +192,28 @@ def _docker_save(
                 image = client.images.get(name)
                 say(f"exporting {name} from Docker")
                 written = 0
-                with open(archive, "wb") as out:
-                    for chunk in image.save(chunk_size=_CHUNK, named=True):
-                        written += len(chunk)
-                        if stop.is_set():
-                            return
-                        if written > cap:
-                            raise ImageReadError(f"Docker's export of {name} is larger than {cap} bytes; stopped")
-                        out.write(chunk)
+                for chunk in image.save(chunk_size=_CHUNK, named=True):
+                    written += len(chunk)
+                    if stop.is_set():
+                        return
+                    if written > cap:
+                        raise ImageReadError(f"Docker's export of {name} is larger than {cap} bytes; stopped")
+                    out.write(chunk)
             finally:
                 client.close()
             outcome.append(True)
         except BaseException as exc:  # handed to the waiting thread
             outcome.append(exc)
 
-    worker = threading.Thread(target=export, name="cgpu-docker-save", daemon=True)
-    worker.start()
-    try:
-        worker.join(deadline.left())
-    finally:
-        stop.set()  # also on Ctrl-C: the worker writes nothing more into the folder being removed
+    # opened here, not by the worker: a worker still waiting on the daemon creates nothing in the
+    # folder being removed; it can only write into this file, already unlinked by then
+    with open(archive, "wb") as out:
+        worker = threading.Thread(target=export, args=(out,), name="cgpu-docker-save", daemon=True)
+        worker.start()
+        try:
+            worker.join(deadline.left())
+        finally:
+            stop.set()  # also on Ctrl-C
     if worker.is_alive():
         tried.append(f"Docker: no complete export within --timeout {deadline.seconds:g} s; stopped")
         return False
