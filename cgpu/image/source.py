@@ -331,6 +331,14 @@ class _TarBlobs:
 
     def open(self, name: str) -> _Blob:
         assert self._stream is not None
+        member = self._find(name)
+        return _Blob(self._stream, member.offset, member.size, name, self.deadline)
+
+    def identity(self, name: str) -> object:
+        """The same for names that lead to the same bytes (`docker save` links repeated layers)."""
+        return self._find(name).offset
+
+    def _find(self, name: str) -> Member:
         path, _ = normalize_member(name)
         member = self._members.get(path) if path else None
         for _ in range(8):  # `docker save` links a repeated layer to its first copy
@@ -345,7 +353,7 @@ class _TarBlobs:
             member = None if path.startswith("../") else self._members.get(path)
         if member is None or member.kind != "file":
             raise ImageReadError(f"{self.path}: no file {name!r} in the archive")
-        return _Blob(self._stream, member.offset, member.size, name, self.deadline)
+        return member
 
 
 class _DirBlobs:
@@ -374,6 +382,9 @@ class _DirBlobs:
                 ) from None
             raise ImageReadError(f"{self.path}: cannot open {name!r} ({exc.strerror or exc})") from None
         return _Blob(file, 0, os.fstat(file.fileno()).st_size, path, self.deadline, owned=True)
+
+    def identity(self, name: str) -> object:
+        return normalize_member(name)[0]
 
 
 def _open_inside(root: str, path: str) -> IO[bytes]:
@@ -540,7 +551,7 @@ def _apply_layers(
     if len(layers) > limits.max_layers:
         raise ImageReadError(f"the manifest lists {len(layers)} layers, more than {limits.max_layers}; not read")
     tree = LayerTree(limits, blobs.deadline)
-    read: dict[str, Layer] = {}
+    read: dict[object, Layer] = {}
     if len({name for name, _ in layers}) > 8:
         say(f"reading {len(layers)} layers")
     previous = None
@@ -551,7 +562,7 @@ def _apply_layers(
                 f"layer {label} is zstd-compressed, which this Python cannot read; "
                 "re-save the image with gzip layers or uncompressed"
             )
-        layer = read.get(name)
+        layer = read.get(blobs.identity(name))
         if layer is None:
             try:
                 with blobs.open(name) as blob:
@@ -559,7 +570,7 @@ def _apply_layers(
                     blob.finish()
             except DeadlineExceeded as exc:
                 raise DeadlineExceeded(f"reading layer {label}: {exc}") from None
-            read[name] = layer
+            read[blobs.identity(name)] = layer
         if layer is not previous:  # the same layer twice in a row changes nothing
             tree.apply(layer)
         previous = layer
