@@ -21,7 +21,8 @@ from typing import IO
 
 from cgpu.image.tarstream import PATH_MAX, READ_ERRORS, Member, TarReader, decompressed
 
-HEAD_BYTES = 64  # enough for an ELF header's class, endianness and machine
+HEAD_BYTES = 64  # what Tree.head() gives: enough for an ELF header's class, endianness and machine
+_ELF_KEPT = 20  # of a larger file in a layer, only an ELF identification and machine are kept (memory)
 MAX_SYMLINK_HOPS = 40  # what the kernel follows before ELOOP
 _MAX_NOTES = 50  # per-member warnings kept; the rest are counted
 
@@ -58,7 +59,7 @@ class Deadline:
 class Limits:
     """Caps that keep a hostile or huge image from eating the disk, memory or the afternoon."""
 
-    max_members: int = 500_000  # tar members over all layers (real images: tens of thousands)
+    max_members: int = 400_000  # tar members over all layers (real images: tens of thousands; ~210 MB at the cap)
     max_total_bytes: int = 64 * 1024**3  # uncompressed bytes over all layers; also an engine's export
     max_kept_bytes: int = 512 * 1024**2  # file contents kept in memory, over all files
     max_file_bytes: int = 256 * 1024**2  # one kept file (an rpm database is tens of MB)
@@ -72,7 +73,7 @@ class Entry:
     size: int = 0
     target: str = ""  # symlink target, as stored
     data: bytes | None = None  # whole content, for the files the checks read
-    head: bytes = b""  # first HEAD_BYTES bytes of a file
+    head: bytes = b""  # a layer file's first bytes: all of a small one, the ELF header start of a larger one
 
 
 @dataclass
@@ -287,10 +288,10 @@ class LayerTree(Tree):
         return layer
 
     def apply(self, layer: Layer) -> None:
-        if layer.removed or layer.opaque:
-            self.entries = {
-                path: entry for path, entry in self.entries.items() if not _hidden(path, layer.removed, layer.opaque)
-            }
+        if self.entries and (layer.removed or layer.opaque):
+            hidden = [path for path in self.entries if _hidden(path, layer.removed, layer.opaque)]
+            for path in hidden:  # in place: a copy of a big index would double the peak memory
+                del self.entries[path]
         self.entries.update(layer.entries)
         self._children = None
 
@@ -372,7 +373,8 @@ class LayerTree(Tree):
             entry.head = entry.data[:HEAD_BYTES]
             budget.kept += len(entry.data)
         else:
-            entry.head = reader.read(HEAD_BYTES)
+            head = reader.read(HEAD_BYTES)
+            entry.head = head if member.size <= HEAD_BYTES else head[:_ELF_KEPT] if head[:4] == b"\x7fELF" else b""
         return entry
 
     def _hardlink(self, member: Member, path: str, layer: Layer) -> Entry | None:
@@ -412,6 +414,10 @@ class LayerTree(Tree):
                     path = parent
             self._children = children
         return self._children
+
+    def head(self, path: str) -> bytes:
+        entry = self.lookup(path)[1]
+        return entry.head if entry is not None and entry.kind == "file" else b""
 
     def _read(self, path: str, entry: Entry, limit: int) -> bytes:
         if entry.size <= len(entry.head):

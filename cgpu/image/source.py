@@ -16,6 +16,7 @@ docker-py, which talks to the daemon's socket and needs no docker CLI.
 
 from __future__ import annotations
 
+import collections
 import errno
 import hashlib
 import io
@@ -551,7 +552,8 @@ def _apply_layers(
     if len(layers) > limits.max_layers:
         raise ImageReadError(f"the manifest lists {len(layers)} layers, more than {limits.max_layers}; not read")
     tree = LayerTree(limits, blobs.deadline)
-    read: dict[object, Layer] = {}
+    uses = collections.Counter(blobs.identity(name) for name, _ in layers)
+    read: dict[object, Layer] = {}  # only the layers listed again further on
     if len({name for name, _ in layers}) > 8:
         say(f"reading {len(layers)} layers")
     previous = None
@@ -562,7 +564,9 @@ def _apply_layers(
                 f"layer {label} is zstd-compressed, which this Python cannot read; "
                 "re-save the image with gzip layers or uncompressed"
             )
-        layer = read.get(blobs.identity(name))
+        identity = blobs.identity(name)
+        uses[identity] -= 1
+        layer = read.pop(identity, None) if not uses[identity] else read.get(identity)
         if layer is None:
             try:
                 with blobs.open(name) as blob:
@@ -570,7 +574,8 @@ def _apply_layers(
                     blob.finish()
             except DeadlineExceeded as exc:
                 raise DeadlineExceeded(f"reading layer {label}: {exc}") from None
-            read[blobs.identity(name)] = layer
+            if uses[identity]:
+                read[identity] = layer
         if layer is not previous:  # the same layer twice in a row changes nothing
             tree.apply(layer)
         previous = layer
