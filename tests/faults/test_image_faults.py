@@ -192,6 +192,15 @@ def test_a_layer_of_too_many_files(cli, tmp_path):
     assert code == 1 and "the image has more than 400000 files; stopped reading" in result["reason"], result
 
 
+@pytest.mark.slow
+def test_an_image_just_under_the_member_cap_stays_under_256_mb(cli, tmp_path):
+    layer = tmp_path / "many.gz"
+    many_files_layer(layer, 399_000, elf_heads=True)
+    archive = oci_archive(tmp_path / "o.tar", [layer.read_bytes()], gzip_layers=False)
+    code, result, _ = measured(cli, tmp_path, f"oci-archive:{archive}", 60)  # the peak is what this checks
+    assert code == ExitCode.IMAGE_NO and result["status"] == "checked", result
+
+
 def _layout(tmp_path, name: str = "layout"):
     archive = oci_archive(tmp_path / f"{name}.tar", [layer_tar(fedora_tree(tmp_path / f"{name}-root"))])
     layout = tmp_path / name

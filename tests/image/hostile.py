@@ -75,17 +75,19 @@ def recursive_rpmdb(path: Path) -> None:
     db.close()
 
 
-def many_files_layer(path: Path, count: int) -> None:
-    """A gzip layer of `count` empty files (a few MB compressed for a million)."""
-    template = bytearray(header(b"d/0000000000"))
+def many_files_layer(path: Path, count: int, *, elf_heads: bool = False) -> None:
+    """A gzip layer of `count` files: empty (a few MB compressed for a million), or with
+    100-byte names and 64 bytes that start like an ELF file (what the index keeps most of)."""
+    width = 98 if elf_heads else 10
+    data = padded(b"\x7fELF" + bytes(60)) if elf_heads else b""
+    template = bytearray(header(b"d/" + b"0" * width, size=64 if elf_heads else 0))
     with gzip.open(path, "wb", compresslevel=1) as out:
         batch = []
         for number in range(count):
-            name = b"d/%010d" % number
-            template[0:12] = name
+            template[0 : width + 2] = b"d/%0*d" % (width, number)
             template[148:156] = b" " * 8
             template[148:156] = b"%06o\0 " % sum(template)
-            batch.append(bytes(template))
+            batch.append(bytes(template) + data)
             if len(batch) == 10_000:
                 out.write(b"".join(batch))
                 batch = []
