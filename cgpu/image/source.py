@@ -291,7 +291,8 @@ class _Blob(io.RawIOBase):
             pass
         if self._hash is not None and self._hash.hexdigest() != self._expected:
             raise ImageReadError(
-                f"{self.name}: its content does not match its digest (sha256 {self._hash.hexdigest()[:16]}...); "
+                f"{self.name}: its content does not match its digest ({self._hash.name} "
+                f"{self._hash.hexdigest()[:16]}...); "
                 "the blob is damaged or was replaced"
             )
 

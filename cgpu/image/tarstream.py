@@ -25,6 +25,7 @@ _META_RUN = 8  # extended headers (PAX, GNU long name/link) before one member
 _SKIP_CHUNK = 1024**2
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 _HIGH = bytes(range(128, 256))
+_NO_DATA = (b"1", b"2", b"3", b"4", b"5", b"6")
 _KINDS = {b"0": "file", b"\0": "file", b"7": "file", b"1": "hardlink", b"2": "symlink", b"5": "dir"}
 
 
@@ -157,13 +158,24 @@ class TarReader:
                 continue
             if "size" in pax:
                 size = _pax_number(pax["size"], at)
+            if kind in _NO_DATA:
+                size = 0  # links, folders and devices carry no data whatever the field says (as tarfile reads them)
+            if kind == b"S":  # an old GNU sparse file: its extra map blocks come before its data
+                extended = block[482]
+                while extended:
+                    more = self._block()
+                    if more is None:
+                        raise TarFormatError(f"the archive ends inside a sparse file's map (offset {self._pos})")
+                    extended = more[504]
             if size > self._max_size:
                 raise TarFormatError(f"a member at offset {at} claims {size} bytes, more than {self._max_size} bytes")
             name = pax.get("path") or long_name or _name(block)
             linkname = pax.get("linkpath") or long_link or _text(block[157:257].split(b"\0", 1)[0])
             found = _KINDS.get(kind, "other")
-            if found == "file" and (name.endswith("/") or any(k.startswith("GNU.sparse") for k in pax)):
-                found = "dir" if name.endswith("/") else "other"  # an old tar's dir; a sparse file
+            if kind == b"\0" and name.endswith("/"):
+                found = "dir"  # an old tar's folder, as tarfile reads it
+            elif found == "file" and any(k.startswith("GNU.sparse") for k in pax):
+                found = "other"  # a PAX sparse file: its data is a map, then pieces
             return Member(name, found, size, linkname)
         raise TarFormatError(f"more than {_META_RUN} extended headers in a row before offset {self._pos}")
 

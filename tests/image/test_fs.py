@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cgpu.image.fs import Deadline, DeadlineExceeded, DirTree, ImageReadError, LayerTree, Limits
+from cgpu.image.tarstream import TarReader
 from tests.image import hostile
 from tests.image.trees import layer_tar, member
 
@@ -251,3 +252,54 @@ def test_mutated_tar_headers_give_only_image_read_errors(edits):
         return
     for path in list(tree.entries)[:20]:
         tree.lookup(path)
+
+
+def test_links_and_folders_carry_no_data_whatever_their_size_field_says():
+    """As tarfile and GNU tar read them: the next header follows at once."""
+    layer = (
+        hostile.header(b"lib", size=4096, kind=b"2", link=b"usr/lib")
+        + hostile.header(b"usr/", size=4096, kind=b"5")
+        + hostile.member("usr/lib/x", b"1")
+        + hostile.end()
+    )
+    tree = raw_tree(layer)
+    assert tree.read("lib/x") == b"1"
+
+
+_NAMES = st.text(st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",)), min_size=1, max_size=300)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.sampled_from([tarfile.USTAR_FORMAT, tarfile.GNU_FORMAT, tarfile.PAX_FORMAT]),
+    st.lists(st.tuples(_NAMES, st.sampled_from([tarfile.REGTYPE, DIR, SYM, LNK]), _NAMES, st.binary(max_size=700))),
+)
+def test_the_reader_sees_what_tarfile_wrote(fmt, items):
+    """Whatever tarfile writes in each of its formats, cgpu's reader reads back the same members."""
+    out = io.BytesIO()
+    written = []
+    with tarfile.open(fileobj=out, mode="w", format=fmt) as tar:
+        for name, kind, link, data in items:
+            info, content = member(name, data if kind == tarfile.REGTYPE else b"", kind=kind, link=link)
+            try:
+                tar.addfile(info, io.BytesIO(content) if content else None)
+            except ValueError:  # a name too long for ustar, or not encodable: tarfile refuses, nothing written
+                continue
+            written.append((info.name, info.type, info.size, info.linkname if kind in (SYM, LNK) else "", content))
+    reader = TarReader(io.BytesIO(out.getvalue()), max_size=1 << 20, tick=lambda: None)
+    kinds = {tarfile.REGTYPE: "file", DIR: "dir", SYM: "symlink", LNK: "hardlink"}
+    read = [
+        (
+            m.name.rstrip("/") if m.kind == "dir" else m.name,  # tarfile writes a folder's name with a slash
+            m.kind,
+            m.size,
+            m.linkname if m.kind in ("symlink", "hardlink") else "",
+            reader.read(m.size),
+        )
+        for m in reader
+    ]
+    expected = [
+        (name.rstrip("/") if kind == DIR else name, kinds[kind], size, link, data)
+        for name, kind, size, link, data in written
+    ]
+    assert read == expected
