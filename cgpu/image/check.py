@@ -24,12 +24,14 @@ from typing import Any
 
 from cgpu import __version__
 
+DEFAULT_TIMEOUT = 300.0  # the whole check; exporting a multi-GB image from engine storage takes a while
+
 
 def check_image(
     ref: str, *, machine: str | None = None, timeout: float | None = None, progress: Callable[[str], None] | None = None
 ) -> dict[str, Any]:
     from cgpu.image.checks import check_dicts, run_checks, verdict
-    from cgpu.image.fs import ImageReadError
+    from cgpu.image.fs import Deadline, DeadlineExceeded, ImageReadError
     from cgpu.image.source import open_image
 
     result: dict[str, Any] = {
@@ -47,11 +49,12 @@ def check_image(
     }
     problems: list[dict[str, str]] = result["problems"]
     try:
-        with open_image(ref, timeout=timeout, progress=progress) as image:
+        deadline = Deadline(timeout or DEFAULT_TIMEOUT)  # one for the whole check: every read asks it
+        with open_image(ref, deadline=deadline, progress=progress) as image:
             result["source"] = image.source
             problems += [{"severity": s, "source": image.source, "message": m} for s, m in image.notes]
             checks, found, info = run_checks(image)
-    except ImageReadError as exc:
+    except (ImageReadError, DeadlineExceeded) as exc:
         result["reason"] = f"could not read the image: {exc}"
         problems.append({"severity": "error", "source": ref, "message": str(exc)})
         result["status"] = "unreadable"

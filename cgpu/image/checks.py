@@ -150,7 +150,9 @@ class Facts:
                 continue
             try:
                 wal = self.tree.read(db + "-wal", 256 * 1024**2) if self.tree.is_file(db + "-wal") else None
-                packages, bad = read_rpmdb(self.tree.read(db, 1024**3), wal, files_with=VENUS_LIBRARY.encode())
+                packages, bad = read_rpmdb(
+                    self.tree.read(db, 1024**3), wal, files_with=VENUS_LIBRARY.encode(), deadline=self.tree.deadline
+                )
             except ImageReadError as exc:
                 self.problem("warning", f"/{db}", str(exc))
                 return [], f"/{db} (unreadable)"

@@ -15,35 +15,75 @@ from __future__ import annotations
 import os
 import posixpath
 import stat
-import tarfile
-from collections.abc import Iterator
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from typing import IO
 
-HEAD_BYTES = 64  # enough for an ELF header's class, endianness and machine
+from cgpu.image.tarstream import PATH_MAX, READ_ERRORS, Member, TarReader, decompressed
+
+HEAD_BYTES = 64  # what Tree.head() gives: enough for an ELF header's class, endianness and machine
+_ELF_KEPT = 20  # of a larger file in a layer, only an ELF identification and machine are kept (memory)
+MAX_SYMLINK_HOPS = 40  # what the kernel follows before ELOOP
+_MAX_NOTES = 50  # per-member warnings kept; the rest are counted
 
 
 class ImageReadError(Exception):
     """The image (or a file in it) could not be read; str() says what and where."""
 
 
+class DeadlineExceeded(Exception):
+    """The check's --timeout passed: not an unreadable file but the end of the whole check."""
+
+
+class Deadline:
+    """One time limit over a whole image check, asked between blocks, members and rows."""
+
+    def __init__(self, seconds: float | None) -> None:
+        self.seconds = seconds
+        self._end = time.monotonic() + seconds if seconds is not None else None
+
+    def left(self) -> float | None:
+        return None if self._end is None else max(self._end - time.monotonic(), 0.0)
+
+    def expired(self) -> bool:
+        return self._end is not None and time.monotonic() > self._end
+
+    def check(self, doing: str = "") -> None:
+        if self.expired():
+            raise DeadlineExceeded(
+                f"{doing + ': ' if doing else ''}not done within --timeout {self.seconds:g} s; stopped"
+            )
+
+
 @dataclass(frozen=True)
 class Limits:
     """Caps that keep a hostile or huge image from eating the disk, memory or the afternoon."""
 
-    max_members: int = 2_000_000  # tar members over all layers
-    max_total_bytes: int = 64 * 1024**3  # uncompressed bytes over all layers
+    max_members: int = 400_000  # tar members over all layers (real images: tens of thousands; ~200 MB at the cap)
+    max_total_bytes: int = 64 * 1024**3  # uncompressed bytes over all layers; also an engine's export
     max_kept_bytes: int = 512 * 1024**2  # file contents kept in memory, over all files
     max_file_bytes: int = 256 * 1024**2  # one kept file (an rpm database is tens of MB)
+    max_layers: int = 500  # layers one manifest may list
+    max_path_depth: int = 256  # components of a member name
 
 
-@dataclass
+@dataclass(slots=True)
 class Entry:
     kind: str  # "file", "dir", "symlink", "other"
     size: int = 0
     target: str = ""  # symlink target, as stored
     data: bytes | None = None  # whole content, for the files the checks read
-    head: bytes = b""  # first HEAD_BYTES bytes of a file
+    head: bytes = b""  # a layer file's first bytes: all of a small one, the ELF header start of a larger one
+
+
+@dataclass
+class Layer:
+    """One layer tar, read: applied to a tree as many times as a manifest lists it."""
+
+    name: str
+    entries: dict[str, Entry] = field(default_factory=dict)
+    removed: set[str] = field(default_factory=set)  # lower-layer paths hidden with everything below them
+    opaque: set[str] = field(default_factory=set)  # dirs whose lower-layer contents are hidden
 
 
 def keep_content(path: str) -> bool:
@@ -77,8 +117,9 @@ def normalize_member(name: str) -> tuple[str | None, str]:
 class Tree:
     """Path lookups inside an image root; subclasses say how to stat, list and read."""
 
-    def __init__(self) -> None:
+    def __init__(self, deadline: Deadline | None = None) -> None:
         self.problems: list[tuple[str, str]] = []  # (severity, message) met while reading
+        self.deadline = deadline or Deadline(None)  # the whole check's, for whoever reads on
 
     # --- to implement -------------------------------------------------------------
     def _lstat(self, path: str) -> Entry | None:
@@ -92,33 +133,40 @@ class Tree:
 
     # --- shared -------------------------------------------------------------------
     def resolve(self, path: str, *, follow: bool = True) -> tuple[str, Entry | None]:
-        """(resolved root-relative path, its entry or None): symlinks followed inside the root."""
-        pending = [p for p in path.split("/") if p not in ("", ".")]
-        done: list[str] = []
+        """(resolved root-relative path, its entry or None): symlinks followed inside the root.
+
+        Linear in the length of the path and of the targets met: the parts still to walk are a
+        stack, and each step extends the resolved prefix instead of joining all of it again.
+        A path or link target longer than PATH_MAX, or more than 40 links, resolves to nothing,
+        as the kernel's ENAMETOOLONG and ELOOP would.
+        """
+        if len(path) > PATH_MAX:
+            return path.strip("/")[:PATH_MAX], None
+        pending = [p for p in reversed(path.split("/")) if p not in ("", ".")]  # the next part is last
+        done: list[str] = []  # the resolved prefixes, each extending the one before
         hops = 0
         while pending:
-            part = pending.pop(0)
+            part = pending.pop()
             if part == "..":
                 if done:
                     done.pop()
                 continue
-            current = "/".join([*done, part])
+            current = f"{done[-1]}/{part}" if done else part
             entry = self._lstat(current)
             if entry is None:
-                return "/".join([current, *pending]), None
+                return "/".join([current, *reversed(pending)]), None
             if entry.kind == "symlink" and (pending or follow):
                 hops += 1
-                if hops > 40:  # what the kernel allows before ELOOP
+                if hops > MAX_SYMLINK_HOPS or len(entry.target) > PATH_MAX:
                     return current, None
-                target = entry.target
-                if target.startswith("/"):
+                if entry.target.startswith("/"):
                     done = []
-                pending = [p for p in target.split("/") if p not in ("", ".")] + pending
+                pending.extend(p for p in reversed(entry.target.split("/")) if p not in ("", "."))
                 continue
             if pending and entry.kind != "dir":
-                return "/".join([current, *pending]), None
-            done.append(part)
-        final = "/".join(done)
+                return "/".join([current, *reversed(pending)]), None
+            done.append(current)
+        final = done[-1] if done else ""
         return final, self._lstat(final) if done else Entry("dir")
 
     def lookup(self, path: str) -> tuple[str, Entry | None]:
@@ -160,8 +208,8 @@ class Tree:
 class DirTree(Tree):
     """A rootfs directory on disk; every component is lstat'ed, so no host symlink is followed."""
 
-    def __init__(self, root: str) -> None:
-        super().__init__()
+    def __init__(self, root: str, deadline: Deadline | None = None) -> None:
+        super().__init__(deadline)
         self.root = os.path.abspath(root)
         if not os.path.isdir(self.root):
             raise ImageReadError(f"{root} is not a directory")
@@ -212,123 +260,134 @@ class _Budget:
 class LayerTree(Tree):
     """The union of an image's layers, applied bottom to top with OCI whiteouts."""
 
-    def __init__(self, limits: Limits | None = None) -> None:
-        super().__init__()
+    def __init__(self, limits: Limits | None = None, deadline: Deadline | None = None) -> None:
+        super().__init__(deadline)
         self.entries: dict[str, Entry] = {}
-        self._children: dict[str, set[str]] | None = None
+        self._children: dict[str, list[str]] | None = None
         self._budget = _Budget(limits or Limits())
+        self._unsaid = 0  # per-member warnings past _MAX_NOTES
 
     def add_layer(self, stream: IO[bytes], name: str) -> None:
         """Apply one layer tar (plain, gzip, bzip2 or xz) on top of the ones before."""
-        layer: dict[str, Entry] = {}
-        removed: set[str] = set()  # lower-layer paths hidden with everything below them
-        opaque: set[str] = set()  # dirs whose lower-layer contents are hidden
+        self.apply(self.read_layer(stream, name))
+
+    def read_layer(self, stream: IO[bytes], name: str) -> Layer:
+        """Read one layer tar into a Layer, within the limits and the deadline."""
+        layer = Layer(name)
         try:
-            archive = tarfile.open(fileobj=stream, mode="r:*")  # seekable: skips file data it need not read
-        except (tarfile.TarError, OSError, EOFError) as exc:
-            raise ImageReadError(f"layer {name}: not a tar stream ({_why(exc)})") from None
-        try:
-            for member in _members(archive, name):
-                self._add_member(archive, member, name, layer, removed, opaque)
-        except (tarfile.TarError, OSError, EOFError, ValueError) as exc:
+            reader = TarReader(
+                decompressed(stream), max_size=self._budget.limits.max_total_bytes, tick=self.deadline.check
+            )
+            for member in reader:
+                self._add_member(reader, member, layer)
+        except READ_ERRORS as exc:
             raise ImageReadError(f"layer {name}: unreadable tar ({_why(exc)})") from None
-        finally:
-            archive.close()
-        if removed or opaque:
-            self.entries = {path: entry for path, entry in self.entries.items() if not _hidden(path, removed, opaque)}
-        self.entries.update(layer)
+        if self._unsaid:
+            self.problems.append(("warning", f"layer {name}: {self._unsaid} more members like these; ignored"))
+            self._unsaid = 0
+        return layer
+
+    def apply(self, layer: Layer) -> None:
+        if self.entries and (layer.removed or layer.opaque):
+            hidden = [path for path in self.entries if _hidden(path, layer.removed, layer.opaque)]
+            for path in hidden:  # in place: a copy of a big index would double the peak memory
+                del self.entries[path]
+        self.entries.update(layer.entries)
         self._children = None
 
-    def _add_member(
-        self,
-        archive: tarfile.TarFile,
-        member: tarfile.TarInfo,
-        layer_name: str,
-        layer: dict[str, Entry],
-        removed: set[str],
-        opaque: set[str],
-    ) -> None:
+    def _note(self, severity: str, message: str) -> None:
+        if len(self.problems) < _MAX_NOTES:
+            self.problems.append((severity, message))
+        else:
+            self._unsaid += 1
+
+    def _add_member(self, reader: TarReader, member: Member, layer: Layer) -> None:
         budget = self._budget
         budget.members += 1
-        budget.total += max(member.size, 0)
+        budget.total += member.size
         if budget.members > budget.limits.max_members:
             raise ImageReadError(f"the image has more than {budget.limits.max_members} files; stopped reading")
         if budget.total > budget.limits.max_total_bytes:
             raise ImageReadError(f"the image holds more than {budget.limits.max_total_bytes} bytes; stopped reading")
+        shown = member.name if len(member.name) <= 200 else f"{member.name[:200]}..."
+        if len(member.name) > PATH_MAX or member.name.count("/") >= budget.limits.max_path_depth:
+            self._note(
+                "warning",
+                f"layer {layer.name}: member {shown!r} is longer than {PATH_MAX} bytes or deeper than "
+                f"{budget.limits.max_path_depth} folders; ignored",
+            )
+            return
         path, note = normalize_member(member.name)
         if path is None:
-            self.problems.append(("warning", f"layer {layer_name}: member {member.name!r} is {note}; ignored"))
+            self._note("warning", f"layer {layer.name}: member {shown!r} is {note}; ignored")
             return
         if note == "absolute":
-            self.problems.append(
-                (
-                    "info",
-                    f"layer {layer_name}: member {member.name!r} has an absolute name; read relative to the image root",
-                )
+            self._note(
+                "info", f"layer {layer.name}: member {shown!r} has an absolute name; read relative to the image root"
             )
         if not path:
             return
         parent, base = posixpath.split(path)
         if base == ".wh..wh..opq":
-            opaque.add(parent)
+            layer.opaque.add(parent)
             return
         if base.startswith(".wh."):
-            removed.add(posixpath.join(parent, base[4:]))
+            layer.removed.add(posixpath.join(parent, base[4:]))
             return
-        if member.isdir():
+        if member.kind == "dir":
             entry = Entry("dir")
-        elif member.issym():
+        elif member.kind == "symlink":
+            if len(member.linkname) > PATH_MAX:
+                self._note(
+                    "warning",
+                    f"layer {layer.name}: symlink /{path} has a target longer than {PATH_MAX} bytes; "
+                    "treated as broken, as the kernel would",
+                )
             entry = Entry("symlink", target=member.linkname)
-        elif member.islnk():
-            hardlink = self._hardlink(member, path, layer_name, layer)
+        elif member.kind == "hardlink":
+            hardlink = self._hardlink(member, path, layer)
             if hardlink is None:
                 return
             entry = hardlink
-        elif member.isfile():
-            entry = self._file(archive, member, path)
+        elif member.kind == "file":
+            entry = self._file(reader, member, path)
         else:
             entry = Entry("other")
         if entry.kind != "dir":
-            removed.add(path)  # a non-directory hides whatever a lower layer had below this path
-        layer[path] = entry
+            layer.removed.add(path)  # a non-directory hides whatever a lower layer had below this path
+        layer.entries[path] = entry
 
-    def _file(self, archive: tarfile.TarFile, member: tarfile.TarInfo, path: str) -> Entry:
+    def _file(self, reader: TarReader, member: Member, path: str) -> Entry:
         entry = Entry("file", size=member.size)
         if member.size == 0:
             return entry
         budget = self._budget
         keep = keep_content(path) and member.size <= budget.limits.max_file_bytes
         if keep and budget.kept + member.size > budget.limits.max_kept_bytes:
-            self.problems.append(
-                ("warning", f"/{path}: not read, the image's config files exceed {budget.limits.max_kept_bytes} bytes")
+            self._note(
+                "warning", f"/{path}: not read, the image's config files exceed {budget.limits.max_kept_bytes} bytes"
             )
             keep = False
-        source = archive.extractfile(member)
-        if source is None:
-            return entry
         if keep:
-            entry.data = source.read(member.size)
+            entry.data = reader.read(member.size)
             entry.head = entry.data[:HEAD_BYTES]
             budget.kept += len(entry.data)
         else:
-            entry.head = source.read(HEAD_BYTES)
+            head = reader.read(HEAD_BYTES)
+            entry.head = head if member.size <= HEAD_BYTES else head[:_ELF_KEPT] if head[:4] == b"\x7fELF" else b""
         return entry
 
-    def _hardlink(self, member: tarfile.TarInfo, path: str, layer_name: str, layer: dict[str, Entry]) -> Entry | None:
+    def _hardlink(self, member: Member, path: str, layer: Layer) -> Entry | None:
         target, note = normalize_member(member.linkname)
-        source = None if not target else layer.get(target) or self.entries.get(target)
+        source = None if not target else layer.entries.get(target) or self.entries.get(target)
+        shown = member.linkname if len(member.linkname) <= 200 else f"{member.linkname[:200]}..."
         if target is None:
-            self.problems.append(
-                ("warning", f"layer {layer_name}: hardlink /{path} -> {member.linkname!r} is {note}; ignored")
-            )
+            self._note("warning", f"layer {layer.name}: hardlink /{path} -> {shown!r} is {note}; ignored")
             return None
         if source is None or source.kind != "file":
-            self.problems.append(
-                (
-                    "warning",
-                    f"layer {layer_name}: hardlink /{path} -> {member.linkname!r} "
-                    "names no earlier file in the image; ignored",
-                )
+            self._note(
+                "warning",
+                f"layer {layer.name}: hardlink /{path} -> {shown!r} names no earlier file in the image; ignored",
             )
             return None
         return Entry("file", size=source.size, data=source.data, head=source.head)
@@ -340,21 +399,27 @@ class LayerTree(Tree):
         return entry
 
     def _list(self, path: str) -> list[str]:
-        return list(self._child_map().get(path, ()))
+        return list({posixpath.basename(child) for child in self._child_map().get(path, ())})
 
-    def _child_map(self) -> dict[str, set[str]]:
+    def _child_map(self) -> dict[str, list[str]]:
+        """Folder -> the paths in it. The paths are the index's own strings (a reference each, not a
+        copy of every name: with 400,000 files that is 60 MB); a folder may list one twice."""
         if self._children is None:
-            children: dict[str, set[str]] = {}
+            children: dict[str, list[str]] = {}
             for path in self.entries:
                 while path:
-                    parent, base = posixpath.split(path)
-                    siblings = children.setdefault(parent, set())
-                    if base in siblings:
+                    parent = posixpath.dirname(path)
+                    known = parent in children  # then its own parents are listed already
+                    children.setdefault(parent, []).append(path)
+                    if known:
                         break
-                    siblings.add(base)
                     path = parent
             self._children = children
         return self._children
+
+    def head(self, path: str) -> bytes:
+        entry = self.lookup(path)[1]
+        return entry.head if entry is not None and entry.kind == "file" else b""
 
     def _read(self, path: str, entry: Entry, limit: int) -> bytes:
         if entry.size <= len(entry.head):
@@ -362,14 +427,6 @@ class LayerTree(Tree):
         if entry.data is None:
             raise ImageReadError(f"/{path}: cgpu does not keep this file's content")
         return entry.data[:limit]
-
-
-def _members(archive: tarfile.TarFile, name: str) -> Iterator[tarfile.TarInfo]:
-    while True:
-        member = archive.next()
-        if member is None:
-            return
-        yield member
 
 
 def _hidden(path: str, removed: set[str], opaque: set[str]) -> bool:

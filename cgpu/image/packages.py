@@ -10,13 +10,18 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
+import signal
 import sqlite3
 import struct
 import sys
 import tempfile
+import urllib.parse
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
-from cgpu.image.fs import ImageReadError
+from cgpu.image.fs import Deadline, ImageReadError
 
 # rpm tags and types (rpm's include/rpm/rpmtag.h)
 TAG_NAME, TAG_VERSION, TAG_RELEASE, TAG_EPOCH = 1000, 1001, 1002, 1003
@@ -25,6 +30,7 @@ TAG_DIRINDEXES, TAG_BASENAMES, TAG_DIRNAMES = 1116, 1117, 1118
 TYPE_INT32, TYPE_STRING, TYPE_STRING_ARRAY, TYPE_I18NSTRING = 4, 6, 8, 9
 _MAX_INDEX = 0xFFFF  # rpm's HEADER_TAGS_MAX
 _MAX_DATA = 256 * 1024**2  # rpm's HEADER_DATA_MAX
+_MAX_PACKAGES = 200_000  # a full Fedora install has a few thousand
 
 
 class RpmHeaderError(ImageReadError):
@@ -126,30 +132,18 @@ def parse_rpm_header(blob: bytes, *, with_files: bool = False) -> Package:
     return package
 
 
-def read_rpmdb(db: bytes, wal: bytes | None = None, *, files_with: bytes = b"") -> tuple[list[Package], list[str]]:
+def read_rpmdb(
+    db: bytes, wal: bytes | None = None, *, files_with: bytes = b"", deadline: Deadline | None = None
+) -> tuple[list[Package], list[str]]:
     """All packages in an rpmdb.sqlite (its bytes, and its -wal file's if any).
 
     File lists are parsed only for headers that contain `files_with`. Returns the packages and
-    one message per header that could not be parsed; ImageReadError when the database can't be read.
+    one message per header that could not be parsed; ImageReadError when the database can't be
+    read, holds something other than rpm's `Packages` table, or is not read within the deadline.
     """
     packages: list[Package] = []
     bad: list[str] = []
-    with tempfile.TemporaryDirectory(prefix="cgpu-rpmdb-") as tmp:
-        path = os.path.join(tmp, "rpmdb.sqlite")
-        with open(path, "wb") as f:
-            f.write(db)
-        if wal:
-            with open(path + "-wal", "wb") as f:
-                f.write(wal)
-        try:
-            connection = sqlite3.connect(path)
-            try:
-                rows = connection.execute("SELECT hnum, blob FROM Packages").fetchall()
-            finally:
-                connection.close()
-        except sqlite3.Error as exc:
-            raise ImageReadError(f"not a readable rpm sqlite database ({exc})") from None
-    for hnum, blob in rows:
+    for hnum, blob in _rpmdb_rows(db, wal, deadline or Deadline(None)):
         if not isinstance(blob, bytes):
             bad.append(f"header {hnum}: not a blob")
             continue
@@ -158,6 +152,85 @@ def read_rpmdb(db: bytes, wal: bytes | None = None, *, files_with: bytes = b"") 
         except RpmHeaderError as exc:
             bad.append(f"header {hnum}: {exc}")
     return packages, bad
+
+
+def _rpmdb_rows(db: bytes, wal: bytes | None, deadline: Deadline) -> list[tuple[Any, Any]]:
+    """The (hnum, blob) rows of `Packages`, from a private copy that is gone when this returns.
+
+    SQLite runs a hostile database's views and recursive queries for as long as it is asked
+    to, so the query has a progress handler that stops it at the deadline or when Ctrl-C or
+    SIGTERM is pending. Those two are held back meanwhile (a Python signal handler raising
+    inside the progress handler would be swallowed by sqlite3) and delivered once the copy is
+    removed, so they unwind as anywhere else.
+    """
+    with _signals_held() as signalled:
+        with tempfile.TemporaryDirectory(prefix="cgpu-rpmdb-") as tmp:
+            path = os.path.join(tmp, "rpmdb.sqlite")
+            with open(path, "wb") as f:
+                f.write(db)
+            if wal:
+                with open(path + "-wal", "wb") as f:
+                    f.write(wal)
+            # immutable: no locks, no journal; but it also ignores a WAL, so that is opened plainly (read-only)
+            uri = "file:" + urllib.parse.quote(path) + ("?mode=ro" if wal else "?mode=ro&immutable=1")
+            try:
+                connection = sqlite3.connect(uri, uri=True)
+            except sqlite3.Error as exc:
+                raise ImageReadError(f"not a readable rpm sqlite database ({exc})") from None
+
+            def stop() -> bool:
+                return deadline.expired() or signalled()
+
+            rows: list[tuple[Any, Any]] = []
+            try:
+                connection.set_progress_handler(stop, 10_000)  # every 10,000 SQLite VM steps
+                connection.execute("PRAGMA trusted_schema = OFF")  # no functions with side effects from the schema
+                _check_schema(connection)
+                for row in connection.execute("SELECT hnum, blob FROM Packages"):
+                    rows.append(row)
+                    if len(rows) > _MAX_PACKAGES:
+                        raise ImageReadError(f"more than {_MAX_PACKAGES} package headers; not read")
+                    if stop():
+                        break
+            except sqlite3.Error as exc:
+                if not stop():
+                    raise ImageReadError(f"not a readable rpm sqlite database ({exc})") from None
+            finally:
+                connection.close()
+        deadline.check("reading the rpm database")
+        if signalled():
+            return []  # the held signal is delivered as this returns, and unwinds from here
+    return rows
+
+
+def _check_schema(connection: sqlite3.Connection) -> None:
+    """`Packages` must be a plain table with plain hnum and blob columns, as rpm creates it: a view
+    (a recursive one never ends), a virtual table or a generated column (`zeroblob(1e9)` per row)
+    would run the database's own code."""
+    found = connection.execute("SELECT type, sql FROM sqlite_master WHERE name = 'Packages'").fetchone()
+    if found is None:
+        raise ImageReadError("not an rpm database: it has no Packages table")
+    kind, sql = found
+    if kind != "table" or not isinstance(sql, str) or sql.lstrip().upper().startswith("CREATE VIRTUAL"):
+        what = "a virtual table" if kind == "table" else f"a {kind}"
+        raise ImageReadError(f"not an rpm database: its Packages is {what}, not rpm's table; not read")
+    columns = {row[1]: row[6] for row in connection.execute("PRAGMA table_xinfo(Packages)")}  # name: hidden
+    if columns.get("hnum") != 0 or columns.get("blob") != 0:
+        raise ImageReadError("not an rpm database: its Packages table lacks plain hnum and blob columns; not read")
+
+
+@contextmanager
+def _signals_held() -> Iterator[Callable[[], bool]]:
+    """SIGINT and SIGTERM held back (POSIX); yields 'is one of them pending?'."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield lambda: False
+        return
+    held = {signal.SIGINT, signal.SIGTERM}
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield lambda: bool(held & signal.sigpending())
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def read_dpkg_status(text: str) -> list[Package]:

@@ -16,27 +16,43 @@ docker-py, which talks to the daemon's socket and needs no docker CLI.
 
 from __future__ import annotations
 
+import collections
+import errno
+import hashlib
+import io
 import json
 import os
-import posixpath
 import re
 import shutil
-import tarfile
+import stat
 import tempfile
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import IO, Any
 
 from cgpu.files import NotRegularFileError, open_regular
-from cgpu.image.fs import DirTree, ImageReadError, LayerTree, Limits, Tree, normalize_member
-from cgpu.run import CommandError, decode, run
+from cgpu.image.fs import (
+    Deadline,
+    DeadlineExceeded,
+    DirTree,
+    ImageReadError,
+    Layer,
+    LayerTree,
+    Limits,
+    Tree,
+    normalize_member,
+)
+from cgpu.image.tarstream import READ_ERRORS, Member, TarReader, decompressed
+from cgpu.run import CommandError, CommandTimeoutError, decode, format_argv, run
 
-DEFAULT_TIMEOUT = 300.0  # exporting a multi-GB image from engine storage takes a while
 _DIGEST = re.compile(r"^([a-z0-9]+(?:[+._-][a-z0-9]+)*):([a-zA-Z0-9=_-]{32,})$")
+_BLOB_PATH = re.compile(r"^blobs/(sha256|sha512)/([0-9a-f]{64}|[0-9a-f]{128})$")
 _INDEX_TYPES = ("application/vnd.oci.image.index.v1+json", "application/vnd.docker.distribution.manifest.list.v2+json")
-_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 _META_LIMIT = 16 * 1024**2  # manifest, index and config JSON
+_ARCHIVE_MEMBERS = 10_000  # an image archive holds a few files per layer
+_CHUNK = 1024**2
 _NOT_HERE = "has no such local image"
 
 
@@ -68,29 +84,32 @@ class OpenedImage:
 def open_image(
     ref: str,
     *,
-    timeout: float | None = None,
+    deadline: Deadline | None = None,
     limits: Limits | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> Iterator[OpenedImage]:
-    """Read REF into an OpenedImage; ImageReadError when it cannot be read. Temp files go on exit."""
+    """Read REF into an OpenedImage within the deadline and limits; ImageReadError when it
+    cannot be read. Temp files go on exit."""
     say = progress or (lambda message: None)
+    deadline = deadline or Deadline(None)
+    limits = limits or Limits()
     transport, _, rest = ref.partition(":")
     if transport in ("dir", "oci-archive", "docker-archive", "oci") and not rest:
         raise ImageReadError(f"{ref!r}: give a path after '{transport}:'")
     if transport == "dir":
-        yield OpenedImage(DirTree(rest), f"root filesystem {rest}")
+        yield OpenedImage(DirTree(rest, deadline), f"root filesystem {rest}")
     elif transport == "oci":
-        yield _read_layout(_DirBlobs(rest), f"OCI layout {rest}", limits, say)
+        yield _read_layout(_DirBlobs(rest, deadline), f"OCI layout {rest}", limits, say)
     elif transport in ("oci-archive", "docker-archive"):
-        with _TarBlobs(rest) as blobs:
+        with _TarBlobs(rest, deadline) as blobs:
             reader = _read_layout if transport == "oci-archive" else _read_docker_archive
             yield reader(blobs, f"{transport} {rest}", limits, say)
     else:
         engines = {"containers-storage": ("podman",), "docker-daemon": ("docker",)}.get(transport)
         name = rest if engines else ref
         with tempfile.TemporaryDirectory(prefix="cgpu-image-") as tmp:
-            archive, source = _export(name, engines or ("podman", "docker"), tmp, timeout or DEFAULT_TIMEOUT, say)
-            with _TarBlobs(archive) as blobs:
+            archive, source = _export(name, engines or ("podman", "docker"), tmp, deadline, limits, say)
+            with _TarBlobs(archive, deadline) as blobs:
                 yield _read_docker_archive(blobs, source, limits, say)
 
 
@@ -98,14 +117,16 @@ def open_image(
 
 
 def _export(
-    name: str, engines: tuple[str, ...], tmp: str, timeout: float, say: Callable[[str], None]
+    name: str, engines: tuple[str, ...], tmp: str, deadline: Deadline, limits: Limits, say: Callable[[str], None]
 ) -> tuple[str, str]:
     """Save a local image to a docker-archive in tmp; returns (path, what was read)."""
     archive = os.path.join(tmp, "image.tar")
     tried: list[str] = []
     for engine in engines:
-        exporter = _podman_save if engine == "podman" else _docker_save
-        found = exporter(name, archive, timeout, say, tried)
+        if engine == "podman":
+            found = _podman_save(name, archive, deadline, say, tried)
+        else:
+            found = _docker_save(name, archive, deadline, limits.max_total_bytes, say, tried)
         if found:
             return archive, f"{engine} image {name}"
     hint = ""
@@ -114,18 +135,24 @@ def _export(
     raise ImageReadError(f"image {name!r} could not be read: {'; '.join(tried)}{hint}")
 
 
-def _podman_save(name: str, archive: str, timeout: float, say: Callable[[str], None], tried: list[str]) -> bool:
+def _podman_save(name: str, archive: str, deadline: Deadline, say: Callable[[str], None], tried: list[str]) -> bool:
     podman = shutil.which("podman")
     if podman is None:
         tried.append("podman is not installed")
         return False
     try:
-        exists = run([podman, "image", "exists", "--", name], timeout=min(timeout, 60))
+        exists = run([podman, "image", "exists", "--", name], timeout=min(_time_left(deadline), 60))
         if exists.returncode == 1:
             tried.append(f"podman {_NOT_HERE}")
             return False
         say(f"exporting {name} with podman save")
-        done = run([podman, "save", "--format", "docker-archive", "-o", archive, "--", name], timeout=timeout)
+        done = run(
+            [podman, "save", "--format", "docker-archive", "-o", archive, "--", name], timeout=_time_left(deadline)
+        )
+    except CommandTimeoutError as exc:  # the time left, said as the --timeout it comes from
+        seconds = deadline.seconds if deadline.expired() else exc.timeout
+        tried.append(f"{format_argv(exc.argv)}: no answer within {seconds:g} s; it was stopped")
+        return False
     except CommandError as exc:
         tried.append(str(exc))
         return False
@@ -139,7 +166,11 @@ def _podman_save(name: str, archive: str, timeout: float, say: Callable[[str], N
     return True
 
 
-def _docker_save(name: str, archive: str, timeout: float, say: Callable[[str], None], tried: list[str]) -> bool:
+def _docker_save(
+    name: str, archive: str, deadline: Deadline, cap: int, say: Callable[[str], None], tried: list[str]
+) -> bool:
+    """docker-py's export, in a worker thread so that the deadline holds even while the daemon
+    sends nothing (its socket timeout applies per read, not to the whole export)."""
     host = os.environ.get("DOCKER_HOST")
     if not host and not os.path.exists("/var/run/docker.sock"):
         tried.append("no Docker daemon (DOCKER_HOST unset, no /var/run/docker.sock)")
@@ -150,102 +181,251 @@ def _docker_save(name: str, archive: str, timeout: float, say: Callable[[str], N
     except ImportError:
         tried.append("the docker Python package is not installed")
         return False
-    try:
-        client = docker.from_env(timeout=int(timeout))
+    stop = threading.Event()
+    outcome: list[BaseException | bool] = []
+
+    def export(out: IO[bytes]) -> None:
         try:
-            image = client.images.get(name)
-            say(f"exporting {name} from Docker")
-            with open(archive, "wb") as out:
-                for chunk in image.save(named=True):
+            left = deadline.left()
+            # the seconds as given, 0.5 stays 0.5 (docker-py's own default without a deadline)
+            client = docker.from_env(**({"timeout": max(left, 0.01)} if left is not None else {}))
+            try:
+                image = client.images.get(name)
+                say(f"exporting {name} from Docker")
+                written = 0
+                for chunk in image.save(chunk_size=_CHUNK, named=True):
+                    written += len(chunk)
+                    if stop.is_set():
+                        return
+                    if written > cap:
+                        raise ImageReadError(f"Docker's export of {name} is larger than {cap} bytes; stopped")
                     out.write(chunk)
+            finally:
+                client.close()
+            outcome.append(True)
+        except BaseException as exc:  # handed to the waiting thread
+            outcome.append(exc)
+
+    # opened here, not by the worker: a worker still waiting on the daemon creates nothing in the
+    # folder being removed; it can only write into this file, already unlinked by then
+    with open(archive, "wb") as out:
+        worker = threading.Thread(target=export, args=(out,), name="cgpu-docker-save", daemon=True)
+        worker.start()
+        try:
+            worker.join(deadline.left())
         finally:
-            client.close()
-    except docker.errors.ImageNotFound:
+            stop.set()  # also on Ctrl-C
+    if worker.is_alive():
+        tried.append(f"Docker: no complete export within --timeout {deadline.seconds:g} s; stopped")
+        return False
+    error = outcome[0] if outcome else None
+    if isinstance(error, docker.errors.ImageNotFound):
         tried.append(f"Docker {_NOT_HERE}")
         return False
-    except (docker.errors.DockerException, requests.exceptions.RequestException, OSError) as exc:
-        tried.append(f"Docker: {exc}")
+    if isinstance(error, (docker.errors.DockerException, requests.exceptions.RequestException, OSError)):
+        tried.append(f"Docker: {error}")
         return False
+    if isinstance(error, BaseException):
+        raise error
     return True
+
+
+def _time_left(deadline: Deadline) -> float:
+    left = deadline.left()
+    if left is None:
+        return 24 * 3600.0
+    if left <= 0:
+        deadline.check("exporting the image")
+    return left
 
 
 # --- blob stores: a tar archive or a directory ----------------------------------------------
 
 
-class _TarBlobs:
-    """The files of an outer archive by name; nothing is extracted."""
+class _Blob(io.RawIOBase):
+    """One blob's bytes, read forward: the deadline asked on every read; where the blob is named
+    by its digest (`blobs/sha256/HEX`), what was read must hash to it (checked by finish())."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(
+        self, file: IO[bytes], offset: int, size: int, name: str, deadline: Deadline, *, owned: bool = False
+    ) -> None:
+        super().__init__()
+        self._file, self._offset, self._size, self._done = file, offset, size, 0
+        self._owned = owned  # a file of its own (a layout's), not the archive every blob is read from
+        self.name = name
+        self._deadline = deadline
+        match = _BLOB_PATH.match(name)
+        self._expected = match.group(2) if match else None
+        self._hash = hashlib.new(match.group(1)) if match else None
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    def readable(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        if self._owned:
+            self._file.close()
+        super().close()
+
+    def readinto(self, buffer: Any) -> int:
+        self._deadline.check()
+        want = min(len(buffer), self._size - self._done)
+        if want <= 0:
+            return 0
+        self._file.seek(self._offset + self._done)
+        data = self._file.read(want)
+        if not data:
+            raise ImageReadError(f"{self.name}: the file ends before its {self._size} bytes")
+        buffer[: len(data)] = data
+        self._done += len(data)
+        if self._hash is not None:
+            self._hash.update(data)
+        return len(data)
+
+    def finish(self) -> None:
+        """Read what is left, and check the digest."""
+        while self.readinto(bytearray(min(_CHUNK, self._size - self._done) or 1)):
+            pass
+        if self._hash is not None and self._hash.hexdigest() != self._expected:
+            raise ImageReadError(
+                f"{self.name}: its content does not match its digest ({self._hash.name} "
+                f"{self._hash.hexdigest()[:16]}...); "
+                "the blob is damaged or was replaced"
+            )
+
+
+class _TarBlobs:
+    """The files of an outer archive by name; nothing is extracted, each is read in place."""
+
+    def __init__(self, path: str, deadline: Deadline) -> None:
         self.path = path
+        self.deadline = deadline
         self._file: IO[bytes] | None = None
-        self._tar: tarfile.TarFile | None = None
-        self._members: dict[str, tarfile.TarInfo] = {}
+        self._stream: IO[bytes] | None = None
+        self._members: dict[str, Member] = {}
 
     def __enter__(self) -> _TarBlobs:
         try:
             self._file = _open_regular(self.path)
-            self._tar = tarfile.open(fileobj=self._file, mode="r:*")
-            for member in self._tar:
+            self._stream = decompressed(self._file)
+            reader = TarReader(self._stream, max_size=2**63, tick=self.deadline.check, seekable=True)
+            for member in reader:
                 name, _ = normalize_member(member.name)
-                if name and (member.isfile() or member.issym() or member.islnk()):
+                if name and member.kind in ("file", "symlink", "hardlink"):
                     self._members[name] = member
-        except (tarfile.TarError, OSError, EOFError, ValueError) as exc:
+                if len(self._members) > _ARCHIVE_MEMBERS:
+                    raise ImageReadError(f"{self.path}: more than {_ARCHIVE_MEMBERS} files; not an image archive")
+        except READ_ERRORS as exc:
             self.__exit__()
-            why = str(exc).strip() or type(exc).__name__
-            if "\n" in why:  # tarfile lists every compression it tried, one per line
-                why = "neither a tar archive nor a gzip, bzip2 or xz compressed one"
-            raise ImageReadError(f"{self.path}: not a readable tar archive ({why})") from None
+            raise ImageReadError(f"{self.path}: not a readable tar archive ({_why(exc)})") from None
+        except BaseException:
+            self.__exit__()
+            raise
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._tar is not None:
-            self._tar.close()
-        if self._file is not None:
-            self._file.close()
+        for stream in (self._stream, self._file):
+            if stream is not None:
+                stream.close()
 
-    def open(self, name: str) -> IO[bytes]:
-        assert self._tar is not None
+    def open(self, name: str) -> _Blob:
+        assert self._stream is not None
+        member = self._find(name)
+        return _Blob(self._stream, member.offset, member.size, name, self.deadline)
+
+    def identity(self, name: str) -> object:
+        """The same for names that lead to the same bytes (`docker save` links repeated layers)."""
+        return self._find(name).offset
+
+    def _find(self, name: str) -> Member:
         path, _ = normalize_member(name)
         member = self._members.get(path) if path else None
         for _ in range(8):  # `docker save` links a repeated layer to its first copy
-            if member is None or member.isfile():
+            if member is None or member.kind == "file":
                 break
             target = (
-                posixpath.join(posixpath.dirname(path or ""), member.linkname) if member.issym() else member.linkname
+                os.path.join(os.path.dirname(path or ""), member.linkname)
+                if member.kind == "symlink"
+                else member.linkname
             )
-            path = posixpath.normpath(target)
+            path = os.path.normpath(target).replace(os.sep, "/")
             member = None if path.startswith("../") else self._members.get(path)
-        stream = self._tar.extractfile(member) if member is not None and member.isfile() else None
-        if stream is None:
+        if member is None or member.kind != "file":
             raise ImageReadError(f"{self.path}: no file {name!r} in the archive")
-        return stream
-
-    def size(self, name: str) -> int:
-        path, _ = normalize_member(name)
-        member = self._members.get(path or "")
-        return member.size if member is not None else 0
+        return member
 
 
 class _DirBlobs:
-    def __init__(self, path: str) -> None:
+    """The files of an OCI layout directory; no symlink is followed, inside or out of it."""
+
+    def __init__(self, path: str, deadline: Deadline) -> None:
         self.path = path
+        self.deadline = deadline
         if not os.path.isdir(path):
             raise ImageReadError(f"{path} is not a directory")
 
-    def open(self, name: str) -> IO[bytes]:
+    def open(self, name: str) -> _Blob:
         path, _ = normalize_member(name)
         if not path:
             raise ImageReadError(f"{self.path}: bad blob name {name!r}")
         try:
-            return _open_regular(os.path.join(self.path, path))
+            file = _open_inside(self.path, path)
+        except NotRegularFileError:
+            raise ImageReadError(
+                f"{self.path}/{path}: not a regular file (a directory, FIFO, socket or device); cgpu does not read it"
+            ) from None
         except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENOTDIR) or _has_link(self.path, path):
+                raise ImageReadError(
+                    f"{self.path}/{path} is a symlink (or lies under one); cgpu reads no blob from outside the layout"
+                ) from None
             raise ImageReadError(f"{self.path}: cannot open {name!r} ({exc.strerror or exc})") from None
+        return _Blob(file, 0, os.fstat(file.fileno()).st_size, path, self.deadline, owned=True)
 
-    def size(self, name: str) -> int:
+    def identity(self, name: str) -> object:
+        return normalize_member(name)[0]
+
+
+def _open_inside(root: str, path: str) -> IO[bytes]:
+    """Open root/path, refusing a symlink at any step below root and anything not a regular file."""
+    nofollow = getattr(os, "O_NOFOLLOW", 0)
+    if not nofollow or os.open not in os.supports_dir_fd:  # Windows: look at each step first
+        if _has_link(root, path):
+            raise OSError(errno.ELOOP, "a symlink", path)
+        return open_regular(os.path.join(root, *path.split("/")))
+    parts = path.split("/")
+    folder = os.open(root, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        for part in parts[:-1]:
+            inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | nofollow, dir_fd=folder)
+            os.close(folder)
+            folder = inner
+        fd = os.open(parts[-1], os.O_RDONLY | nofollow | os.O_NONBLOCK, dir_fd=folder)
+    finally:
+        os.close(folder)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise NotRegularFileError(path)
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _has_link(root: str, path: str) -> bool:
+    here = root
+    for part in path.split("/"):
+        here = os.path.join(here, part)
         try:
-            return os.path.getsize(os.path.join(self.path, name))
+            if stat.S_ISLNK(os.lstat(here).st_mode):
+                return True
         except OSError:
-            return 0
+            return False
+    return False
 
 
 def _open_regular(path: str) -> IO[bytes]:
@@ -258,10 +438,11 @@ def _open_regular(path: str) -> IO[bytes]:
 
 
 def _json(blobs: _TarBlobs | _DirBlobs, name: str, what: str) -> Any:
-    with blobs.open(name) as f:
-        raw = f.read(_META_LIMIT + 1)
-    if len(raw) > _META_LIMIT:
-        raise ImageReadError(f"{what} {name} is larger than {_META_LIMIT} bytes")
+    with blobs.open(name) as blob:
+        if blob.size > _META_LIMIT:
+            raise ImageReadError(f"{what} {name} is larger than {_META_LIMIT} bytes")
+        raw = blob.read(blob.size)
+        blob.finish()
     try:
         return json.loads(raw)
     except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
@@ -275,11 +456,18 @@ def _blob_name(digest: Any) -> str:
     return f"blobs/{match.group(1)}/{match.group(2)}"
 
 
+def _why(exc: BaseException) -> str:
+    why = str(exc).strip() or type(exc).__name__
+    if "\n" in why:
+        why = why.splitlines()[0]
+    return why
+
+
 # --- the two archive layouts ---------------------------------------------------------------
 
 
 def _read_docker_archive(
-    blobs: _TarBlobs | _DirBlobs, source: str, limits: Limits | None, say: Callable[[str], None]
+    blobs: _TarBlobs | _DirBlobs, source: str, limits: Limits, say: Callable[[str], None]
 ) -> OpenedImage:
     manifest = _json(blobs, "manifest.json", "docker-archive manifest")
     if not isinstance(manifest, list) or not manifest or not isinstance(manifest[0], dict):
@@ -303,9 +491,7 @@ def _read_docker_archive(
     return OpenedImage(tree, source, config if isinstance(config, dict) else {}, notes + tree.problems)
 
 
-def _read_layout(
-    blobs: _TarBlobs | _DirBlobs, source: str, limits: Limits | None, say: Callable[[str], None]
-) -> OpenedImage:
+def _read_layout(blobs: _TarBlobs | _DirBlobs, source: str, limits: Limits, say: Callable[[str], None]) -> OpenedImage:
     index = _json(blobs, "index.json", "OCI index")
     notes: list[tuple[str, str]] = []
     manifest = _pick_manifest(blobs, index, notes, depth=0)
@@ -361,11 +547,17 @@ def _pick_manifest(
 
 
 def _apply_layers(
-    blobs: _TarBlobs | _DirBlobs, layers: list[tuple[str, str]], limits: Limits | None, say: Callable[[str], None]
+    blobs: _TarBlobs | _DirBlobs, layers: list[tuple[str, str]], limits: Limits, say: Callable[[str], None]
 ) -> LayerTree:
-    tree = LayerTree(limits)
-    if sum(blobs.size(name) for name, _ in layers) > 256 * 1024**2:
+    """Each distinct blob read once (a manifest may list one layer many times), then applied in order."""
+    if len(layers) > limits.max_layers:
+        raise ImageReadError(f"the manifest lists {len(layers)} layers, more than {limits.max_layers}; not read")
+    tree = LayerTree(limits, blobs.deadline)
+    uses = collections.Counter(blobs.identity(name) for name, _ in layers)
+    read: dict[object, Layer] = {}  # only the layers listed again further on
+    if len({name for name, _ in layers}) > 8:
         say(f"reading {len(layers)} layers")
+    previous = None
     for number, (name, media_type) in enumerate(layers, 1):
         label = f"{number}/{len(layers)} ({name})"
         if "zstd" in media_type:
@@ -373,9 +565,19 @@ def _apply_layers(
                 f"layer {label} is zstd-compressed, which this Python cannot read; "
                 "re-save the image with gzip layers or uncompressed"
             )
-        with blobs.open(name) as stream:
-            if stream.read(4) == _ZSTD_MAGIC:
-                raise ImageReadError(f"layer {label} is zstd-compressed, which this Python cannot read")
-            stream.seek(0)
-            tree.add_layer(stream, label)
+        identity = blobs.identity(name)
+        uses[identity] -= 1
+        layer = read.pop(identity, None) if not uses[identity] else read.get(identity)
+        if layer is None:
+            try:
+                with blobs.open(name) as blob:
+                    layer = tree.read_layer(io.BufferedReader(blob, _CHUNK), label)
+                    blob.finish()
+            except DeadlineExceeded as exc:
+                raise DeadlineExceeded(f"reading layer {label}: {exc}") from None
+            if uses[identity]:
+                read[identity] = layer
+        if layer is not previous:  # the same layer twice in a row changes nothing
+            tree.apply(layer)
+        previous = layer
     return tree

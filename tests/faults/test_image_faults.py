@@ -4,14 +4,32 @@ the engine exports the image. Exit 1 (could not read) or 130, and no export left
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
+import socketserver
+import sys
 import tarfile
+import tempfile
+import threading
+import time
 
 import pytest
 
+from cgpu.cli import ExitCode
 from tests.faults.conftest import STOPS, hung, stand_in
-from tests.image.trees import fedora_tree, layer_tar, oci_archive
+from tests.image.hostile import (
+    NEGATIVE_512,
+    digits_pax_layer,
+    end,
+    gzip_bomb_layer,
+    header,
+    many_files_layer,
+    member,
+    recursive_rpmdb,
+)
+from tests.image.trees import docker_archive, fedora_tree, layer_tar, oci_archive
+from tests.image.trees import member as tarfile_member
 
 
 @pytest.fixture
@@ -71,3 +89,238 @@ def test_ctrl_c_while_the_engine_exports_leaves_no_partial_archive(cli, bin_dir,
         lambda: cli.running("sleep 600"), "image", "check", "localhost/x:1", signum=signum
     )
     assert code == status and out == "" and said in err
+
+
+# --- hostile images: each ends within its --timeout plus 2 s, under 256 MB, nothing left behind ---------
+
+_PEAK = (
+    "import resource, subprocess, sys\n"
+    "code = subprocess.call(sys.argv[2:])\n"
+    "open(sys.argv[1], 'w').write(str(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss))\n"
+    "sys.exit(code)\n"
+)
+MAX_PEAK_KB = 256 * 1024
+
+
+def measured(cli, tmp_path, ref: str, timeout: float, **env: str) -> tuple[int, dict, float]:
+    """`image check REF --json --timeout T` through the CLI: (exit, answer, seconds), its peak RSS checked."""
+    peak = tmp_path / "peak"
+    started = time.monotonic()
+    code, out, _ = cli(
+        "image",
+        "check",
+        ref,
+        "--json",
+        "--timeout",
+        f"{timeout:g}",
+        env=env or None,
+        timeout=timeout + 60,
+        wrapper=(sys.executable, "-c", _PEAK, str(peak)),
+    )
+    seconds = time.monotonic() - started
+    assert int(peak.read_text()) < MAX_PEAK_KB, f"peak RSS {int(peak.read_text()) // 1024} MB"
+    assert seconds < timeout + 2, f"took {seconds:.1f} s under --timeout {timeout:g}"
+    return code, json.loads(out), seconds
+
+
+def messages(result: dict) -> str:
+    return "\n".join(p["message"] for p in result["problems"])
+
+
+def test_an_rpm_database_whose_packages_never_end(cli, tmp_path):
+    root = fedora_tree(tmp_path / "root")
+    recursive_rpmdb(root / "usr/lib/sysimage/rpm/rpmdb.sqlite")
+    archive = oci_archive(tmp_path / "o.tar", [layer_tar(root)])
+    code, result, _ = measured(cli, tmp_path, f"oci-archive:{archive}", 5)
+    assert code == ExitCode.IMAGE_UNKNOWN, result  # the image was read; its package list could not be
+    assert "not an rpm database: its Packages is a view, not rpm's table" in messages(result)
+
+
+def test_a_negative_member_size_in_the_archive_or_a_layer(cli, tmp_path):
+    outer = tmp_path / "outer.tar"
+    outer.write_bytes(header(b"manifest.json", size_field=NEGATIVE_512) + bytes(10240))
+    inner = oci_archive(tmp_path / "inner.tar", [header(b"x", size_field=NEGATIVE_512) + bytes(10240)])
+    for ref in (f"docker-archive:{outer}", f"oci-archive:{inner}"):
+        code, result, _ = measured(cli, tmp_path, ref, 5)
+        assert code == 1 and "has a negative size" in result["reason"], result
+
+
+def test_a_symlink_with_a_huge_target_and_a_huge_library_path(cli, tmp_path):
+    good = layer_tar(fedora_tree(tmp_path / "root"))
+    link = member("usr", kind=b"2", link="../" * 300_000 + "usr2") + end()  # 900 KB, under the PAX cap
+    archive = oci_archive(tmp_path / "o.tar", [good, link])
+    code, result, _ = measured(cli, tmp_path, f"oci-archive:{archive}", 5)
+    assert code == ExitCode.IMAGE_NO  # /usr is a broken link now: no loader, no driver
+    assert "symlink /usr has a target longer than 4096 bytes; treated as broken" in messages(result)
+    too_long = oci_archive(tmp_path / "o2.tar", [good, member("usr", kind=b"2", link="../" * 400_000) + end()])
+    code, result, _ = measured(cli, tmp_path, f"oci-archive:{too_long}", 5)
+    assert code == 1 and "an extended (PAX) header at offset 0 is 1200018 bytes, more than 1048576" in result["reason"]
+    env = docker_archive(tmp_path / "d.tar", [good], env=["LD_LIBRARY_PATH=" + "../" * 200_000])
+    code, result, _ = measured(cli, tmp_path, f"docker-archive:{env}", 5)
+    assert code == ExitCode.OK, result
+
+
+def test_a_pax_header_of_digits(cli, tmp_path):
+    """CVE-2024-6232's shape: 619 bytes of gzip that took tarfile 55 s."""
+    archive = oci_archive(tmp_path / "o.tar", [digits_pax_layer()], gzip_layers=False)
+    code, result, _ = measured(cli, tmp_path, f"oci-archive:{archive}", 5)
+    assert code == 1 and "the extended header at offset 0 has a malformed record" in result["reason"]
+
+
+def test_one_layer_listed_63_times_is_read_once(cli, tmp_path):
+    root = fedora_tree(tmp_path / "root")
+    padding = [tarfile_member(f"usr/share/doc/f{n}", os.urandom(500)) for n in range(2000)]  # a 2 MB layer
+    archive = oci_archive(tmp_path / "o.tar", [layer_tar(root, extra=padding)] * 63, gzip_layers=False)
+    code, result, _ = measured(cli, tmp_path, f"oci-archive:{archive}", 5)  # read 63 times: 10 s here
+    assert code == ExitCode.OK and result["verdict"] == "yes", result
+
+
+def test_a_gzip_bomb_layer_is_stopped_at_the_timeout(cli, tmp_path):
+    bomb = tmp_path / "bomb.gz"
+    gzip_bomb_layer(bomb, 16)  # 16 GiB of zeros in 16 MB
+    archive = oci_archive(tmp_path / "o.tar", [bomb.read_bytes()], gzip_layers=False)
+    code, result, _ = measured(cli, tmp_path, f"oci-archive:{archive}", 2)
+    assert code == 1 and "not done within --timeout 2 s; stopped" in result["reason"], result
+
+
+@pytest.mark.slow
+def test_a_layer_of_too_many_files(cli, tmp_path):
+    layer = tmp_path / "many.gz"
+    many_files_layer(layer, 400_001)
+    archive = oci_archive(tmp_path / "o.tar", [layer.read_bytes()], gzip_layers=False)
+    code, result, _ = measured(cli, tmp_path, f"oci-archive:{archive}", 60)
+    assert code == 1 and "the image has more than 400000 files; stopped reading" in result["reason"], result
+
+
+@pytest.mark.slow
+def test_an_image_just_under_the_member_cap_stays_under_256_mb(cli, tmp_path):
+    layer = tmp_path / "many.gz"
+    many_files_layer(layer, 399_000, elf_heads=True)
+    archive = oci_archive(tmp_path / "o.tar", [layer.read_bytes()], gzip_layers=False)
+    code, result, _ = measured(cli, tmp_path, f"oci-archive:{archive}", 60)  # the peak is what this checks
+    assert code == ExitCode.IMAGE_NO and result["status"] == "checked", result
+
+
+def _layout(tmp_path, name: str = "layout"):
+    archive = oci_archive(tmp_path / f"{name}.tar", [layer_tar(fedora_tree(tmp_path / f"{name}-root"))])
+    layout = tmp_path / name
+    with tarfile.open(archive) as tar:
+        tar.extractall(layout, filter="data")
+    return layout, max((layout / "blobs" / "sha256").iterdir(), key=lambda p: p.stat().st_size)
+
+
+def test_an_oci_layout_never_follows_a_symlinked_blob(cli, tmp_path):
+    layout, blob = _layout(tmp_path)
+    secret = tmp_path / "host-file"
+    secret.write_bytes(blob.read_bytes())  # even the right bytes are not read through a link
+    blob.unlink()
+    blob.symlink_to(secret)
+    code, result, _ = measured(cli, tmp_path, f"oci:{layout}", 5)
+    assert (
+        code == 1
+        and "is a symlink (or lies under one); cgpu reads no blob from outside the layout" in (result["reason"])
+    )
+    folder, _ = _layout(tmp_path, "second")
+    blobs = folder / "blobs"
+    blobs.rename(tmp_path / "elsewhere")
+    blobs.symlink_to(tmp_path / "elsewhere")
+    code, result, _ = measured(cli, tmp_path, f"oci:{folder}", 5)
+    assert code == 1 and "is a symlink (or lies under one)" in result["reason"]
+
+
+def test_a_blob_that_does_not_match_its_digest(cli, tmp_path):
+    layout, blob = _layout(tmp_path)
+    data = bytearray(blob.read_bytes())
+    data[-20] ^= 0xFF  # in the gzip trailer: the layer still reads
+    blob.write_bytes(bytes(data))
+    code, result, _ = measured(cli, tmp_path, f"oci:{layout}", 5)
+    assert code == 1 and "does not match its digest" in result["reason"], result
+
+
+# --- a Docker daemon (DOCKER_HOST) that exports for ever ------------------------------------------------
+
+
+class _Daemon(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    daemon_threads = True
+
+
+def _daemon_handler(export: str):
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.0"  # a body that ends when the connection does
+
+        def log_message(self, *args) -> None:
+            pass
+
+        def address_string(self) -> str:
+            return "docker.sock"
+
+        def do_GET(self) -> None:
+            if self.path.endswith("/version"):
+                return self._json({"ApiVersion": "1.41", "Version": "24.0.0"})
+            if self.path.endswith("/json"):
+                return self._json({"Id": "sha256:" + "0" * 64, "RepoTags": ["x:1"]})
+            self.send_response(200)
+            self.send_header("Content-Type", "application/x-tar")
+            self.end_headers()
+            try:
+                if export == "silent":
+                    time.sleep(600)
+                while True:  # `fast`: as fast as the socket takes it; `slow`: a trickle that never ends
+                    self.wfile.write(bytes(1024**2 if export == "fast" else 64))
+                    if export == "slow":
+                        time.sleep(0.05)
+            except OSError:
+                pass
+
+        def _json(self, value: object) -> None:
+            body = json.dumps(value).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    return Handler
+
+
+@pytest.fixture
+def docker_daemon(tmp_path):
+    pytest.importorskip("docker")
+    servers = []
+
+    def start(export: str) -> str:
+        path = tmp_path / f"docker-{export}.sock"
+        server = _Daemon(str(path), _daemon_handler(export))
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return f"unix://{path}"
+
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize("export, timeout", [("slow", 2), ("silent", 0.5)])
+def test_a_docker_export_that_never_ends_honours_the_timeout(cli, tmp_path, docker_daemon, export, timeout):
+    host = docker_daemon(export)
+    code, result, seconds = measured(cli, tmp_path, "docker-daemon:x:1", timeout, DOCKER_HOST=host)
+    assert code == 1 and f"no complete export within --timeout {timeout:g} s; stopped" in result["reason"], result
+    assert seconds >= timeout  # 0.5 stays 0.5, not 0
+
+
+def test_a_docker_export_larger_than_the_cap_is_stopped(tmp_path, docker_daemon, monkeypatch):
+    from cgpu.image.fs import Deadline, ImageReadError, Limits
+    from cgpu.image.source import open_image
+
+    monkeypatch.setenv("DOCKER_HOST", docker_daemon("fast"))
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    tempfile.tempdir = None  # read TMPDIR again
+    try:
+        with pytest.raises(ImageReadError, match="Docker's export of x:1 is larger than 8388608 bytes; stopped"):
+            with open_image("docker-daemon:x:1", deadline=Deadline(30), limits=Limits(max_total_bytes=8 * 1024**2)):
+                pass
+    finally:
+        tempfile.tempdir = None
+    assert list((tmp_path / "tmp").iterdir()) == []

@@ -10,7 +10,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cgpu.image.fs import DirTree, ImageReadError, LayerTree, Limits
+from cgpu.image.fs import Deadline, DeadlineExceeded, DirTree, ImageReadError, LayerTree, Limits
+from cgpu.image.tarstream import TarReader
+from tests.image import hostile
 from tests.image.trees import layer_tar, member
 
 DIR, SYM, LNK = tarfile.DIRTYPE, tarfile.SYMTYPE, tarfile.LNKTYPE
@@ -158,3 +160,146 @@ def test_random_member_names_and_links_never_escape(items):
         assert not path.startswith(("/", "../")) and "/../" not in f"/{path}/"
         resolved, _ = tree.lookup(path)
         assert not resolved.startswith(("/", "../"))
+
+
+def raw_tree(*layers: bytes, limits: Limits | None = None, deadline: Deadline | None = None) -> LayerTree:
+    tree = LayerTree(limits, deadline)
+    for number, layer in enumerate(layers):
+        tree.add_layer(io.BytesIO(layer), f"{number + 1}")
+    return tree
+
+
+@pytest.mark.parametrize(
+    "layer, words",
+    [
+        (hostile.header(b"f", size_field=hostile.NEGATIVE_512) + bytes(1024), "has a negative size"),
+        (hostile.header(b"f", size_field=b"\x80" + b"\xff" * 11) + bytes(1024), "more than 1048576 bytes"),
+        (hostile.header(b"f", size_field=b"12345678901x") + bytes(1024), "has a malformed size field"),
+        (bytes(100) + b"x" + bytes(411) + bytes(1024), "bad checksum"),
+        (hostile.pax_header(b"1" * 5000) + hostile.header(b"f") + bytes(1024), "malformed record"),
+        (hostile.pax_header(b"99 path=x\n") + hostile.header(b"f") + bytes(1024), "record of the wrong length"),
+        (hostile.pax_header(b"11 size=-5\n") + hostile.header(b"f") + bytes(1024), "malformed size '-5'"),
+        (hostile.header(b"././@PaxHeader", size=2 * 1024**2, kind=b"x") + bytes(1024), "more than 1048576"),
+        (hostile.pax_header(b"") * 9 + hostile.header(b"f") + bytes(1024), "more than 8 extended headers in a row"),
+        (hostile.header(b"f", size=10_000) + bytes(512), "ends inside a member's data"),
+    ],
+)
+def test_hostile_tar_headers_are_refused_before_they_are_acted_on(layer, words):
+    with pytest.raises(ImageReadError, match=words):
+        raw_tree(layer, limits=Limits(max_total_bytes=1024**2))
+
+
+def test_a_deep_or_long_name_is_ignored_with_a_warning():
+    deep = "/".join(["d"] * 300) + "/f"
+    tree = raw_tree(hostile.member(deep, b"x") + hostile.member("ok", b"y") + hostile.end())
+    assert tree.exists("ok") and not tree.entries.keys() - {"ok"}
+    assert any("deeper than 256 folders; ignored" in message for _, message in tree.problems)
+
+
+def test_symlink_resolution_is_linear_in_the_path_and_capped():
+    import time
+
+    chain = [member(f"l{n}", kind=SYM, link=f"l{n + 1}") for n in range(45)]
+    tree = tree_of(
+        [
+            member("usr/lib/x", b"1"),
+            member("up", kind=SYM, link="../" * 1000 + "usr"),
+            member("far", kind=SYM, link="../" * 300_000 + "usr"),  # longer than PATH_MAX: broken
+            *chain,
+            member("l45", kind=SYM, link="usr"),
+        ]
+    )
+    started = time.monotonic()
+    assert tree.read("up/lib/x") == b"1"
+    assert tree.lookup("far/lib/x")[1] is None
+    assert tree.lookup("/".join([".."] * 200_000) + "/usr/lib/x")[1] is None  # a 600 KB path
+    assert tree.lookup("l6")[1] is not None and tree.lookup("l5")[1] is None  # 40 links, not 41
+    assert time.monotonic() - started < 1
+
+
+def test_the_deadline_stops_a_layer_between_blocks():
+    layer = b"".join(hostile.member(f"f{n}", b"x" * 600) for n in range(100)) + hostile.end()
+    with pytest.raises(DeadlineExceeded, match="not done within --timeout 0 s"):
+        raw_tree(layer, deadline=Deadline(0))
+
+
+def test_too_many_per_member_warnings_are_counted_not_kept():
+    layer = b"".join(hostile.member(f"../x{n}") for n in range(500)) + hostile.end()
+    tree = raw_tree(layer)
+    assert len(tree.problems) == 51
+    assert tree.problems[-1] == ("warning", "layer 1: 450 more members like these; ignored")
+
+
+_SAMPLE = layer_tar(
+    extra=[
+        member("etc/os-release", b"ID=fedora\n"),
+        member("usr/lib64/libvulkan.so.1", kind=SYM, link="libvulkan.so.1.4"),
+        member("d/" + "n" * 150, b"long name"),
+    ]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, len(_SAMPLE) - 1), st.integers(0, 255)), min_size=1, max_size=8))
+def test_mutated_tar_headers_give_only_image_read_errors(edits):
+    """Damage anywhere in a real PAX tar (sizes, checksums, PAX lengths): an answer or an ImageReadError."""
+    data = bytearray(_SAMPLE)
+    for at, value in edits:
+        data[at] = value
+    try:
+        tree = raw_tree(bytes(data), limits=Limits(max_total_bytes=1 << 20))
+    except ImageReadError:
+        return
+    for path in list(tree.entries)[:20]:
+        tree.lookup(path)
+
+
+def test_links_and_folders_carry_no_data_whatever_their_size_field_says():
+    """As tarfile and GNU tar read them: the next header follows at once."""
+    layer = (
+        hostile.header(b"lib", size=4096, kind=b"2", link=b"usr/lib")
+        + hostile.header(b"usr/", size=4096, kind=b"5")
+        + hostile.member("usr/lib/x", b"1")
+        + hostile.end()
+    )
+    tree = raw_tree(layer)
+    assert tree.read("lib/x") == b"1"
+
+
+_NAMES = st.text(st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",)), min_size=1, max_size=300)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.sampled_from([tarfile.USTAR_FORMAT, tarfile.GNU_FORMAT, tarfile.PAX_FORMAT]),
+    st.lists(st.tuples(_NAMES, st.sampled_from([tarfile.REGTYPE, DIR, SYM, LNK]), _NAMES, st.binary(max_size=700))),
+)
+def test_the_reader_sees_what_tarfile_wrote(fmt, items):
+    """Whatever tarfile writes in each of its formats, cgpu's reader reads back the same members."""
+    out = io.BytesIO()
+    written = []
+    with tarfile.open(fileobj=out, mode="w", format=fmt) as tar:
+        for name, kind, link, data in items:
+            info, content = member(name, data if kind == tarfile.REGTYPE else b"", kind=kind, link=link)
+            try:
+                tar.addfile(info, io.BytesIO(content) if content else None)
+            except ValueError:  # a name too long for ustar, or not encodable: tarfile refuses, nothing written
+                continue
+            written.append((info.name, info.type, info.size, info.linkname if kind in (SYM, LNK) else "", content))
+    reader = TarReader(io.BytesIO(out.getvalue()), max_size=1 << 20, tick=lambda: None)
+    kinds = {tarfile.REGTYPE: "file", DIR: "dir", SYM: "symlink", LNK: "hardlink"}
+    read = [
+        (
+            m.name.rstrip("/") if m.kind == "dir" else m.name,  # tarfile writes a folder's name with a slash
+            m.kind,
+            m.size,
+            m.linkname if m.kind in ("symlink", "hardlink") else "",
+            reader.read(m.size),
+        )
+        for m in reader
+    ]
+    expected = [
+        (name.rstrip("/") if kind == DIR else name, kinds[kind], size, link, data)
+        for name, kind, size, link, data in written
+    ]
+    assert read == expected

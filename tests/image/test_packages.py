@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
+import sqlite3
 import struct
 import subprocess
 import sys
+import tempfile
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cgpu.image.fs import ImageReadError
+from cgpu.image.fs import Deadline, DeadlineExceeded, ImageReadError
 from cgpu.image.packages import (
     CoprRepo,
     Package,
@@ -29,6 +33,7 @@ from cgpu.image.packages import (
     read_versionlock_list,
     read_versionlock_toml,
 )
+from tests.image.hostile import recursive_rpmdb
 from tests.image.trees import (
     COPR_REPO_ID,
     COPR_VENDOR,
@@ -102,6 +107,78 @@ def test_rpmdb_sqlite_reads_every_package_and_reports_bad_headers(tmp_path):
     assert bad == ["header 3: rpm header shorter than its 8-byte preamble"]
     with pytest.raises(ImageReadError, match="not a readable rpm sqlite database"):
         read_rpmdb(b"SQLite format 3\0" + b"\xff" * 200)
+
+
+@pytest.mark.parametrize(
+    "schema, words",
+    [
+        ("", "its Packages is a view, not rpm's table"),
+        ("CREATE TABLE Other(x)", "it has no Packages table"),
+        (
+            "CREATE TABLE Packages(hnum INTEGER, blob BLOB AS (zeroblob(1000000000)))",
+            "its Packages table lacks plain hnum and blob",
+        ),
+        ("CREATE TABLE Packages(hnum INTEGER, data BLOB)", "its Packages table lacks plain hnum and blob"),
+    ],
+)
+def test_a_database_that_would_run_its_own_code_is_refused(tmp_path, schema, words):
+    db = tmp_path / "rpmdb.sqlite"
+    if schema:
+        with sqlite3.connect(db) as connection:
+            connection.execute(schema)
+        connection.close()
+    else:
+        recursive_rpmdb(db)  # a view that never ends
+    with pytest.raises(ImageReadError, match=f"not an rpm database: {words}"):
+        read_rpmdb(db.read_bytes(), deadline=Deadline(5))
+
+
+def many_rows(tmp_path) -> bytes:
+    db = tmp_path / "rpmdb.sqlite"
+    write_rpmdb(db, [mesa_header()])
+    with sqlite3.connect(db) as connection:
+        connection.executemany("INSERT INTO Packages(blob) VALUES (?)", [(b"x",)] * 20_000)
+    connection.close()
+    return db.read_bytes()
+
+
+def test_the_query_stops_at_the_deadline_and_leaves_no_copy(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    with pytest.raises(DeadlineExceeded, match="reading the rpm database: not done within --timeout 0 s"):
+        read_rpmdb(many_rows(tmp_path), deadline=Deadline(0))
+    assert not list(tmp_path.glob("cgpu-rpmdb-*"))
+
+
+@pytest.mark.skipif(not hasattr(signal, "pthread_sigmask"), reason="POSIX signal masks")
+def test_ctrl_c_during_the_query_stops_it_and_then_unwinds(tmp_path, monkeypatch):
+    """sqlite3 swallows an exception raised inside a progress handler, so Ctrl-C is held back
+    while SQLite runs, stops the query, and is delivered once the temp copy is gone."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    data = many_rows(tmp_path)
+
+    class CtrlCMidQuery(Deadline):
+        def expired(self) -> bool:  # asked by the progress handler, inside the query
+            os.kill(os.getpid(), signal.SIGINT)
+            return False
+
+    with pytest.raises(KeyboardInterrupt):
+        read_rpmdb(data, deadline=CtrlCMidQuery(None))
+    assert not list(tmp_path.glob("cgpu-rpmdb-*"))
+
+
+def test_a_database_with_a_wal_is_read_with_it(tmp_path):
+    db = tmp_path / "rpmdb.sqlite"
+    write_rpmdb(db, [mesa_header()])
+    connection = sqlite3.connect(db)
+    connection.execute("PRAGMA journal_mode = WAL")
+    connection.execute("PRAGMA wal_autocheckpoint = 0")
+    connection.execute("INSERT INTO Packages(blob) VALUES (?)", (rpm_header(NAME="glibc", VERSION="2.42"),))
+    connection.commit()
+    wal = (tmp_path / "rpmdb.sqlite-wal").read_bytes()
+    main = db.read_bytes()
+    connection.close()
+    packages, _ = read_rpmdb(main, wal)
+    assert [p.name for p in packages] == ["mesa-vulkan-drivers", "glibc"]
 
 
 needs_rpm = pytest.mark.skipif(
