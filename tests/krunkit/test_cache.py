@@ -215,22 +215,30 @@ def test_default_cache_dir(monkeypatch, platform, env, expected):
 
 
 def test_a_cached_answer_of_the_wrong_shape_is_not_used():
-    from cgpu.backends.krunkit import _well_formed
+    from cgpu.backends.krunkit import _from_cache
+    from cgpu.gpu_probe.answer import ApiAnswer, Device, ProbeAnswer, Problem
 
-    good = {
-        "vulkan": {"provided": True, "evidence": "Venus on Apple M4"},
-        "devices": [{"name": "Virtio-GPU Venus (Apple M4)", "apis": ["vulkan"], "status": "counted"}],
-        "problems": [{"severity": "info", "source": "x", "message": "y"}],
-    }
-    assert _well_formed(good)
+    venus = Device("Virtio-GPU Venus (Apple M4)", "vulkan", True, {"allocated": True, "reason": "a GPU"})
+    answer = ProbeAnswer(
+        "probe image x",
+        {"vulkan": ApiAnswer("provided", "Venus on Apple M4", "Vulkan works", None, (venus,))},
+        (Problem("info", "x", "y"),),
+    )
+    good = json.loads(json.dumps(answer.to_json()))
+    assert _from_cache(good) == answer
+    vulkan = good["apis"]["vulkan"]
     for bad in (
         {},
-        {**good, "vulkan": {}},
-        {**good, "devices": [{"name": 1, "apis": []}]},
-        {**good, "devices": [{"name": "x", "apis": ["glide"]}]},
-        {**good, "problems": [{"severity": "x"}]},
         [],
         None,
-        {**good, "vulkan": {"provided": "yes", "evidence": "x"}},
+        {**good, "answer_format": 0},
+        {**good, "apis": {"vulkan": {}}},
+        {**good, "apis": {**good["apis"], "cuda": {**vulkan, "devices": []}}},  # krunkit answers Vulkan only
+        {**good, "apis": {"vulkan": {**vulkan, "state": "yes"}}},
+        {**good, "apis": {"vulkan": {**vulkan, "devices": [{**vulkan["devices"][0], "name": 1}]}}},
+        {**good, "apis": {"vulkan": {**vulkan, "devices": [{**vulkan["devices"][0], "api": "glide"}]}}},
+        {**good, "apis": {"vulkan": {**vulkan, "devices": [{**vulkan["devices"][0], "details": {"x": [1]}}]}}},
+        {**good, "problems": [{"severity": "x", "source": "a", "message": "b"}]},
+        {**good, "unusable": "no answer"},
     ):
-        assert not _well_formed(bad), bad
+        assert _from_cache(bad) is None, bad

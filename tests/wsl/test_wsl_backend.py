@@ -114,7 +114,9 @@ def test_local_probe_enumerates_adapters(fake_wsl, with_local_probe):
     distro.python(
         directml=answer(True, "D3D12 (DirectML) has 2 hardware adapter(s)", adapters),
         cuda=answer(
-            True, "CUDA 12.9 works with 1 device(s): NVIDIA GeForce RTX 4070", [{"name": "NVIDIA GeForce RTX 4070"}]
+            True,
+            "CUDA 12.9 works with 1 device(s): NVIDIA GeForce RTX 4070",
+            [{"name": "NVIDIA GeForce RTX 4070", "counted": True}],
         ),
     )
     failed, report = probe(distro="Ubuntu")
