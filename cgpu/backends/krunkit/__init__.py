@@ -37,7 +37,7 @@ from cgpu.backends.krunkit.vm import (
     list_machines,
     machine_socket,
 )
-from cgpu.cache import default_cache_dir, key_digest
+from cgpu.cache import default_cache_dir, is_private, key_digest, open_private, private_directory
 from cgpu.gpu_probe import PROBE_SCRIPT, RUN_FROM_STDIN
 from cgpu.gpu_probe.answer import (
     NOT_JSON,
@@ -59,6 +59,7 @@ LIBKRUN_MESA_FIX: Final = (
     "mesa-vulkan-drivers pinned to that build and version-locked, as krunkit/Containerfile does)"
 )
 CACHE_TTL_S: Final = 24 * 3600
+VM_FOLDER_DAYS: Final = 7  # the probe VM's logs, kept for the report that names them
 QUICK_TIMEOUT_S: Final = 30.0  # podman machine list/inspect, krunkit --version, image inspect
 RUN_TIMEOUT_S: Final = 180.0  # the probe container
 BOOT_TIMEOUT_S: Final = 300.0  # boot + probe in a krunkit VM
@@ -359,14 +360,24 @@ def _host() -> dict[str, str]:
 def _vm_run_dir(report: ReportBuilder, key: dict[str, Any]) -> Path:
     """Where the probe VM's logs and shared folder live (the latest run per VM image): in the
     cache, or a temp folder when the cache cannot take them (read-only, full disk: a folder can
-    still be made on a full disk, so a block is written to know)."""
-    preferred = default_cache_dir() / "krunkit-vm" / key_digest(key)[:16]
+    still be made on a full disk, so a block is written to know; not private: another user
+    could swap a folder for a link to one cgpu then empties). Folders unused for a week go."""
+    root = default_cache_dir()
+    folders = root / "krunkit-vm"
+    preferred = folders / key_digest(key)[:16]
     check = preferred / ".write-check"
     try:
-        preferred.mkdir(parents=True, exist_ok=True)
-        check.write_bytes(b"\0" * 4096)
+        for folder in (root, folders, preferred):
+            private_directory(folder, create=True)
+        with contextlib.suppress(FileNotFoundError):
+            check.unlink()  # a link is removed, never followed
+        fd = open_private(check, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+        try:
+            os.write(fd, b"\0" * 4096)
+        finally:
+            os.close(fd)
         check.unlink()
-        return preferred
+        os.utime(preferred)  # in use: kept by the pruning below
     except OSError as exc:
         import tempfile
 
@@ -379,6 +390,20 @@ def _vm_run_dir(report: ReportBuilder, key: dict[str, Any]) -> Path:
             f"cannot write the VM's folder in the cache ({exc.strerror or exc}); using {fallback} instead",
         )
         return fallback
+    _prune_vm_folders(folders)
+    return preferred
+
+
+def _prune_vm_folders(folders: Path) -> None:
+    """Remove this user's VM folders unused for VM_FOLDER_DAYS (never through a link)."""
+    import stat as stat_module
+
+    cutoff = time.time() - VM_FOLDER_DAYS * 86400
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(folders):
+            info = entry.stat(follow_symlinks=False)
+            if stat_module.S_ISDIR(info.st_mode) and is_private(info) and info.st_mtime < cutoff:
+                shutil.rmtree(entry.path, ignore_errors=True)  # does not follow links inside
 
 
 # --- the answer, cached -----------------------------------------------------------------
