@@ -64,7 +64,7 @@ def _parser() -> argparse.ArgumentParser:
     probe.add_argument(
         "--probe-image",
         metavar="REF",
-        help="a local image that runs cgpu's probe (cdi --verify, krunkit); never pulled",
+        help="a local image with python3 that cgpu runs its own probe in (cdi --verify, krunkit); never pulled",
     )
     cdi = probe.add_argument_group("cdi backend (Linux)")
     cdi.add_argument(
