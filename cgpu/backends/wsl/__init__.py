@@ -20,7 +20,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cgpu.gpu_probe.answer import ApiAnswer, Device, read_child_answer
+from cgpu.gpu_probe.answer import ApiAnswer, Device, Problem, read_child_answer
 from cgpu.report import ReportBuilder
 from cgpu.run import CommandError, CommandNotFoundError, CommandTimeoutError, run
 
@@ -422,8 +422,13 @@ def judge(report: ReportBuilder, session: Session, distro: str, sent_local_probe
     stores = _driver_stores(session)
     smi = _nvidia_smi(session)
     # The local probe's answers decide when it ran; in a musl session only its successes count.
-    local = {api: _local_result(report, session, api, sent_local_probe, source) for api in ("directml", "cuda")}
-    local = {api: found for api, found in local.items() if found and (found.state == "provided" or not musl)}
+    local: dict[str, ApiAnswer] = {}
+    for api in ("directml", "cuda"):
+        found = _local_result(report, session, api, sent_local_probe, source)
+        if found is not None and (found[0].state == "provided" or not musl):
+            local[api] = found[0]
+            for problem in found[1]:
+                report.problem(problem.severity, problem.source, problem.message)
     directml_ok = _judge_directml(report, source, libs, local.get("directml"), smi, stores)
     cuda_ok = _judge_cuda(report, libs, local.get("cuda"), smi, musl)
     _devices(report, local.get("directml"), directml_ok, cuda_ok, stores, smi, details)
@@ -554,25 +559,26 @@ def _nvidia_smi(session: Session) -> NvidiaSmi:
     return NvidiaSmi(True, rc == "0" and driver is not None, driver and driver.group(1), cuda and cuda.group(1), error)
 
 
-def _local_result(report: ReportBuilder, session: Session, api: str, sent: bool, source: str) -> ApiAnswer | None:
-    """The local probe's answer for one API, or None (not run: no python3; unusable: a warning)."""
+def _local_result(
+    report: ReportBuilder, session: Session, api: str, sent: bool, source: str
+) -> tuple[ApiAnswer, list[Problem]] | None:
+    """The local probe's answer for one API and the problems found in it, or None (not run: no
+    python3; no answer: unusable output, a timeout or a crash, with a warning)."""
     python = session.text("python3")
     if not sent or python in (None, "missing"):
         return None
     rc = session.text(f"local_{api}_rc")
     read = read_child_answer((session.values.get(f"local_{api}") or [b""])[0], api, source=f"{source}: {python}")
-    if read is None:
-        why = {
+    if read is None or read[0].state == "unknown":  # the probe could not tell: other evidence decides
+        why = read[0].summary if read is not None else None
+        why = why or {
             "124": "it did not finish in time",
             "no-timeout": "the session has no `timeout` command",
             "0": "its output was not a probe answer",
         }.get(rc or "", f"exit {rc}")
         report.problem("warning", f"{source}: {python}", f"the local probe's {api} check gave no answer ({why})")
         return None
-    found, problems = read
-    for problem in problems:
-        report.problem(problem.severity, problem.source, problem.message)
-    return found
+    return read
 
 
 def _gpu_missing(session: Session) -> str | None:
