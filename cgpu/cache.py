@@ -1,12 +1,15 @@
 """Where cgpu keeps what it caches: one per-user directory for every cache (parsed CDI specs,
-krunkit answers), and the key digest that names entries."""
+krunkit answers), the key digest that names entries, and the rules every cache keeps so that
+no other user can change what cgpu reads back: private 0700 directories owned by the user,
+entries that are regular files of the user's, writable by no one else, opened without following
+a link or blocking on a FIFO, and size-capped."""
 
 from __future__ import annotations
 
 import json
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -32,3 +35,111 @@ def key_digest(key: Mapping[str, Any]) -> str:
 
     text = json.dumps(key, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:40]
+
+
+# --- the rules every cache keeps: only this user can change what cgpu reads back ---------------
+
+
+class UnsafeCacheError(OSError):
+    """A cache directory or entry that another user could have written (or a link, a FIFO, an
+    oversized file): not used."""
+
+
+def is_private(info: os.stat_result) -> bool:
+    """Owned by this user and writable by no one else (Windows: no such owner check)."""
+    if sys.platform == "win32":
+        return True
+    import stat
+
+    return info.st_uid == os.getuid() and not info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+
+
+def private_directory(path: Path, *, create: bool) -> None:
+    """Make sure `path` is a real directory (not a link) owned by this user and writable by no
+    one else, creating it 0700 when missing and `create`. Raises FileNotFoundError when missing,
+    UnsafeCacheError when it is not private, OSError when it cannot be made."""
+    import stat
+
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        if not create:
+            raise
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:  # another run made it meanwhile: checked below like any other
+            pass
+        info = os.lstat(path)
+    if stat.S_ISLNK(info.st_mode):
+        raise UnsafeCacheError(0, "it is a symbolic link, which cgpu does not follow", str(path))
+    if not stat.S_ISDIR(info.st_mode):
+        import errno
+
+        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(path))
+    if not is_private(info):
+        raise UnsafeCacheError(
+            0, "it is owned by another user or writable by others (make it yours, mode 700)", str(path)
+        )
+
+
+def open_private(path: Path, flags: int, *, mode: int = 0o600) -> int:
+    """A file descriptor for a cache file: never through a symbolic link, never blocking on a
+    FIFO, and only a regular file owned by this user and writable by no one else."""
+    import stat
+
+    fd = os.open(path, flags | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0), mode)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or not is_private(info):
+            raise UnsafeCacheError(0, "it is not a regular file of yours that no one else can write", str(path))
+        if hasattr(os, "set_blocking"):
+            os.set_blocking(fd, True)
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_private(path: Path, *, limit: int) -> bytes:
+    """A cache file's bytes (see `open_private`), at most `limit` of them: a larger (or sparse
+    huge) file is refused before it is read."""
+    fd = open_private(path, os.O_RDONLY)
+    with os.fdopen(fd, "rb") as handle:
+        size = os.fstat(handle.fileno()).st_size
+        if size > limit:
+            raise UnsafeCacheError(0, f"it is {size} bytes, above the cap of {limit}", str(path))
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise UnsafeCacheError(0, f"it is above the cap of {limit} bytes", str(path))
+    return data
+
+
+def prune(directory: Path, *, older_than: float, suffixes: tuple[str, ...], keep: Callable[[Path], bool]) -> None:
+    """Remove this user's regular files in `directory` (a private one) with these suffixes, last
+    changed over `older_than` seconds ago and not kept by `keep`. Never follows a link; best effort."""
+    import stat
+    import time
+
+    cutoff = time.time() - older_than
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return
+    for entry in entries:
+        try:
+            info = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        path = Path(entry.path)
+        if (
+            path.suffix in suffixes
+            and stat.S_ISREG(info.st_mode)
+            and is_private(info)
+            and info.st_mtime < cutoff
+            and not keep(path)
+        ):
+            try:
+                os.unlink(path)
+            except OSError:
+                pass

@@ -182,9 +182,9 @@ def _parser() -> argparse.ArgumentParser:
     krunkit_sub = krunkit_cmd.add_subparsers(dest="krunkit_command", required=True, metavar="COMMAND")
     assets = krunkit_sub.add_parser(
         "write-assets",
-        help="write the Venus probe image's build context (Containerfile, probe.py, guest files)",
+        help="write the Venus probe image's build context (Containerfile, guest files)",
         description="Write the build context of the Venus probe image the krunkit backend runs: the\n"
-        "Containerfile, cgpu's probe as probe.py and the guest files of a probe VM.\nNothing is overwritten.",
+        "Containerfile and the guest files of a probe VM. Nothing is overwritten.",
         epilog="example:\n  cgpu krunkit write-assets cgpu-venus-probe\n"
         "  podman --connection podman-machine-default build \\\n"
         "      -t localhost/cgpu-venus-probe:latest cgpu-venus-probe",
@@ -222,7 +222,7 @@ def _add_probe_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--probe-image",
         metavar="REF",
-        help="a local image that runs cgpu's probe (cdi --verify, krunkit); never pulled",
+        help="a local image with python3 that cgpu runs its own probe in (cdi --verify, krunkit); never pulled",
     )
     cdi = parser.add_argument_group("cdi backend (Linux)")
     cdi.add_argument(

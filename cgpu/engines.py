@@ -242,8 +242,14 @@ class PodmanEngine(Engine):
 
     def _create(self, image: str, command: list[str], devices: list[str], name: str) -> Any:
         try:
-            return self.client.containers.create(
-                image, command, name=name, devices=devices, labels=LABELS, network_mode="none"
+            return self.client.containers.create(  # command[0] replaces the image's own entry point
+                image,
+                command[1:],
+                entrypoint=command[:1],
+                name=name,
+                devices=devices,
+                labels=LABELS,
+                network_mode="none",
             )
         except self._errors() as exc:
             raise EngineError(self._message(exc)) from None
@@ -332,7 +338,9 @@ class DockerEngine(Engine):
 
     def _create(self, image: str, command: list[str], devices: list[str], name: str) -> Any:
         try:
-            return self.client.containers.create(image, command, name=name, **docker_create_options(devices))
+            return self.client.containers.create(  # command[0] replaces the image's own entry point
+                image, command[1:], entrypoint=command[:1], name=name, **docker_create_options(devices)
+            )
         except self._errors() as exc:
             raise EngineError(self._message(exc)) from None
 

@@ -41,12 +41,11 @@ def test_cli_path_imports_no_heavy_package():
 
 def test_json_nested_deeper_than_python_walks_is_garbage_not_a_crash():
     """Probe output from a container, a VM or a WSL session is untrusted: `[[[[...` is just garbage."""
-    from cgpu.backends import wsl
     from cgpu.backends.cdi.verify import _read_probe
-    from cgpu.gpu_probe.answer import read_probe_output
+    from cgpu.gpu_probe.answer import read_answer, read_child_answer
     from cgpu.report import ReportBuilder
 
     deep = b'{"a":' + b"[" * 100_000
-    assert wsl.read_local_result(deep) is None
-    assert read_probe_output(deep) is None
+    assert read_child_answer(deep, "directml", source="wsl") is None
+    assert read_answer(deep, source="vm").unusable
     assert isinstance(_read_probe(ReportBuilder("cdi"), "vendor.com/gpu=0", deep), str)

@@ -34,8 +34,7 @@ def test_a_wheel_installed_with_pip_writes_the_krunkit_build_context(tmp_path):
     )
     assert done.returncode == 0, done.stderr
     assert (out / "Containerfile").read_text() == (REPO / "krunkit/Containerfile").read_text()
-    assert "COPY probe.py /usr/local/lib/cgpu/probe.py" in (out / "Containerfile").read_text()
-    assert (out / "probe.py").read_bytes() == (REPO / "cgpu/gpu_probe/standalone.py").read_bytes()
+    assert "python3" in (out / "Containerfile").read_text()  # what cgpu runs its own probe with
     assert (out / "guest/cgpu-probe.sh").stat().st_mode & 0o111
     again = subprocess.run([tmp_path / "venv/bin/cgpu", "krunkit", "write-assets", out], capture_output=True, text=True)
     assert again.returncode == 1 and "already has Containerfile" in again.stderr  # nothing overwritten

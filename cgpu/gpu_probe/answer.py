@@ -1,15 +1,25 @@
 """Reading the probe's answer: JSON from this process's children, a container, a VM or a WSL
 session. That output is untrusted (any image can print anything), so it is checked field by
-field and only what passes becomes a state per API, devices and problems.
+field, and only what passes becomes one typed `ProbeAnswer`: a state per API, its evidence,
+the devices the probe listed, problems and the discovery env that steered it.
+
+This is the one reader of the probe's output: the local backend, `--verify`, krunkit and wsl
+all take a `ProbeAnswer` (or, for one `--child API` run, an `ApiAnswer`) from here; a change to
+the probe's output format touches this file only. Standard library only (the CLI path).
 """
 
 from __future__ import annotations
 
+import json
 import re
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
-from cgpu.apis import API_ORDER
-from cgpu.report import ReportBuilder
+from cgpu.apis import API_ORDER, METAL_EVIDENCE, STATES, State
+
+if TYPE_CHECKING:
+    from cgpu.report import ReportBuilder, Severity
 
 MAX_TEXT = 500
 MAX_DEVICES = 64
@@ -21,50 +31,217 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]+")
 _QUIET_ERRORS = frozenset({None, "library_not_found", "no_device_node", "not_probed"})
 # Errors that mean the probe itself did not get an answer for that API.
 PROBE_FAILURES = frozenset({"timeout", "crashed", "probe_failed", "probe_error", "no_ctypes"})
+# The shape `ProbeAnswer.to_json` writes (krunkit's answer cache); raise it when that shape changes.
+ANSWER_FORMAT = 1
+_SEVERITIES = ("error", "warning", "info")
+NOT_JSON = "its output is not a JSON object"
+Detail = str | bool | int | float | None
 
 
-def read_probe_output(stdout: bytes) -> dict[str, Any] | None:
-    """The probe's one JSON object from a container or VM; anything else (nothing, an engine's
-    error, garbage nested deeper than json can walk) is None."""
-    import json
+@dataclass(frozen=True)
+class Device:
+    """One device the probe listed for one API; `counted`: a real GPU by the probe's rules (or
+    the backend's, krunkit). `details`: the probe's other scalar fields, cleaned and capped."""
 
+    name: str
+    api: str
+    counted: bool
+    details: Mapping[str, Detail] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Problem:
+    severity: Severity
+    source: str
+    message: str
+
+
+@dataclass(frozen=True)
+class ApiAnswer:
+    """One API: its state, the sentence the report gives as evidence, the probe's own summary
+    (cleaned, no source), its error code (None when it gave none) and the devices it listed."""
+
+    state: State
+    evidence: str
+    summary: str = ""
+    error: str | None = None
+    devices: tuple[Device, ...] = ()
+
+
+@dataclass(frozen=True)
+class ProbeAnswer:
+    """The probe's whole answer, checked. `unusable` says why the output could not be read at all
+    (then every API but metal is unknown); `apis` holds all six, metal always absent."""
+
+    source: str
+    apis: Mapping[str, ApiAnswer]
+    problems: tuple[Problem, ...] = ()
+    steering_env: str = ""  # "NAME=value, ..." of discovery variables set where the probe ran
+    unusable: str | None = None
+
+    @property
+    def provided(self) -> list[str]:
+        return [api for api in API_ORDER if api in self.apis and self.apis[api].state == "provided"]
+
+    @property
+    def devices(self) -> list[Device]:
+        return [device for api in API_ORDER if api in self.apis for device in self.apis[api].devices]
+
+    def to_json(self) -> dict[str, Any]:
+        """The documented cache shape (docs/krunkit.md), read back by `from_json`."""
+        return {
+            "answer_format": ANSWER_FORMAT,
+            "source": self.source,
+            "unusable": self.unusable,
+            "steering_env": self.steering_env,
+            "apis": {
+                api: {
+                    "state": entry.state,
+                    "evidence": entry.evidence,
+                    "summary": entry.summary,
+                    "error": entry.error,
+                    "devices": [
+                        {"name": d.name, "api": d.api, "counted": d.counted, "details": dict(d.details)}
+                        for d in entry.devices
+                    ],
+                }
+                for api, entry in self.apis.items()
+            },
+            "problems": [{"severity": p.severity, "source": p.source, "message": p.message} for p in self.problems],
+        }
+
+    @classmethod
+    def from_json(cls, data: object) -> ProbeAnswer:
+        """Read back what `to_json` wrote; ValueError for anything of another shape (a cache
+        file can hold anything)."""
+        try:
+            if not isinstance(data, dict) or data["answer_format"] != ANSWER_FORMAT:
+                raise ValueError(f"not an answer of format {ANSWER_FORMAT}")
+            apis = {api: _api_from_json(api, entry) for api, entry in _dict(data["apis"]).items()}
+            problems = tuple(
+                Problem(_one_of(p["severity"], _SEVERITIES), _str(p["source"]), _str(p["message"]))  # type: ignore[arg-type]
+                for p in _list(data["problems"])
+            )
+            unusable = data["unusable"]
+            if unusable is not None:
+                unusable = _str(unusable)
+            return cls(_str(data["source"]), apis, problems, _str(data["steering_env"]), unusable)
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"{type(exc).__name__}: {exc}") from None
+
+
+def _api_from_json(api: object, entry: object) -> ApiAnswer:
+    if api not in API_ORDER:
+        raise ValueError(f"unknown API {api!r}")
+    entry = _dict(entry)
+    error = entry["error"]
+    devices = []
+    for device in _list(entry["devices"]):
+        device = _dict(device)
+        details = _dict(device["details"])
+        if not all(isinstance(k, str) and _is_detail(v) for k, v in details.items()):
+            raise ValueError("a device detail is not a scalar")
+        counted = device["counted"]
+        if type(counted) is not bool or device["api"] != api:
+            raise ValueError("a device entry is malformed")
+        devices.append(Device(_str(device["name"]), api, counted, details))
+    return ApiAnswer(
+        _one_of(entry["state"], STATES),  # type: ignore[arg-type]
+        _str(entry["evidence"]),
+        _str(entry["summary"]),
+        None if error is None else _str(error),
+        tuple(devices),
+    )
+
+
+def _dict(value: object) -> dict[Any, Any]:
+    if not isinstance(value, dict):
+        raise ValueError(f"expected an object, got {type(value).__name__}")
+    return value
+
+
+def _list(value: object) -> list[Any]:
+    if not isinstance(value, list):
+        raise ValueError(f"expected a list, got {type(value).__name__}")
+    return value
+
+
+def _str(value: object) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"expected a string, got {type(value).__name__}")
+    return value
+
+
+def _one_of(value: object, allowed: tuple[str, ...]) -> str:
+    if value not in allowed:
+        raise ValueError(f"{value!r} is not one of {', '.join(allowed)}")
+    return str(value)
+
+
+# --- reading the probe's output ----------------------------------------------------------
+
+
+def read_answer(stdout: bytes, *, source: str) -> ProbeAnswer:
+    """The probe's one JSON object from a container or VM, checked; anything else (nothing, an
+    engine's error, garbage nested deeper than json can walk) is an unusable answer."""
     text = stdout.decode("utf-8", errors="replace").strip()
-    if not text.startswith("{"):
-        return None
-    try:
-        data = json.loads(text)
-    except (ValueError, RecursionError):
-        return None
-    return data if isinstance(data, dict) else None
+    data: object = None
+    if text.startswith("{"):
+        try:
+            data = json.loads(text)
+        except (ValueError, RecursionError):
+            data = None
+    if not isinstance(data, dict):
+        return _unusable_answer(source, NOT_JSON)
+    return check_answer(data, source=source)
 
 
-def apply_probe_output(report: ReportBuilder, data: object, *, source: str) -> None:
-    """Turn one probe answer (parsed JSON, untrusted) into a state per API, devices and problems.
+def check_answer(data: object, *, source: str) -> ProbeAnswer:
+    """Turn one probe answer (parsed JSON, untrusted) into a `ProbeAnswer`.
 
     An API is provided only when the probe says `available` AND lists a device it counted;
     inconsistent answers are absent with a problem naming `source`. An API the probe got no
     answer for (timeout, crash, missing or malformed entry) is unknown. Metal is never provided.
-    Unusable output (not an object, unknown `probe_version`) makes every API unknown and adds
-    one error problem; it does not mark the backend failed (the caller decides).
+    Unusable output (not an object, unknown `probe_version`) makes every API unknown.
     """
     unusable = _unusable(data)
     if unusable:
-        report.problem("error", source, unusable)
-        for api in API_ORDER[:-1]:
-            report.unknown(api, f"unknown: {unusable}")
-        return
+        return _unusable_answer(source, unusable)
     assert isinstance(data, dict)
-    apis = data["apis"]
+    problems: list[Problem] = []
     steering = _steering_env(data.get("env"))
     if steering:
-        report.problem("info", source, f"discovery is steered by {steering}")
+        problems.append(Problem("info", source, f"discovery is steered by {steering}"))
+    apis: dict[str, ApiAnswer] = {}
     for api in API_ORDER:
-        entry = apis.get(api)
+        entry = data["apis"].get(api)
         if api == "metal":
             if isinstance(entry, dict) and entry.get("available") is True:
-                report.problem("warning", source, "the probe claims Metal, which no Linux guest can have; ignored")
+                claim = "the probe claims Metal, which no Linux guest can have; ignored"
+                problems.append(Problem("warning", source, claim))
+            apis[api] = ApiAnswer("absent", METAL_EVIDENCE)
             continue
-        _apply_api(report, api, entry, source)
+        apis[api] = _check_api(api, entry, source, problems)
+    return ProbeAnswer(source, apis, tuple(problems), steering)
+
+
+def read_child_answer(raw: bytes, api: str, *, source: str) -> tuple[ApiAnswer, list[Problem]] | None:
+    """One `standalone.py --child API` answer ({available, summary, devices, ...}) checked as
+    `check_answer` checks one API's entry, with its problems; None when it is not such an answer."""
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("available"), bool):
+        return None
+    problems: list[Problem] = []
+    return _check_api(api, data, source, problems), problems
+
+
+def _unusable_answer(source: str, why: str) -> ProbeAnswer:
+    apis = {api: ApiAnswer("unknown", f"unknown: {why}") for api in API_ORDER[:-1]}
+    apis["metal"] = ApiAnswer("absent", METAL_EVIDENCE)
+    return ProbeAnswer(source, apis, (Problem("error", source, why),), unusable=why)
 
 
 def _unusable(data: object) -> str | None:
@@ -83,51 +260,56 @@ def _unusable(data: object) -> str | None:
     return None
 
 
-def _apply_api(report: ReportBuilder, api: str, entry: object, source: str) -> None:
+def _check_api(api: str, entry: object, source: str, problems: list[Problem]) -> ApiAnswer:
     if not isinstance(entry, dict):
-        report.unknown(api, f"unknown: {source}: the probe gave no readable answer for {api}")
-        report.problem("warning", source, f"the probe's answer for {api} is missing or not an object")
-        return
+        problems.append(Problem("warning", source, f"the probe's answer for {api} is missing or not an object"))
+        return ApiAnswer("unknown", f"unknown: {source}: the probe gave no readable answer for {api}")
     summary = _clean(entry.get("summary")) or f"no summary for {api}"
     error = _clean(entry.get("error"), 80) or None
     available = entry.get("available") is True
-    devices = entry.get("devices")
-    counted = 0
-    if isinstance(devices, list):
-        for device in devices[:MAX_DEVICES]:
-            if _add_device(report, api, device, source):
-                counted += 1
-        if len(devices) > MAX_DEVICES:
-            report.problem(
-                "warning", source, f"the probe listed {len(devices)} {api} devices; kept the first {MAX_DEVICES}"
-            )
-    elif devices is not None:
-        report.problem("warning", source, f"the probe's {api} devices are not a list; ignored")
+    listed = entry.get("devices")
+    devices: list[Device] = []
+    if isinstance(listed, list):
+        for item in listed[:MAX_DEVICES]:
+            device = _check_device(api, item)
+            if device is None:
+                problems.append(Problem("warning", source, f"a {api} device entry is not an object; ignored"))
+            else:
+                devices.append(device)
+        if len(listed) > MAX_DEVICES:
+            kept = f"the probe listed {len(listed)} {api} devices; kept the first {MAX_DEVICES}"
+            problems.append(Problem("warning", source, kept))
+    elif listed is not None:
+        problems.append(Problem("warning", source, f"the probe's {api} devices are not a list; ignored"))
+    counted = any(device.counted for device in devices)
+    found = tuple(devices)
     if available and counted:
-        report.provide(api, f"{source}: {summary}")
-        return
+        return ApiAnswer("provided", f"{source}: {summary}", summary, error, found)
     if error in PROBE_FAILURES and not counted:
-        report.unknown(api, f"unknown: {source}: {summary}")
+        answer = ApiAnswer("unknown", f"unknown: {source}: {summary}", summary, error, found)
     else:
-        report.absent(api, f"{source}: {summary}")
+        answer = ApiAnswer("absent", f"{source}: {summary}", summary, error, found)
     if available:
-        report.problem("warning", source, f"the probe says {api} is available but lists no device it counted; withheld")
+        problems.append(
+            Problem("warning", source, f"the probe says {api} is available but lists no device it counted; withheld")
+        )
     elif counted:
-        report.problem("warning", source, f"the probe counted a {api} device but says {api} is not available; withheld")
+        problems.append(
+            Problem("warning", source, f"the probe counted a {api} device but says {api} is not available; withheld")
+        )
     if error in PROBE_FAILURES:
-        report.problem("warning", source, f"{api}: {summary}")
+        problems.append(Problem("warning", source, f"{api}: {summary}"))
     elif error not in _QUIET_ERRORS:
-        report.problem("warning", source, f"{api} driver error {error}: {summary}")
+        problems.append(Problem("warning", source, f"{api} driver error {error}: {summary}"))
+    return answer
 
 
-def _add_device(report: ReportBuilder, api: str, device: object, source: str) -> bool:
-    """Record one probed device; returns whether the probe counted it (a real GPU)."""
+def _check_device(api: str, device: object) -> Device | None:
+    """One listed device, its scalar details cleaned; None when it is not an object."""
     if not isinstance(device, dict):
-        report.problem("warning", source, f"a {api} device entry is not an object; ignored")
-        return False
+        return None
     name = _clean(device.get("name"), 200) or f"unnamed {api} device"
-    counted = device.get("counted") is True
-    details: dict[str, Any] = {}
+    details: dict[str, Detail] = {}
     for key, value in device.items():
         if len(details) >= MAX_DETAILS:
             break
@@ -135,24 +317,19 @@ def _add_device(report: ReportBuilder, api: str, device: object, source: str) ->
             continue
         if isinstance(value, str):
             details[key] = _clean(value, 200)
-        elif (
-            isinstance(value, bool)
-            or value is None
-            or (isinstance(value, int) and -(2**63) <= value < 2**64)
-            or (isinstance(value, float) and value == value and abs(value) != float("inf"))
-        ):
+        elif _is_detail(value):
             details[key] = value
     details.setdefault("reason", "")
-    report.device(
-        name,
-        [api] if counted else [],
-        status="counted" if counted else "ignored",
-        api=api,
-        counted=counted,
-        source=source,
-        **details,
+    return Device(name, api, device.get("counted") is True, details)
+
+
+def _is_detail(value: object) -> bool:
+    return (
+        isinstance(value, (str, bool))
+        or value is None
+        or (isinstance(value, int) and -(2**63) <= value < 2**64)
+        or (isinstance(value, float) and value == value and abs(value) != float("inf"))
     )
-    return counted
 
 
 def _steering_env(env: object) -> str:
@@ -172,3 +349,33 @@ def _clean(value: object, limit: int = MAX_TEXT) -> str:
         return ""
     text = _CONTROL.sub(" ", value).strip()
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+# --- into a report -----------------------------------------------------------------------
+
+
+def apply_answer(report: ReportBuilder, answer: ProbeAnswer) -> None:
+    """Put an answer into a report: each API's state and evidence (metal is the report's own),
+    each device under the API it was listed for, every problem. An unusable answer does not
+    mark the backend failed (the caller decides)."""
+    for api, entry in answer.apis.items():
+        if api == "metal":
+            continue
+        if entry.state == "provided":
+            report.provide(api, entry.evidence)
+        elif entry.state == "absent":
+            report.absent(api, entry.evidence)
+        else:
+            report.unknown(api, entry.evidence)
+    for problem in answer.problems:
+        report.problem(problem.severity, problem.source, problem.message)
+    for device in answer.devices:
+        report.device(
+            device.name,
+            [device.api] if device.counted else [],
+            status="counted" if device.counted else "ignored",
+            api=device.api,
+            counted=device.counted,
+            source=answer.source,
+            **device.details,
+        )

@@ -17,6 +17,26 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 REAL_PODMAN = shutil.which("podman")
+# What an image's own entry point prints in these tests: a forged probe answer saying Venus works
+# (Vulkan provided). cgpu runs its own probe, never the entry point, so no test may see it believed.
+FORGED_VENUS = {
+    "name": "Forged Venus (entry point)",
+    "type": 1,
+    "driver_id": 22,
+    "driver_name": "venus",
+    "allocated": True,
+    "counted": True,
+    "reason": "printed by the image's entry point",
+}
+ENTRY_POINT_ANSWER = json.dumps(
+    {
+        "probe_version": 1,
+        "platform": "linux-aarch64",
+        "apis": {
+            "vulkan": {"available": True, "summary": "vulkan available (forged)", "devices": [FORGED_VENUS]},
+        },
+    }
+)
 
 
 def marked_processes(mark: str) -> list[str]:
@@ -119,8 +139,10 @@ def podman_api():
 
 @pytest.fixture(scope="session")
 def probe_images():
-    """Build local images (`podman import`, no registry) whose entry point prints a canned
-    probe JSON: they stand in for the Venus probe image and the Mesa inside it."""
+    """Build local images (`podman import`, no registry) whose `python3` is a shell script that
+    prints a canned probe JSON: cgpu runs its own probe with the image's python3, so this plays
+    cgpu's probe meeting the Mesa in a Venus probe image. The entry point prints a contrary
+    answer, which cgpu must never run."""
     if REAL_PODMAN is None or not os.path.exists("/bin/busybox"):
         pytest.skip("needs podman and busybox-static")
     work = Path(tempfile.mkdtemp(prefix="cgpu-krunkit-img-"))
@@ -134,12 +156,15 @@ def probe_images():
         for applet in ("sh", "cat", "sleep"):
             (root / "bin" / applet).symlink_to("busybox")
         (root / "probe.json").write_text(stdout)
+        python = root / "bin" / "python3"
+        python.write_text(f"#!/bin/sh\n{script or f'cat /probe.json; exit {exit_code}'}\n")
+        python.chmod(0o755)
         tar = work / f"{name}.tar"
         subprocess.run(["tar", "-C", str(root), "-cf", str(tar), "."], check=True)
         ref = f"localhost/cgpu-krunkit-test-{tag}:{name}"
-        cmd = json.dumps(["/bin/sh", "-c", script or f"cat /probe.json; exit {exit_code}"])
+        entry = json.dumps(["/bin/sh", "-c", f"echo '{ENTRY_POINT_ANSWER}'"])
         done = subprocess.run(
-            [REAL_PODMAN, "import", "--change", "ENV PATH=/bin", "--change", f"CMD {cmd}", str(tar), ref],
+            [REAL_PODMAN, "import", "--change", "ENV PATH=/bin", "--change", f"ENTRYPOINT {entry}", str(tar), ref],
             capture_output=True,
             timeout=60,
         )
@@ -175,9 +200,9 @@ def _copy_with_libs(root: Path, files: list[str]) -> None:
 
 @pytest.fixture(scope="session")
 def real_probe_image():
-    """An image that runs the real cgpu/gpu_probe/standalone.py as the Venus probe image does (python3, the
-    probe as entry point) with the real Vulkan loader and no driver: Debian's python3.11 and
-    libvulkan.so.1 copied from this machine, no registry needed."""
+    """An image with python3 and the real Vulkan loader but no driver (Debian's python3.11 and
+    libvulkan.so.1 copied from this machine, no registry needed), in which cgpu runs its own
+    probe. Its entry point prints a forged "Venus works" answer that cgpu must never believe."""
     python, loader = "/usr/bin/python3.11", "/usr/lib/x86_64-linux-gnu/libvulkan.so.1"
     stdlib = Path("/usr/lib/python3.11")
     if REAL_PODMAN is None or not (os.path.exists(python) and os.path.exists(loader) and stdlib.is_dir()):
@@ -209,12 +234,10 @@ def real_probe_image():
                 "site-packages",
             ),
         )
-        (root / "usr/local/lib/cgpu").mkdir(parents=True)
-        shutil.copy(HERE.parent.parent / "cgpu" / "gpu_probe" / "standalone.py", root / "usr/local/lib/cgpu/probe.py")
         (root / "tmp").mkdir(mode=0o1777)
         tar = work / "root.tar"
         subprocess.run(["tar", "-C", str(root), "-cf", str(tar), "."], check=True, timeout=120)
-        entry = json.dumps(["python3", "/usr/local/lib/cgpu/probe.py"])  # as in krunkit/Containerfile
+        entry = json.dumps(["python3", "-c", f"print({ENTRY_POINT_ANSWER!r})"])  # never to be run by cgpu
         done = subprocess.run(
             [REAL_PODMAN, "import", "--change", "ENV PATH=/usr/bin", "--change", f"ENTRYPOINT {entry}", str(tar), ref],
             capture_output=True,

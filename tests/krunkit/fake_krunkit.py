@@ -13,8 +13,8 @@ The "disk" (`--device virtio-blk,path=DISK`, the first one) is a JSON file descr
   probe       {"rc": 0, "out": "...", "err": "..."}: the guest's probe run, written to the
               virtio-fs share as podman run's output would be
   podman      {"exe": "/usr/bin/podman", "device": "/dev/null:/dev/dri/renderD128"}: instead of
-              `probe`, run the image named in the share's request.json with the real podman,
-              as the guest script krunkit/guest/cgpu-probe.sh does
+              `probe`, run the share's probe.py with python3 in the image named in the share's
+              request.json with the real podman, as the guest script krunkit/guest/cgpu-probe.sh does
 Like krunkit it stops on `POST /vm/state` to its REST socket. It also starts one
 child, so a test can see that the whole process group goes away.
 """
@@ -160,7 +160,12 @@ def guest_probe(guest: dict, shared: str) -> None:
                     "--network=none",
                     "--device",
                     guest["podman"]["device"],
+                    "--volume",
+                    f"{os.path.join(shared, 'probe.py')}:/cgpu-probe.py:ro",
+                    "--entrypoint",
+                    "python3",
                     image,
+                    "/cgpu-probe.py",
                 ],
                 stdout=out,
                 stderr=err,

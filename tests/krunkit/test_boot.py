@@ -15,7 +15,7 @@ import pytest
 
 from cgpu.backends.krunkit.vm import VMError, krunkit_argv
 from tests.conftest import REPO
-from tests.krunkit.conftest import REAL_PODMAN, marked_processes
+from tests.krunkit.conftest import FORGED_VENUS, REAL_PODMAN, marked_processes
 from tests.krunkit.test_machine import LLVMPIPE, VENUS, krunkit_report, messages, probe_output
 
 
@@ -66,6 +66,17 @@ def test_booted_vm_runs_the_probe_image_through_real_podman(bin_dir, disk, probe
     stock = probe_images("boot-stock", probe_output(error="VK_ERROR_OUT_OF_HOST_MEMORY"))
     report, failed, _ = krunkit_report(vm_image=image, probe_image=stock)
     assert not failed and report["containers"] == [] and "stock Mesa" in report["evidence"]["vulkan"]
+
+
+def test_booted_vm_runs_cgpus_probe_not_the_images_entry_point(bin_dir, disk, real_probe_image, monkeypatch):
+    # cgpu's probe travels in the share (probe.py) and runs with the image's python3; the
+    # image's entry point, a forged "Venus works" answer, must not decide.
+    monkeypatch.setenv("CGPU_KRUNKIT_EXE", str(bin_dir / "krunkit"))
+    image = disk(behaviour="ready", podman={"exe": REAL_PODMAN, "device": "/dev/null:/dev/dri/renderD128"})
+    report, failed, _ = krunkit_report(vm_image=image, probe_image=real_probe_image)
+    assert not failed, messages(report)
+    assert report["containers"] == [] and "no Venus device" in report["evidence"]["vulkan"]
+    assert FORGED_VENUS["name"] not in json.dumps(report)
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,7 @@ FAKE = """#!{python}
 import os, sys, time
 args = sys.argv[1:]
 context = args[-1]
-assert os.path.isfile(os.path.join(context, "Containerfile")) and os.path.isfile(os.path.join(context, "probe.py"))
+assert os.path.isfile(os.path.join(context, "Containerfile"))
 with open(os.environ["FAKE_PODMAN_LOG"], "a") as log:
     log.write(" ".join(args[:-1]) + "\\n" + str(os.getpid()) + "\\n")
 print("STEP 1/6: FROM quay.io/fedora/fedora:44", flush=True)

@@ -194,6 +194,156 @@ def test_lock_timeout_goes_on_without_it(cache, warnings):
     assert "held this lock" in warnings[0][1]
 
 
+# --- another user against the cache: only this user's private files are read back ---------
+
+OTHER_UID = 65534
+root_only = pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="chown needs root")
+
+
+@pytest.fixture
+def planted(cache):
+    """A valid entry of this user's for KEY, to be tampered with by each test."""
+    assert cache.put(KEY, {"vulkan": "provided"})
+    assert cache.get(KEY)[0] == {"vulkan": "provided"}  # control: as it is, it is read
+    return cache.path(KEY)
+
+
+@pytest.mark.parametrize(
+    "tamper",
+    [
+        pytest.param(lambda path: os.chown(path, OTHER_UID, OTHER_UID), marks=root_only, id="of-another-user"),
+        pytest.param(lambda path: path.chmod(0o646), id="writable-by-others"),
+        pytest.param(lambda path: path.chmod(0o664), id="writable-by-the-group"),
+    ],
+)
+def test_an_entry_another_user_could_write_is_not_read(cache, warnings, planted, tamper):
+    tamper(planted)
+    assert cache.get(KEY) is None
+    assert "could not read the cached answer" in warnings[0][1] and "no one else can write" in warnings[0][1]
+
+
+@pytest.mark.parametrize(
+    "tamper",
+    [
+        pytest.param(lambda cache: cache.directory.chmod(0o777), id="shared-entries-dir"),
+        pytest.param(lambda cache: cache.directory.chmod(0o770), id="group-entries-dir"),
+        pytest.param(lambda cache: cache.root.chmod(0o777), id="shared-root"),
+        pytest.param(
+            lambda cache: os.chown(cache.directory, OTHER_UID, OTHER_UID), marks=root_only, id="dir-of-another-user"
+        ),
+    ],
+)
+def test_a_shared_directory_is_not_used_at_all(cache, warnings, planted, tamper):
+    tamper(cache)
+    assert cache.get(KEY) is None
+    assert cache.put(KEY, {"v": 2}) is False
+    with cache.locked(KEY, timeout=1) as held:
+        assert held is False
+    assert all("writable by others" in message for _, message in warnings) and len(warnings) == 3
+    assert json.loads(planted.read_text())["value"] == {"vulkan": "provided"}  # nothing written there either
+
+
+def test_a_linked_entry_is_not_followed(cache, warnings, tmp_path):
+    elsewhere = AnswerCache("elsewhere", ttl=60, warn=lambda s, m: None, directory=tmp_path / "c")
+    elsewhere.put(KEY, {"vulkan": "provided"})
+    cache.directory.mkdir(parents=True, exist_ok=True)
+    cache.path(KEY).symlink_to(elsewhere.path(KEY))
+    assert cache.get(KEY) is None
+    assert "could not read the cached answer" in warnings[0][1]
+
+
+def test_a_linked_directory_is_not_followed(tmp_path, warnings):
+    real = AnswerCache("real", ttl=60, warn=lambda s, m: None, directory=tmp_path)
+    real.put(KEY, {"vulkan": "provided"})
+    (tmp_path / "linked").symlink_to(real.directory)
+    cache = AnswerCache("linked", ttl=60, warn=lambda s, m: warnings.append((s, m)), directory=tmp_path)
+    assert cache.get(KEY) is None and cache.put(KEY, {"v": 2}) is False
+    assert "symbolic link" in warnings[0][1]
+    assert real.get(KEY)[0] == {"vulkan": "provided"}
+
+
+def test_a_fifo_entry_does_not_hang(cache, warnings):
+    cache.directory.mkdir(parents=True)
+    os.mkfifo(cache.path(KEY), 0o600)
+    started = time.monotonic()
+    assert cache.get(KEY) is None
+    assert time.monotonic() - started < 2 and "could not read the cached answer" in warnings[0][1]
+    assert cache.put(KEY, {"v": 1}) and cache.get(KEY)[0] == {"v": 1}  # replaced by a real entry
+
+
+def test_a_sparse_huge_entry_is_not_read(cache, warnings, planted, monkeypatch):
+    with open(planted, "r+b") as f:
+        f.truncate(4 << 30)  # 4 GiB on disk that takes no space: reading it would take 4 GiB of memory
+    read = []
+    monkeypatch.setattr(cache_module, "read_private", _spy(cache_module.read_private, read))
+    assert cache.get(KEY) is None
+    assert "above the cap" in warnings[0][1] and read == [None]  # refused before a byte was read
+
+
+def _spy(function, calls):
+    def wrapper(*args, **kwargs):
+        try:
+            result = function(*args, **kwargs)
+        except OSError:
+            calls.append(None)
+            raise
+        calls.append(len(result))
+        return result
+
+    return wrapper
+
+
+def test_a_linked_lock_creates_nothing(cache, warnings, tmp_path):
+    cache.directory.mkdir(parents=True)
+    target = tmp_path / "created-through-the-lock"
+    (cache.directory / f"{cache.path(KEY).stem}.lock").symlink_to(target)
+    with cache.locked(KEY, timeout=1) as held:
+        assert held is False
+    assert not target.exists() and "could not create the cache lock" in warnings[0][1]
+
+
+def test_a_fifo_lock_does_not_hang(cache, warnings):
+    cache.directory.mkdir(parents=True)
+    os.mkfifo(cache.directory / f"{cache.path(KEY).stem}.lock", 0o600)
+    with cache.locked(KEY, timeout=1) as held:
+        assert held is False
+    assert "could not create the cache lock" in warnings[0][1]
+
+
+def test_a_new_directory_is_private_whatever_the_umask(tmp_path):
+    old = os.umask(0)
+    try:
+        cache = AnswerCache("fresh", ttl=60, warn=lambda s, m: None, directory=tmp_path / "root")
+        assert cache.put(KEY, {"v": 1})
+    finally:
+        os.umask(old)
+    for path in (cache.root, cache.directory):
+        assert path.stat().st_mode & 0o777 == 0o700, path
+    assert cache.path(KEY).stat().st_mode & 0o777 == 0o600
+
+
+def test_old_entries_are_pruned(cache, tmp_path):
+    cache.put(KEY, {"v": 1})
+    old = {**KEY, "krunkit": "0.9"}
+    cache.put(old, {"v": 0})
+    with cache.locked(old, timeout=1):
+        pass
+    crashed = cache.directory / "crashed-write.tmp"
+    crashed.write_text("{")
+    victim = tmp_path / "victim.json"
+    victim.write_text("precious")
+    link = cache.directory / "link.json"
+    link.symlink_to(victim)
+    long_ago = time.time() - 2 * cache.ttl - 3600
+    for path in (cache.path(old), cache.directory / f"{cache.path(old).stem}.lock", crashed):
+        os.utime(path, (long_ago, long_ago))
+    os.utime(link, (long_ago, long_ago), follow_symlinks=False)
+    cache.put(KEY, {"v": 2})
+    left = sorted(p.name for p in cache.directory.iterdir())
+    assert left == sorted([cache.path(KEY).name, "link.json"])  # a link is never followed nor removed
+    assert victim.read_text() == "precious"
+
+
 @pytest.mark.parametrize(
     ("platform", "env", "expected"),
     [
@@ -215,22 +365,30 @@ def test_default_cache_dir(monkeypatch, platform, env, expected):
 
 
 def test_a_cached_answer_of_the_wrong_shape_is_not_used():
-    from cgpu.backends.krunkit import _well_formed
+    from cgpu.backends.krunkit import _from_cache
+    from cgpu.gpu_probe.answer import ApiAnswer, Device, ProbeAnswer, Problem
 
-    good = {
-        "vulkan": {"provided": True, "evidence": "Venus on Apple M4"},
-        "devices": [{"name": "Virtio-GPU Venus (Apple M4)", "apis": ["vulkan"], "status": "counted"}],
-        "problems": [{"severity": "info", "source": "x", "message": "y"}],
-    }
-    assert _well_formed(good)
+    venus = Device("Virtio-GPU Venus (Apple M4)", "vulkan", True, {"allocated": True, "reason": "a GPU"})
+    answer = ProbeAnswer(
+        "probe image x",
+        {"vulkan": ApiAnswer("provided", "Venus on Apple M4", "Vulkan works", None, (venus,))},
+        (Problem("info", "x", "y"),),
+    )
+    good = json.loads(json.dumps(answer.to_json()))
+    assert _from_cache(good) == answer
+    vulkan = good["apis"]["vulkan"]
     for bad in (
         {},
-        {**good, "vulkan": {}},
-        {**good, "devices": [{"name": 1, "apis": []}]},
-        {**good, "devices": [{"name": "x", "apis": ["glide"]}]},
-        {**good, "problems": [{"severity": "x"}]},
         [],
         None,
-        {**good, "vulkan": {"provided": "yes", "evidence": "x"}},
+        {**good, "answer_format": 0},
+        {**good, "apis": {"vulkan": {}}},
+        {**good, "apis": {**good["apis"], "cuda": {**vulkan, "devices": []}}},  # krunkit answers Vulkan only
+        {**good, "apis": {"vulkan": {**vulkan, "state": "yes"}}},
+        {**good, "apis": {"vulkan": {**vulkan, "devices": [{**vulkan["devices"][0], "name": 1}]}}},
+        {**good, "apis": {"vulkan": {**vulkan, "devices": [{**vulkan["devices"][0], "api": "glide"}]}}},
+        {**good, "apis": {"vulkan": {**vulkan, "devices": [{**vulkan["devices"][0], "details": {"x": [1]}}]}}},
+        {**good, "problems": [{"severity": "x", "source": "a", "message": "b"}]},
+        {**good, "unusable": "no answer"},
     ):
-        assert not _well_formed(bad), bad
+        assert _from_cache(bad) is None, bad

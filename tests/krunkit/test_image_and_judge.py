@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from cgpu.backends.krunkit import ProbeFailed, judge
 from cgpu.backends.krunkit.vm import VM_DEFAULTS, GuestResult
+from cgpu.gpu_probe.answer import ProbeAnswer
 from tests.conftest import REPO
 
 CONTAINERFILE = REPO / "krunkit" / "Containerfile"
@@ -45,8 +46,8 @@ def test_containerfile_pins_the_libkrun_mesa_build():
     # copr before the install, versionlock after it; the build fails if stock Mesa slipped in
     assert run.index("copr enable") < run.index("mesa-vulkan-drivers-${") < run.index("versionlock add")
     assert "rpm -q --qf '%{VERSION}-%{RELEASE}' mesa-vulkan-drivers" in run
-    assert ("COPY", "probe.py /usr/local/lib/cgpu/probe.py") in steps  # `cgpu krunkit write-assets` writes probe.py
-    assert json.loads(dict(steps)["ENTRYPOINT"]) == ["python3", "/usr/local/lib/cgpu/probe.py"]
+    # cgpu runs its own probe with the image's python3: no stale copy of it, no entry point
+    assert not {"COPY", "ENTRYPOINT", "CMD"} & {w for w, _ in steps}
 
 
 def test_guest_script_matches_what_the_host_waits_for():
@@ -54,6 +55,9 @@ def test_guest_script_matches_what_the_host_waits_for():
     assert f"mount -t virtiofs {VM_DEFAULTS['results_tag']} " in script
     assert f"VSOCK-CONNECT:2:{VM_DEFAULTS['ready_vsock_port']}" in script
     assert "--device /dev/dri" in script
+    # cgpu's probe from the share, run by the image's python3, never the image's entry point
+    assert '--volume "$mnt/probe.py:/cgpu-probe.py:ro" --entrypoint python3' in script
+    assert '"$image" /cgpu-probe.py' in script
     assert script.index("probe.out") < script.index('mv "$mnt/probe.rc.tmp" "$mnt/probe.rc"')
 
 
@@ -98,12 +102,13 @@ def test_judge_never_crashes(stdout, returncode, stderr):
     except ProbeFailed as exc:
         assert exc.message
         return
-    assert isinstance(answer["vulkan"]["provided"], bool) and answer["vulkan"]["evidence"]
-    json.dumps(answer)  # cacheable
-    if answer["vulkan"]["provided"]:
-        assert any(d["apis"] == ["vulkan"] for d in answer["devices"])
+    vulkan = answer.apis["vulkan"]
+    assert set(answer.apis) == {"vulkan"} and vulkan.state in ("provided", "absent") and vulkan.evidence
+    assert ProbeAnswer.from_json(json.loads(json.dumps(answer.to_json()))) == answer  # cacheable
+    if vulkan.state == "provided":
+        assert any(d.counted for d in vulkan.devices)
     else:
-        assert answer["problems"] and answer["problems"][0]["severity"] == "error"
+        assert answer.problems and answer.problems[0].severity == "error"
 
 
 def _judge(stdout: str, returncode: int = 0, stderr: bytes = b""):
@@ -114,11 +119,11 @@ def test_judge_reads_the_probe_through_the_local_checker():
     from tests.krunkit.test_machine import VENUS, VENUS_NO_ALLOCATION, probe_output
 
     answer = _judge(probe_output(VENUS_NO_ALLOCATION))
-    assert "VK_ERROR_MEMORY_MAP_FAILED" in answer["problems"][0]["message"]
+    assert "VK_ERROR_MEMORY_MAP_FAILED" in answer.problems[0].message
     hostile = {**VENUS, "name": "Virtio-GPU Venus\x1b[2J (Apple M4)\n" + "x" * 5000}
     answer = _judge(probe_output(hostile))
-    assert answer["vulkan"]["provided"]
-    name = answer["devices"][0]["name"]
+    assert answer.provided == ["vulkan"]
+    name = answer.devices[0].name
     assert "\x1b" not in name and "\n" not in name and len(name) <= 200
     newer = json.loads(probe_output(VENUS))
     newer["probe_version"] = 2

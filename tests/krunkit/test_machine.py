@@ -11,7 +11,7 @@ import pytest
 from cgpu.backends import krunkit as backend
 from cgpu.backends import run_backend
 from tests.conftest import validate_report
-from tests.krunkit.conftest import REAL_PODMAN
+from tests.krunkit.conftest import FORGED_VENUS, REAL_PODMAN
 
 # Device entries as cgpu/gpu_probe/standalone.py writes them.
 VENUS = {
@@ -258,7 +258,7 @@ def test_corrupt_cache_gives_a_warning_and_a_fresh_answer(libkrun_machine, probe
     assert not failed and report["containers"] == ["vulkan"]
     assert any(p["severity"] == "warning" and "corrupt" in p["message"] for p in report["problems"])
     assert any("running the Venus probe" in p for p in progress)
-    assert json.loads(entry.read_text())["value"]["vulkan"]["provided"] is True  # rewritten
+    assert json.loads(entry.read_text())["value"]["apis"]["vulkan"]["state"] == "provided"  # rewritten
 
 
 def test_linux_says_what_is_missing(machines):
@@ -267,10 +267,36 @@ def test_linux_says_what_is_missing(machines):
 
 
 def test_real_probe_in_a_real_container(libkrun_machine, real_probe_image):
-    """The real probe as the image's entry point, the real Vulkan loader, no Mesa at all: what
-    an image without the libkrun Mesa build gets. Runs through the real podman engine."""
+    """cgpu's own probe with the image's python3, the real Vulkan loader, no Mesa at all: what an
+    image without the libkrun Mesa build gets. Runs through the real podman engine. The image's
+    entry point prints a forged "Venus works" answer: were it run, Vulkan would be provided."""
     report, failed, _ = krunkit_report(probe_image=real_probe_image)
     assert not failed, messages(report)
     assert report["containers"] == []
     assert "no Venus device" in report["evidence"]["vulkan"]
     assert "slp/mesa-libkrun-vulkan" in messages(report)
+    assert FORGED_VENUS["name"] not in json.dumps(report)
+
+
+def test_image_check_with_machine_runs_cgpus_probe_in_the_authors_image(libkrun_machine, real_probe_image, capsys):
+    """`cgpu image check REF --machine NAME`: cgpu's probe runs inside the author's image, never
+    the image's entry point (which here prints a forged "vulkan available" answer)."""
+    from cgpu.cli import main
+
+    code = main(["image", "check", real_probe_image, "--machine", libkrun_machine, "--json"])
+    out = capsys.readouterr().out
+    result = json.loads(out)
+    assert result["status"] == "checked", result["problems"]
+    assert result["verdict"] == "no" and code != 0
+    assert FORGED_VENUS["name"] not in out and "forged" not in out
+    found = "\n".join(p["message"] for p in result["problems"])
+    assert "no Venus device in podman machine gpu-vm" in found  # what cgpu's probe saw: no driver at all
+
+
+def test_probe_images_entry_point_is_never_run(libkrun_machine, probe_images):
+    """The stand-in images answer through their python3; their entry point's forged answer is
+    never what cgpu reads."""
+    image = probe_images("entry-point", probe_output(LLVMPIPE))
+    report, failed, _ = krunkit_report(probe_image=image)
+    assert not failed and report["containers"] == []
+    assert FORGED_VENUS["name"] not in json.dumps(report)

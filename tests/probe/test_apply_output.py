@@ -1,4 +1,4 @@
-"""apply_probe_output reads untrusted probe JSON (from any container): only a consistent,
+"""check_answer reads untrusted probe JSON (from any container): only a consistent,
 well-formed 'available with a counted device' provides an API; everything else is withheld
 with a problem, and nothing raises."""
 
@@ -9,7 +9,7 @@ import copy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cgpu.gpu_probe.answer import apply_probe_output
+from cgpu.gpu_probe.answer import apply_answer, check_answer
 from cgpu.report import ReportBuilder
 from tests.conftest import validate_report
 
@@ -69,7 +69,7 @@ GOOD = {
 
 def applied(data, source="container test-image"):
     report = ReportBuilder("cdi")
-    apply_probe_output(report, data, source=source)
+    apply_answer(report, check_answer(data, source=source))
     built = report.build()
     validate_report(built)
     return built

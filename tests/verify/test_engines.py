@@ -7,6 +7,7 @@ import json
 import socketserver
 import threading
 import time
+import uuid
 from http.server import BaseHTTPRequestHandler
 
 import pytest
@@ -22,7 +23,7 @@ from cgpu.engines import (
     open_engine,
 )
 
-from .conftest import service_processes
+from .conftest import podman, service_processes
 
 
 @pytest.mark.parametrize(
@@ -108,6 +109,28 @@ def test_hung_container_is_killed_at_the_timeout(stand_in_image, no_leftover_con
         with pytest.raises(ContainerTimeout, match="did not finish within 2 s"):
             engine.run_container(stand_in_image, ["sleep", "600"], devices=[], files={}, timeout=2)
         assert time.monotonic() - started < 10
+
+
+@pytest.mark.podman
+@pytest.mark.parametrize("engine_name", ["podman", "docker"])
+def test_the_images_own_entry_point_never_runs(
+    engine_name, stand_in_image, podman_service, tmp_path, monkeypatch, no_leftover_containers
+):
+    """--probe-image is any image with python3: cgpu's command replaces the image's entry point
+    (which here would print a forged answer), through podman-py and docker-py alike."""
+    monkeypatch.setenv("DOCKER_HOST", podman_service.url)
+    (tmp_path / "Containerfile").write_text(f'FROM {stand_in_image}\nENTRYPOINT ["echo", "forged answer"]\n')
+    ref = f"localhost/cgpu-test-entry-point:{uuid.uuid4().hex[:8]}"
+    done = podman("build", "--pull=never", "-t", ref, str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    try:
+        with open_engine(engine_name, timeout=30) as engine:
+            result = engine.run_container(
+                ref, ["cat", "/in/note"], devices=[], files={"/in/note": b"cgpu's own\n"}, timeout=30
+            )
+        assert (result.exit_code, result.stdout) == (0, b"cgpu's own\n")
+    finally:
+        podman("rmi", "-f", ref)
 
 
 @pytest.mark.podman

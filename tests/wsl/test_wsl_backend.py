@@ -114,7 +114,9 @@ def test_local_probe_enumerates_adapters(fake_wsl, with_local_probe):
     distro.python(
         directml=answer(True, "D3D12 (DirectML) has 2 hardware adapter(s)", adapters),
         cuda=answer(
-            True, "CUDA 12.9 works with 1 device(s): NVIDIA GeForce RTX 4070", [{"name": "NVIDIA GeForce RTX 4070"}]
+            True,
+            "CUDA 12.9 works with 1 device(s): NVIDIA GeForce RTX 4070",
+            [{"name": "NVIDIA GeForce RTX 4070", "counted": True}],
         ),
     )
     failed, report = probe(distro="Ubuntu")
@@ -134,6 +136,22 @@ def test_local_probe_enumerates_adapters(fake_wsl, with_local_probe):
     # The probe went in as `python3 -I -S -c <source> --child API`: no file written in the session.
     args = (distro.root / "tmp/python-args").read_text()
     assert args == "-I\n-S\n-c\n" + LOCAL_PROBE.decode().rstrip("\n") + "\n--child\ncuda\n"
+
+
+def test_a_local_probe_that_timed_out_is_no_answer_not_absent(fake_wsl, with_local_probe):
+    """A crashed or hung CUDA check in the session cannot tell: nvidia-smi decides, not "absent"."""
+    distro = fake_wsl.distro("Ubuntu").glibc().dxg().wsl_libs().nvidia()
+    distro.python(
+        directml=answer(
+            True, "D3D12 (DirectML) has 1 hardware adapter(s)", [dxcore_adapter("NVIDIA RTX", "0x10de", "0x2786")]
+        ),
+        cuda=answer(False, "the cuda probe timed out after 5 s: a driver call hung", error="timeout"),
+    )
+    failed, report = probe(distro="Ubuntu")
+    assert not failed, report["problems"]
+    assert report["containers"] == ["cuda", "directml"]
+    assert "nvidia-smi works" in report["evidence"]["cuda"]
+    assert "the local probe's cuda check gave no answer (the cuda probe timed out" in messages(report, "warning")
 
 
 def test_only_warp_gives_nothing(fake_wsl, with_local_probe):

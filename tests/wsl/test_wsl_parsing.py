@@ -18,11 +18,12 @@ from cgpu.backends.wsl import (
     REPEATED_KEYS,
     ProbeOutputError,
     _explain_failure,
+    adapters,
     decode_wsl_text,
     ini_value,
     parse_output,
-    read_local_result,
 )
+from cgpu.gpu_probe.answer import read_child_answer
 
 SCRIPT = Path(__file__).resolve().parents[2] / "cgpu" / "backends" / "wsl" / "probe.sh"
 key_values = st.dictionaries(
@@ -125,33 +126,41 @@ json_values = st.recursive(
 
 @given(json_values)
 def test_local_probe_reader_never_crashes(value):
-    found = read_local_result(json.dumps(value).encode())
+    found = read_child_answer(json.dumps(value).encode(), "directml", source="test")
     if found is not None:
-        assert all(isinstance(adapter.hardware, bool) for adapter in found.adapters())
+        assert all(isinstance(adapter.hardware, bool) for adapter in adapters(found[0]))
 
 
 def test_local_probe_adapters_and_warp():
-    found = read_local_result(
+    found, _problems = read_child_answer(
         json.dumps(
             {
                 "available": True,
                 "summary": "2 of 3",
                 "devices": [
                     {"name": "Microsoft Basic Render Driver", "vendor_id": "0x1414", "device_id": "0x008c"},
-                    {"name": "AMD Radeon RX 7800 XT", "vendor_id": "0x1002", "device_id": "0x747e", "hardware": True},
-                    {"name": "Remote Display Adapter", "vendor_id": 5140, "hardware": False},
+                    {
+                        "name": "AMD Radeon RX 7800 XT",
+                        "vendor_id": "0x1002",
+                        "device_id": "0x747e",
+                        "hardware": True,
+                        "counted": True,
+                    },
+                    {"name": "Remote Display Adapter", "vendor_id": 5140, "hardware": False, "counted": True},
                     "not a device",
                 ],
             }
-        ).encode()
+        ).encode(),
+        "directml",
+        source="test",
     )
-    assert [(a.name, a.vendor, a.hardware, a.ids) for a in found.adapters()] == [
+    assert [(a.name, a.vendor, a.hardware, a.ids) for a in adapters(found)] == [
         ("Microsoft Basic Render Driver", None, False, {"vendor_id": "0x1414", "device_id": "0x008c"}),
         ("AMD Radeon RX 7800 XT", "AMD", True, {"vendor_id": "0x1002", "device_id": "0x747e"}),
         ("Remote Display Adapter", None, False, {"vendor_id": "0x1414"}),
     ]
-    assert read_local_result(b"\xff not json") is None
-    assert read_local_result(b'{"summary": "no available flag"}') is None
+    assert read_child_answer(b"\xff not json", "directml", source="test") is None
+    assert read_child_answer(b'{"summary": "no available flag"}', "directml", source="test") is None
 
 
 def test_ini_values():
@@ -231,9 +240,9 @@ def test_local_probe_runs_from_stdin_without_a_file():
     )
     session = parse_output(done.stdout)
     for api in ("directml", "cuda"):
-        found = read_local_result(session.values[f"local_{api}"][0])
+        found = read_child_answer(session.values[f"local_{api}"][0], api, source="test")
         assert found is not None, session.values[f"local_{api}"]
-        assert found.available is False  # no GPU on a test machine; the point is that it answered
+        assert found[0].state != "provided"  # no GPU on a test machine; the point is that it answered
 
 
 def test_gpu_vendors_in_the_driver_store():

@@ -198,29 +198,22 @@ def _unresolvable_hint(eng: Engine) -> str:
 def _read_probe(
     report: ReportBuilder, name: str, stdout: bytes
 ) -> tuple[list[str], dict[str, str], list[dict[str, Any]]] | str:
-    """The live APIs, their evidence and the devices seen, from the probe's JSON (untrusted: it
-    came out of a container), judged by the same rules as `cgpu probe --backend local`; or why
-    there is no answer."""
-    from cgpu.gpu_probe.answer import apply_probe_output, read_probe_output
+    """The live APIs, the probe's own summary per API and the devices seen, from the probe's
+    JSON (untrusted: it came out of a container), judged by the same rules as `cgpu probe
+    --backend local`; or why there is no answer."""
+    from cgpu.gpu_probe.answer import read_answer
 
-    data = read_probe_output(stdout)
-    if data is None:
-        return "its output is not a JSON object"
-    source = f"probe in the container with {name}"
-    scratch = ReportBuilder("local")
-    apply_probe_output(scratch, data, source=source)
-    answer = scratch.build()
-    unusable = [p["message"] for p in answer["problems"] if p["severity"] == "error"]
-    if unusable:
-        return "; ".join(unusable)
-    for problem in answer["problems"]:
-        report.problem(problem["severity"], problem["source"], problem["message"])
-    evidence = {api: text.removeprefix(f"{source}: ") for api, text in answer["evidence"].items()}
+    answer = read_answer(stdout, source=f"probe in the container with {name}")
+    if answer.unusable:
+        return answer.unusable
+    for problem in answer.problems:
+        report.problem(problem.severity, problem.source, problem.message)
+    summaries = {api: entry.summary or entry.evidence for api, entry in answer.apis.items()}
     seen = [
-        {key: device[key] for key in ("name", "api", "counted", "reason") if key in device}
-        for device in answer["devices"]
+        {"name": device.name, "api": device.api, "counted": device.counted, "reason": device.details.get("reason", "")}
+        for device in answer.devices
     ]
-    return answer["containers"], evidence, seen
+    return answer.provided, summaries, seen
 
 
 def _failed(report: ReportBuilder, entry: dict[str, Any], name: str, message: str, started: float) -> str:

@@ -18,10 +18,12 @@ import socket
 import sys
 import time
 import uuid
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Final
 
-from cgpu.apis import API_ORDER
+from cgpu import __version__
 from cgpu.backends.krunkit.answer_cache import AnswerCache
 from cgpu.backends.krunkit.vm import (
     BREW_INSTALL,
@@ -35,7 +37,17 @@ from cgpu.backends.krunkit.vm import (
     list_machines,
     machine_socket,
 )
-from cgpu.cache import default_cache_dir, key_digest
+from cgpu.cache import default_cache_dir, is_private, key_digest, open_private, private_directory
+from cgpu.gpu_probe import PROBE_SCRIPT, RUN_FROM_STDIN
+from cgpu.gpu_probe.answer import (
+    NOT_JSON,
+    ApiAnswer,
+    Device,
+    ProbeAnswer,
+    Problem,
+    apply_answer,
+    read_answer,
+)
 from cgpu.report import ReportBuilder, current_platform
 from cgpu.run import CommandError, decode, run
 
@@ -50,6 +62,7 @@ LIBKRUN_MESA_FIX: Final = (
     "`cgpu krunkit write-assets` writes does)"
 )
 CACHE_TTL_S: Final = 24 * 3600
+VM_FOLDER_DAYS: Final = 7  # the probe VM's logs, kept for the report that names them
 QUICK_TIMEOUT_S: Final = 30.0  # podman machine list/inspect, krunkit --version, image inspect
 RUN_TIMEOUT_S: Final = 180.0  # the probe container
 BOOT_TIMEOUT_S: Final = 300.0  # boot + probe in a krunkit VM
@@ -177,30 +190,41 @@ def _probe_machine(
     image_id = _image_id(connection, ref, chosen.name, timeout=quick)
     key = {
         "backend": "krunkit",
+        "cgpu": __version__,  # its probe is what runs in the image
         "host": _host(),
         "krunkit": version,
         "vm": {"podman_machine": chosen.name, "provider": chosen.vm_type, "api": api},
         "probe_image": {"ref": ref, "id": image_id},
     }
 
-    def compute() -> dict[str, Any]:
-        report.progress(f"running the Venus probe {ref} in podman machine {chosen.name}")
+    def compute() -> ProbeAnswer:
+        report.progress(f"running the Venus probe (cgpu's probe in {ref}) in podman machine {chosen.name}")
+        try:
+            probe_source = PROBE_SCRIPT.read_bytes()
+        except OSError as exc:
+            raise ProbeFailed(str(PROBE_SCRIPT), f"cannot read cgpu's probe: {exc.strerror or exc}") from None
         # Killing the podman client does not stop the container in the VM: name it to remove it.
         container = f"cgpu-venus-probe-{uuid.uuid4().hex[:12]}"
+        # cgpu's own probe, whatever the image's entry point: python3 from the image runs it from stdin.
         argv = [
             *connection,
             "run",
             "--rm",
+            "--interactive",
             "--name",
             container,
             "--pull=never",
             "--network=none",
             "--device",
             GPU_DEVICE,
+            "--entrypoint",
+            "python3",
             ref,
+            "-c",
+            RUN_FROM_STDIN,
         ]
         try:
-            done = run(argv, timeout=timeout or RUN_TIMEOUT_S)
+            done = run(argv, timeout=timeout or RUN_TIMEOUT_S, input=probe_source)
         except CommandError as exc:
             _remove_container(connection, container, timeout=quick)
             raise ProbeFailed("podman run", str(exc)) from None
@@ -230,6 +254,7 @@ def _probe_booted_vm(
         raise ProbeFailed(disk, f"--vm-image cannot be read: {exc.strerror or exc}") from None
     key = {
         "backend": "krunkit",
+        "cgpu": __version__,  # its probe is what runs in the image
         "host": _host(),
         "krunkit": version,
         "vm": {"image": os.path.abspath(disk), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns},
@@ -237,7 +262,7 @@ def _probe_booted_vm(
     }
     run_dir = _vm_run_dir(report, key)
 
-    def compute() -> dict[str, Any]:
+    def compute() -> ProbeAnswer:
         report.progress(f"booting {disk} with krunkit {version}")
         result = boot_and_probe(
             exe,
@@ -248,14 +273,8 @@ def _probe_booted_vm(
             progress=report.progress,
         )
         answer = judge(result, where=f"the krunkit VM booted from {disk}", image=probe_image or DEFAULT_PROBE_IMAGE)
-        answer["problems"].append(
-            {
-                "severity": "info",
-                "source": str(run_dir),
-                "message": "the probe VM's logs (krunkit.log, console.log) are kept here",
-            }
-        )
-        return answer
+        logs = Problem("info", str(run_dir), "the probe VM's logs (krunkit.log, console.log) are kept here")
+        return replace(answer, problems=(*answer.problems, logs))
 
     _answer(report, key, compute, refresh=refresh, lock_timeout=(timeout or BOOT_TIMEOUT_S) + 30)
 
@@ -344,14 +363,24 @@ def _host() -> dict[str, str]:
 def _vm_run_dir(report: ReportBuilder, key: dict[str, Any]) -> Path:
     """Where the probe VM's logs and shared folder live (the latest run per VM image): in the
     cache, or a temp folder when the cache cannot take them (read-only, full disk: a folder can
-    still be made on a full disk, so a block is written to know)."""
-    preferred = default_cache_dir() / "krunkit-vm" / key_digest(key)[:16]
+    still be made on a full disk, so a block is written to know; not private: another user
+    could swap a folder for a link to one cgpu then empties). Folders unused for a week go."""
+    root = default_cache_dir()
+    folders = root / "krunkit-vm"
+    preferred = folders / key_digest(key)[:16]
     check = preferred / ".write-check"
     try:
-        preferred.mkdir(parents=True, exist_ok=True)
-        check.write_bytes(b"\0" * 4096)
+        for folder in (root, folders, preferred):
+            private_directory(folder, create=True)
+        with contextlib.suppress(FileNotFoundError):
+            check.unlink()  # a link is removed, never followed
+        fd = open_private(check, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+        try:
+            os.write(fd, b"\0" * 4096)
+        finally:
+            os.close(fd)
         check.unlink()
-        return preferred
+        os.utime(preferred)  # in use: kept by the pruning below
     except OSError as exc:
         import tempfile
 
@@ -364,90 +393,90 @@ def _vm_run_dir(report: ReportBuilder, key: dict[str, Any]) -> Path:
             f"cannot write the VM's folder in the cache ({exc.strerror or exc}); using {fallback} instead",
         )
         return fallback
+    _prune_vm_folders(folders)
+    return preferred
+
+
+def _prune_vm_folders(folders: Path) -> None:
+    """Remove this user's VM folders unused for VM_FOLDER_DAYS (never through a link)."""
+    import stat as stat_module
+
+    cutoff = time.time() - VM_FOLDER_DAYS * 86400
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(folders):
+            info = entry.stat(follow_symlinks=False)
+            if stat_module.S_ISDIR(info.st_mode) and is_private(info) and info.st_mtime < cutoff:
+                shutil.rmtree(entry.path, ignore_errors=True)  # does not follow links inside
 
 
 # --- the answer, cached -----------------------------------------------------------------
 
 
-def _answer(report: ReportBuilder, key: dict[str, Any], compute, *, refresh: bool, lock_timeout: float) -> None:
+def _answer(
+    report: ReportBuilder,
+    key: dict[str, Any],
+    compute: Callable[[], ProbeAnswer],
+    *,
+    refresh: bool,
+    lock_timeout: float,
+) -> None:
     cache = AnswerCache(
         "krunkit", ttl=CACHE_TTL_S, warn=lambda source, message: report.problem("warning", source, message)
     )
     with cache.locked(key, timeout=lock_timeout):
         cached = None if refresh else cache.get(key)
-        if cached is not None and not _well_formed(cached[0]):
-            report.problem(
-                "warning", str(cache.path(key)), "the cached answer has an unexpected shape; checking afresh"
-            )
-            cached = None
+        answer = None
         if cached is not None:
-            answer, stored_at = cached
-            when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(stored_at))
-            report.problem(
-                "info",
-                str(cache.path(key)),
-                f"answer cached at {when} (kept {CACHE_TTL_S // 3600} h); --refresh checks again",
-            )
-        else:
+            answer = _from_cache(cached[0])
+            if answer is None:
+                report.problem(
+                    "warning", str(cache.path(key)), "the cached answer has an unexpected shape; checking afresh"
+                )
+            else:
+                when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(cached[1]))
+                report.problem(
+                    "info",
+                    str(cache.path(key)),
+                    f"answer cached at {when} (kept {CACHE_TTL_S // 3600} h); --refresh checks again",
+                )
+        if answer is None:
             answer = compute()
-            cache.put(key, answer)
-    _apply(report, answer)
+            cache.put(key, answer.to_json())
+    apply_answer(report, answer)
 
 
-def _well_formed(answer: Any) -> bool:
-    """Whether a cached answer has the shape `_apply` reads (the cache file can hold anything)."""
+def _from_cache(value: Any) -> ProbeAnswer | None:
+    """A cached krunkit answer (`ProbeAnswer.to_json`, Vulkan only), or None for any other shape:
+    the cache file can hold anything."""
     try:
-        vulkan, devices, problems = answer["vulkan"], answer["devices"], answer["problems"]
-        return (
-            type(vulkan["provided"]) is bool
-            and isinstance(vulkan["evidence"], str)
-            and all(
-                isinstance(d["name"], str) and isinstance(d["apis"], list) and all(a in API_ORDER for a in d["apis"])
-                for d in devices
-            )
-            and all(
-                all(isinstance(p[k], str) for k in ("source", "message"))
-                and p["severity"] in ("error", "warning", "info")
-                for p in problems
-            )
-        )
-    except (KeyError, TypeError):
-        return False
-
-
-def _apply(report: ReportBuilder, answer: dict[str, Any]) -> None:
-    vulkan = answer["vulkan"]
-    (report.provide if vulkan["provided"] else report.absent)("vulkan", vulkan["evidence"])
-    for device in answer["devices"]:
-        details = {k: v for k, v in device.items() if k not in ("name", "apis")}
-        report.device(device["name"], device["apis"], **details)
-    for problem in answer["problems"]:
-        report.problem(problem["severity"], problem["source"], problem["message"])
+        answer = ProbeAnswer.from_json(value)
+    except ValueError:
+        return None
+    return answer if set(answer.apis) == {"vulkan"} and answer.unusable is None else None
 
 
 # --- judging the probe's output ---------------------------------------------------------
 
 
-def judge(result: GuestResult, *, where: str, image: str) -> dict[str, Any]:
-    """Turn one probe run (exit status, stdout, stderr) into the krunkit answer: vulkan in or
-    out with its evidence, the devices, and every failure named with its fix.
+def judge(result: GuestResult, *, where: str, image: str) -> ProbeAnswer:
+    """Turn one probe run (exit status, stdout, stderr) into the krunkit answer: Vulkan provided
+    or absent with its evidence, the devices, and every failure named with its fix.
 
-    The probe's JSON is untrusted: `apply_probe_output` (the local backend's reader) checks it
-    and keeps only clean device entries; the probe's counting rules decide which device counts,
-    and the krunkit rule on top is: a Venus device that is not a CPU and allocated memory.
-    Raises ProbeFailed when the run said nothing usable about Vulkan."""
-    from cgpu.gpu_probe.answer import PROBE_FAILURES, apply_probe_output, read_probe_output
-
+    The probe's JSON is read by `read_answer` (the one reader of the probe's output), which
+    checks it and keeps only clean device entries; the krunkit rule on top is: a Venus device
+    that is not a CPU and allocated memory. Raises ProbeFailed when the run said nothing
+    usable about Vulkan."""
     stderr = decode(result.stderr).strip()
     source = f"probe image {image}"
-    data = read_probe_output(result.stdout)
-    if data is None:
+    probe = read_answer(result.stdout, source=source)
+    if probe.unusable == NOT_JSON:
         if "/dev/dri" in stderr and ("no such file" in stderr.lower() or "not found" in stderr.lower()):
             message = (
                 f"{where} has no /dev/dri: its virtio-gpu is missing, so it is not a libkrun VM with a GPU "
                 f"or its kernel lacks virtio-gpu; use a podman machine on the libkrun provider ({LIBKRUN_MACHINE_INIT})"
             )
             return _out(
+                source,
                 f"not provided: {where} has no /dev/dri to give containers",
                 [_problem(f"podman run --device {GPU_DEVICE}", message)],
             )
@@ -456,30 +485,29 @@ def judge(result: GuestResult, *, where: str, image: str) -> dict[str, Any]:
             f"the probe gave no JSON (exit {result.returncode}): "
             f"{stderr[-400:] or decode(result.stdout)[:200] or 'no output'}",
         )
-    checked = ReportBuilder("krunkit")
-    apply_probe_output(checked, data, source=source)
-    unusable = [p["message"] for p in checked.problems if p["severity"] == "error"]
-    vulkan = data.get("apis", {}).get("vulkan") if isinstance(data.get("apis"), dict) else None
-    if unusable or not isinstance(vulkan, dict):
-        raise ProbeFailed(source, unusable[0] if unusable else "the probe's JSON has no apis.vulkan object")
-    devices = [d for d in checked.devices if d.get("api") == "vulkan"]
-    if vulkan.get("error") in PROBE_FAILURES and not devices:
-        summary = vulkan["summary"] if isinstance(vulkan.get("summary"), str) else ""
-        raise ProbeFailed(source, f"the probe got no Vulkan answer ({vulkan['error']}): {summary[:300]}")
-    error = vulkan.get("error") if vulkan.get("error") in INSTANCE_FAILURES else None
+    if probe.unusable:
+        raise ProbeFailed(source, probe.unusable)
+    vulkan = probe.apis["vulkan"]
+    devices = vulkan.devices
+    if vulkan.state == "unknown" and not devices:
+        raise ProbeFailed(
+            source, f"the probe got no Vulkan answer ({vulkan.error or 'no readable entry'}): {vulkan.summary[:300]}"
+        )
+    error = vulkan.error if vulkan.error in INSTANCE_FAILURES else None
     venus = [d for d in devices if _is_venus(d)]
     working = [d for d in venus if _works(d)]
-    seen = [_device_entry(d, works=any(d is w for w in working)) for d in devices]
+    seen = tuple(replace(d, counted=any(d is w for w in working)) for d in devices)
     if working:
         evidence = (
-            f"provided: {working[0]['name']} (Mesa Venus over virtio-gpu, to the Mac's GPU through "
+            f"provided: {working[0].name} (Mesa Venus over virtio-gpu, to the Mac's GPU through "
             f"virglrenderer, MoltenVK and Metal) created a Vulkan instance and allocated memory in {where} "
             f"with {GPU_DEVICE}; images need Mesa's libkrun build, as {image} has"
         )
-        return {"vulkan": {"provided": True, "evidence": evidence}, "devices": seen, "problems": []}
+        return ProbeAnswer(source, {"vulkan": ApiAnswer("provided", evidence, vulkan.summary, vulkan.error, seen)})
 
     if not devices and error:
         return _out(
+            source,
             f"not provided: stock Mesa fails vkCreateInstance ({error}) under krunkit; {LIBKRUN_MESA_FIX}",
             [
                 _problem(
@@ -493,8 +521,9 @@ def judge(result: GuestResult, *, where: str, image: str) -> dict[str, Any]:
         )
     on_cpu = [d for d in venus if _is_cpu(d)]
     if on_cpu:
-        name = on_cpu[0]["name"]
+        name = on_cpu[0].name
         return _out(
+            source,
             f"not provided: {name} runs on a software device of the host, not the GPU",
             [
                 _problem(
@@ -506,11 +535,12 @@ def judge(result: GuestResult, *, where: str, image: str) -> dict[str, Any]:
             ],
             seen,
         )
-    unallocated = [d for d in venus if d.get("allocated") is not True]
+    unallocated = [d for d in venus if d.details.get("allocated") is not True]
     if unallocated:
-        name = unallocated[0]["name"]
-        failure = unallocated[0].get("allocation_error") or "no allocation reported"
+        name = unallocated[0].name
+        failure = unallocated[0].details.get("allocation_error") or "no allocation reported"
         return _out(
+            source,
             f"not provided: {name} enumerates but cannot allocate memory; {LIBKRUN_MESA_FIX}",
             [
                 _problem(
@@ -522,8 +552,9 @@ def judge(result: GuestResult, *, where: str, image: str) -> dict[str, Any]:
             ],
             seen,
         )
-    if vulkan.get("error") == "library_not_found" and not devices:
+    if vulkan.error == "library_not_found" and not devices:
         return _out(
+            source,
             f"not provided: {image} has no Vulkan loader",
             [
                 _problem(
@@ -533,8 +564,9 @@ def judge(result: GuestResult, *, where: str, image: str) -> dict[str, Any]:
             ],
             seen,
         )
-    what = ", ".join(d["name"] for d in devices) or "no device"
+    what = ", ".join(d.name for d in devices) or "no device"
     return _out(
+        source,
         f"not provided: no Venus device in {where}, only {what}",
         [
             _problem(
@@ -548,37 +580,26 @@ def judge(result: GuestResult, *, where: str, image: str) -> dict[str, Any]:
     )
 
 
-def _problem(source: str, message: str) -> dict[str, str]:
-    return {"severity": "error", "source": source, "message": message}
+def _problem(source: str, message: str) -> Problem:
+    return Problem("error", source, message)
 
 
-def _out(evidence: str, problems: list[dict[str, str]], devices: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    return {"vulkan": {"provided": False, "evidence": evidence}, "devices": devices or [], "problems": problems}
+def _out(source: str, evidence: str, problems: list[Problem], devices: tuple[Device, ...] = ()) -> ProbeAnswer:
+    return ProbeAnswer(source, {"vulkan": ApiAnswer("absent", evidence, devices=devices)}, tuple(problems))
 
 
-def _is_venus(device: dict[str, Any]) -> bool:
+def _is_venus(device: Device) -> bool:
     return (
-        device.get("driver_id") == VK_DRIVER_ID_MESA_VENUS
-        or str(device.get("driver_name") or "").lower() == "venus"
-        or "venus" in device["name"].lower()
+        device.details.get("driver_id") == VK_DRIVER_ID_MESA_VENUS
+        or str(device.details.get("driver_name") or "").lower() == "venus"
+        or "venus" in device.name.lower()
     )
 
 
-def _is_cpu(device: dict[str, Any]) -> bool:
-    name = device["name"].lower()
-    return device.get("type") == VK_PHYSICAL_DEVICE_TYPE_CPU or "llvmpipe" in name or "swiftshader" in name
+def _is_cpu(device: Device) -> bool:
+    name = device.name.lower()
+    return device.details.get("type") == VK_PHYSICAL_DEVICE_TYPE_CPU or "llvmpipe" in name or "swiftshader" in name
 
 
-def _works(device: dict[str, Any]) -> bool:
-    return device.get("counted") is True and device.get("allocated") is True and not _is_cpu(device)
-
-
-def _device_entry(device: dict[str, Any], *, works: bool) -> dict[str, Any]:
-    """A checked device as the report lists it, counted by the krunkit rule."""
-    details = {k: v for k, v in device.items() if k not in ("name", "apis", "status", "counted", "api", "source")}
-    return {
-        "name": device["name"],
-        "apis": ["vulkan"] if works else [],
-        "status": "counted" if works else "ignored",
-        **details,
-    }
+def _works(device: Device) -> bool:
+    return device.counted and device.details.get("allocated") is True and not _is_cpu(device)

@@ -15,11 +15,11 @@ ASSETS = ("Containerfile", "guest/cgpu-probe.service", "guest/cgpu-probe.sh")
 
 
 def write_assets(folder: str) -> list[str]:
-    """Write the build context into `folder` (created if missing): the assets and the probe as
-    `probe.py`. Refuses to replace a file that is there (FileExistsError): nothing is overwritten."""
+    """Write the build context into `folder` (created if missing). Refuses to replace a file that
+    is there (FileExistsError): nothing is overwritten. cgpu's probe is not part of the image: cgpu
+    sends its own to python3 in the container each time."""
     here = resources.files(__package__ or "cgpu.backends.krunkit")
     sources = {name: here.joinpath("assets", *name.split("/")) for name in ASSETS}
-    sources["probe.py"] = resources.files("cgpu.gpu_probe").joinpath("standalone.py")
     target = Path(folder)
     clashes = [name for name in sources if (target / name).exists() or (target / name).is_symlink()]
     if clashes:

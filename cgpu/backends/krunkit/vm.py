@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from cgpu.files import open_regular
+from cgpu.gpu_probe import PROBE_SCRIPT
 from cgpu.run import CommandError, decode, kill_group, run
 
 KRUNKIT_ENV: Final = "CGPU_KRUNKIT_EXE"
@@ -257,6 +258,7 @@ def boot_and_probe(
         shutil.rmtree(shared, ignore_errors=True)
         shared.mkdir()
         (shared / "request.json").write_text(json.dumps({"probe_image": probe_image}))
+        (shared / "probe.py").write_bytes(PROBE_SCRIPT.read_bytes())  # the guest runs cgpu's probe in the image
     except OSError as exc:
         raise VMError(str(run_dir), f"could not prepare the VM's directory: {exc.strerror or exc}") from None
     sock_dir = Path(tempfile.mkdtemp(prefix="cgpu-vm-"))

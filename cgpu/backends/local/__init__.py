@@ -6,7 +6,7 @@ import sys
 
 from cgpu.apis import API_ORDER
 from cgpu.gpu_probe import PROBE_SCRIPT
-from cgpu.gpu_probe.answer import apply_probe_output
+from cgpu.gpu_probe.answer import apply_answer, check_answer
 from cgpu.report import ReportBuilder
 
 
@@ -28,6 +28,7 @@ def probe(report: ReportBuilder, *, timeout: float | None = None) -> None:
     except OSError as exc:
         report.failed(str(PROBE_SCRIPT), f"the probe could not run: {exc}")
         return
-    apply_probe_output(report, data, source="local probe")
-    if all(report.state(api) == "unknown" for api in API_ORDER if api != "metal"):
+    answer = check_answer(data, source="local probe")
+    apply_answer(report, answer)
+    if all(answer.apis[api].state == "unknown" for api in API_ORDER if api != "metal"):
         report.failed("local probe", "the probe got no answer for any GPU API (see problems)")

@@ -13,7 +13,6 @@ never a GPU.
 from __future__ import annotations
 
 import codecs
-import json
 import os
 import re
 import shutil
@@ -21,6 +20,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cgpu.gpu_probe.answer import ApiAnswer, Device, Problem, read_child_answer
 from cgpu.report import ReportBuilder
 from cgpu.run import CommandError, CommandNotFoundError, CommandTimeoutError, run
 
@@ -114,18 +114,6 @@ class Adapter:
     vendor: str | None
     hardware: bool
     ids: dict[str, str]
-
-
-@dataclass
-class LocalResult:
-    """One API's answer from the local probe run in the session (`probe.py --child API`)."""
-
-    available: bool
-    summary: str
-    devices: list[dict]
-
-    def adapters(self) -> list[Adapter]:
-        return [_adapter(device) for device in self.devices]
 
 
 @dataclass
@@ -333,26 +321,18 @@ def parse_output(data: bytes) -> Session:
     raise ProbeOutputError("it stops before the end line (cut short?)")
 
 
-def read_local_result(raw: bytes) -> LocalResult | None:
-    """One `standalone.py --child API` answer ({available, summary, devices, ...}); None when unusable."""
-    try:
-        data = json.loads(raw)
-    except (ValueError, RecursionError):
-        return None
-    if not isinstance(data, dict) or not isinstance(data.get("available"), bool):
-        return None
-    devices = data.get("devices")
-    devices = [d for d in devices if isinstance(d, dict)] if isinstance(devices, list) else []
-    return LocalResult(data["available"], str(data.get("summary") or "")[:MAX_EXCERPT], devices)
+def adapters(local: ApiAnswer) -> list[Adapter]:
+    """The DXCore adapters the local probe listed (its devices, already checked and cleaned)."""
+    return [_adapter(device) for device in local.devices]
 
 
-def _adapter(device: dict) -> Adapter:
-    vendor_id = _int(device.get("vendor_id"))
-    device_id = _int(device.get("device_id"))
-    name = str(device.get("name") or "unnamed adapter")[:MAX_EXCERPT]
+def _adapter(device: Device) -> Adapter:
+    vendor_id = _int(device.details.get("vendor_id"))
+    device_id = _int(device.details.get("device_id"))
+    name = device.name[:MAX_EXCERPT]
     software = (
-        device.get("hardware") is False
-        or device.get("counted") is False
+        device.details.get("hardware") is False
+        or not device.counted
         or (vendor_id, device_id) == WARP_IDS
         or "Basic Render Driver" in name
     )
@@ -366,7 +346,7 @@ def _adapter(device: dict) -> Adapter:
 
 
 def _int(value: object) -> int | None:
-    if isinstance(value, int):
+    if isinstance(value, int) and not isinstance(value, bool):
         return value
     if isinstance(value, str):
         try:
@@ -442,8 +422,13 @@ def judge(report: ReportBuilder, session: Session, distro: str, sent_local_probe
     stores = _driver_stores(session)
     smi = _nvidia_smi(session)
     # The local probe's answers decide when it ran; in a musl session only its successes count.
-    local = {api: _local_result(report, session, api, sent_local_probe, source) for api in ("directml", "cuda")}
-    local = {api: found for api, found in local.items() if found and (found.available or not musl)}
+    local: dict[str, ApiAnswer] = {}
+    for api in ("directml", "cuda"):
+        found = _local_result(report, session, api, sent_local_probe, source)
+        if found is not None and (found[0].state == "provided" or not musl):
+            local[api] = found[0]
+            for problem in found[1]:
+                report.problem(problem.severity, problem.source, problem.message)
     directml_ok = _judge_directml(report, source, libs, local.get("directml"), smi, stores)
     cuda_ok = _judge_cuda(report, libs, local.get("cuda"), smi, musl)
     _devices(report, local.get("directml"), directml_ok, cuda_ok, stores, smi, details)
@@ -453,7 +438,7 @@ def _judge_directml(
     report: ReportBuilder,
     source: str,
     libs: set[str],
-    local: LocalResult | None,
+    local: ApiAnswer | None,
     smi: NvidiaSmi,
     stores: dict[str, str],
 ) -> bool:
@@ -472,8 +457,8 @@ def _judge_directml(
         )
     vendors = sorted(set(stores.values()))
     if local is not None:
-        hardware = [adapter.name for adapter in local.adapters() if adapter.hardware]
-        if local.available and hardware:
+        hardware = [adapter.name for adapter in adapters(local) if adapter.hardware]
+        if local.state == "provided" and hardware:
             report.provide(
                 "directml",
                 f"/dev/dxg, libdxcore.so and libd3d12.so present, and DXCore in the "
@@ -521,7 +506,7 @@ def _judge_directml(
     return False
 
 
-def _judge_cuda(report: ReportBuilder, libs: set[str], local: LocalResult | None, smi: NvidiaSmi, musl: bool) -> bool:
+def _judge_cuda(report: ReportBuilder, libs: set[str], local: ApiAnswer | None, smi: NvidiaSmi, musl: bool) -> bool:
     """CUDA: NVIDIA's WSL libcuda.so.1 beside /dev/dxg; cuInit (or nvidia-smi) decides when it can run."""
     blocked = "a GPU in TCC mode or Linux NVIDIA packages installed in the distro cause this"
     if "libcuda.so.1" not in libs:
@@ -530,7 +515,7 @@ def _judge_cuda(report: ReportBuilder, libs: set[str], local: LocalResult | None
             "not provided: no libcuda.so.1 in /usr/lib/wsl/lib; only NVIDIA's Windows driver (WDDM mode) puts it there",
         )
         return False
-    if local is not None and not local.available:
+    if local is not None and local.state != "provided":
         report.absent(
             "cuda",
             "not provided: libcuda.so.1 is present but the local probe in the session says: "
@@ -574,21 +559,26 @@ def _nvidia_smi(session: Session) -> NvidiaSmi:
     return NvidiaSmi(True, rc == "0" and driver is not None, driver and driver.group(1), cuda and cuda.group(1), error)
 
 
-def _local_result(report: ReportBuilder, session: Session, api: str, sent: bool, source: str) -> LocalResult | None:
-    """The local probe's answer for one API, or None (not run: no python3; unusable: a warning)."""
+def _local_result(
+    report: ReportBuilder, session: Session, api: str, sent: bool, source: str
+) -> tuple[ApiAnswer, list[Problem]] | None:
+    """The local probe's answer for one API and the problems found in it, or None (not run: no
+    python3; no answer: unusable output, a timeout or a crash, with a warning)."""
     python = session.text("python3")
     if not sent or python in (None, "missing"):
         return None
     rc = session.text(f"local_{api}_rc")
-    found = read_local_result((session.values.get(f"local_{api}") or [b""])[0])
-    if found is None:
-        why = {
+    read = read_child_answer((session.values.get(f"local_{api}") or [b""])[0], api, source=f"{source}: {python}")
+    if read is None or read[0].state == "unknown":  # the probe could not tell: other evidence decides
+        why = read[0].summary if read is not None else None
+        why = why or {
             "124": "it did not finish in time",
             "no-timeout": "the session has no `timeout` command",
             "0": "its output was not a probe answer",
         }.get(rc or "", f"exit {rc}")
         report.problem("warning", f"{source}: {python}", f"the local probe's {api} check gave no answer ({why})")
-    return found
+        return None
+    return read
 
 
 def _gpu_missing(session: Session) -> str | None:
@@ -659,7 +649,7 @@ def _session_details(session: Session, libc: str) -> dict[str, str]:
 
 def _devices(
     report: ReportBuilder,
-    local: LocalResult | None,
+    local: ApiAnswer | None,
     directml: bool,
     cuda: bool,
     stores: dict[str, str],
@@ -668,7 +658,7 @@ def _devices(
 ) -> None:
     if local is not None and local.devices:
         nvidia_listed = False
-        for adapter in local.adapters():
+        for adapter in adapters(local):
             apis = ["directml"] if adapter.hardware and directml else []
             if adapter.hardware and cuda and adapter.vendor == "NVIDIA":
                 apis.append("cuda")
