@@ -78,7 +78,8 @@ def _parser() -> argparse.ArgumentParser:
     cdi.add_argument(
         "--engine",
         metavar="ENGINE@VERSION|auto|none",
-        help="judge specs as podman@X or docker@X would; auto asks the host's engine; none: newest rules",
+        help="whose CDI rules judge the specs: auto (default) asks the host's podman or docker; podman@X or docker@X "
+        "judges for another host; none: the newest rules",
     )
     cdi.add_argument(
         "--device",

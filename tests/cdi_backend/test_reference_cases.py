@@ -282,9 +282,10 @@ def test_case28_old_engine_drops_a_newer_spec(tmp_path: Path):
     assert report["containers"] == []
     assert [d["status"] for d in report["devices"]] == ["blocked"] * 3
     assert "cdiVersion 0.7.0" in report["devices"][0]["reason"]
-    message = report["problems"][0]["message"]
+    [judge, message] = [p["message"] for p in report["problems"]]
+    assert judge == "podman 4.9.3 judged the specs (--engine podman@4.9.3): it reads cdiVersion up to 0.6.0"
     assert "0.7.0" in message and "podman 4.9.3" in message
-    assert "the engine ignores the spec that defines nvidia.com/gpu=0" in report["evidence"]["cuda"]
+    assert "podman 4.9.3 ignores the spec that defines nvidia.com/gpu=0" in report["evidence"]["cuda"]
     one = probe(
         [SAMPLES / "nvidia-current/spec"], HOSTS / "nvidia-580", engine="podman@4.9.3", devices=["nvidia.com/gpu=all"]
     )

@@ -35,6 +35,8 @@ def test_sample_json(run_cli, sample, host, expected, phrase):
         f"cdi-samples/{sample}/spec",
         "--root",
         f"cdi-samples/hosts/{host}",
+        "--engine",
+        "none",
         "--json",
     )
     assert code == 0, err
@@ -54,6 +56,8 @@ def test_human_output_names_devices_apis_and_problems(run_cli):
         "cdi-samples/nvidia-1.17/spec",
         "--root",
         "cdi-samples/hosts/nvidia-580",
+        "--engine",
+        "none",
     )
     assert code == 0, err
     assert "nvidia.com/gpu=0" in out and "blocked" in out
@@ -80,6 +84,8 @@ def test_bad_device_name_and_bad_engine_are_refused(run_cli):
         "cdi-samples/amd/spec",
         "--root",
         "cdi-samples/hosts/amd",
+        "--engine",
+        "none",
         "--device",
         "gpu=0",
         "--json",
@@ -110,6 +116,8 @@ def test_a_spec_dir_given_that_does_not_exist_is_a_warning(run_cli, tmp_path):
         "cdi-samples/amd/spec",
         "--root",
         "cdi-samples/hosts/amd",
+        "--engine",
+        "none",
         "--json",
     )
     report = json.loads(out)

@@ -11,6 +11,7 @@ from http.server import BaseHTTPRequestHandler
 
 import pytest
 
+from cgpu.engine_option import parse_engine
 from cgpu.engines import (
     LABELS,
     ContainerTimeout,
@@ -18,7 +19,6 @@ from cgpu.engines import (
     EngineError,
     PodmanEngine,
     docker_create_options,
-    engine_choice,
     open_engine,
 )
 
@@ -30,14 +30,13 @@ from .conftest import service_processes
     [
         ("podman@4.3.1", "podman"),
         ("docker@28.2.0", "docker"),
-        ("Docker", "docker"),
         ("auto", None),
         ("none", None),
         (None, None),
     ],
 )
 def test_engine_choice(given, chosen):
-    assert engine_choice(given) == chosen
+    assert parse_engine(given).live_engine == chosen
 
 
 def test_docker_request_is_a_cdi_device_request_not_a_host_device():

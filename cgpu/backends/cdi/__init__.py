@@ -18,6 +18,7 @@ from cgpu.backends.cdi.host import HostFS, HostTrace
 from cgpu.backends.cdi.rules import PARTIAL, PROVIDED, Finding, judge
 from cgpu.backends.cdi.view import ContainerView, is_bind, node_fully_specified, risky_edits
 from cgpu.cdi.model import ContainerEdits, ResolvedDevice, ScanResult, Spec
+from cgpu.engine_option import EngineOption, host_engine
 from cgpu.report import ReportBuilder
 
 APIS = ("cuda", "rocm", "vulkan", "opencl", "directml")  # metal: the report's own evidence
@@ -61,7 +62,7 @@ def probe(
     *,
     spec_dirs: Sequence[str] | None = None,
     root: str | None = "/",
-    engine: str | None = None,
+    engine: str | EngineOption | None = None,
     devices: Sequence[str] | None = None,
     verify: bool = False,
     probe_image: str | None = None,
@@ -79,7 +80,7 @@ def probe(
     rules = _engine_rules(report, engine, timeout)
     if rules is None:
         return
-    max_version, label = rules
+    option, max_version, label = rules
     if max_version is None and label is not None:
         report.problem(
             "error", "--engine", f"{label} reads no CDI specs at all, so no container there gets a CDI device"
@@ -87,9 +88,9 @@ def probe(
         scan = ScanResult(devices={}, specs=[], problems=[])
     else:
         scan = scan_spec_dirs(dirs, max_version=max_version, engine_label=label)
-    answers = answer_scan(report, scan, HostFS(root), devices=devices, dirs=dirs)
+    answers = answer_scan(report, scan, HostFS(root), devices=devices, dirs=dirs, engine_label=label)
     if verify and answers is not None:
-        _verify(report, answers, dirs=dirs, engine=engine, probe_image=probe_image, timeout=timeout)
+        _verify(report, answers, dirs=dirs, engine=option, probe_image=probe_image, timeout=timeout)
 
 
 def answer_scan(
@@ -99,6 +100,7 @@ def answer_scan(
     *,
     devices: Sequence[str] | None = None,
     dirs: Sequence[str] = (),
+    engine_label: str | None = None,
 ) -> list[DeviceAnswer] | None:
     """Fill the report from a scan: problems, one entry per device, the node answer with evidence."""
     for severity, source, message in scan.problems:
@@ -123,9 +125,10 @@ def answer_scan(
             [],
             status="blocked",
             spec=spec.path,
-            reason=f"the engine ignores its spec: cdiVersion {spec.version} is above what it accepts",
+            reason=f"{engine_label or 'the engine'} ignores its spec: cdiVersion {spec.version} is above what "
+            f"it accepts",
         )
-    _evidence(report, answers, scan, list(dirs), host, ignored)
+    _evidence(report, answers, scan, list(dirs), host, ignored, engine_label or "the engine")
     return answers
 
 
@@ -212,38 +215,44 @@ def _missing(edits: ContainerEdits, host: HostFS) -> list[tuple[str, str]]:
 
 
 def _engine_rules(
-    report: ReportBuilder, engine: str | None, timeout: float | None
-) -> tuple[str | None, str | None] | None:
-    """(highest cdiVersion the engine accepts, "podman 4.3.1"); (None, None) for the newest rules;
-    None when the option is unusable (reported). A label without a version: that engine reads no CDI."""
-    from cgpu.cdi.versions import max_cdi_version, parse_engine_option
+    report: ReportBuilder, engine: str | EngineOption | None, timeout: float | None
+) -> tuple[EngineOption, str | None, str | None] | None:
+    """(the parsed option, highest cdiVersion the judging engine accepts, "podman 4.3.1"); the
+    version and label are None for the newest rules. None when the option is unusable (reported).
+    A label without a version: that engine reads no CDI. Says in an info problem who judged."""
+    from cgpu.cdi.versions import max_cdi_version
+    from cgpu.engine_option import AUTO, NONE, parse_engine
 
-    if engine in (None, "", "none"):
-        return None, None
-    if engine == "auto":
-        from cgpu.engines import detect_engines
-
-        found, failures = detect_engines(timeout=timeout or 10)
-        if not found:
+    try:
+        option = parse_engine(engine)
+    except ValueError as exc:
+        report.usage_error("--engine", str(exc))
+        return None
+    if option.mode == NONE:  # asked for: nothing to report
+        return option, None, None
+    if option.mode == AUTO:
+        found, failures = host_engine(timeout=timeout or 10)
+        if found is None:
             why = f" ({'; '.join(failures)})" if failures else ""
             report.problem(
                 "warning",
                 "--engine auto",
-                f"no podman or docker answered on this host{why}, so specs are judged by the newest CDI rules",
+                f"no podman or docker answered on this host{why}, so specs are judged by the newest CDI rules; "
+                f"name the engine that will run the containers with --engine NAME@VERSION",
             )
-            return None, None
-        name, version = found[0].name, found[0].version
+            return option, None, None
+        name, version = found
     else:
-        try:
-            name, version = parse_engine_option(engine)
-        except ValueError as exc:
-            report.usage_error("--engine", str(exc))
-            return None
+        name, version = option.name or "", option.version or ""
+    how = "the host's engine (--engine auto)" if option.mode == AUTO else f"--engine {option}"
     try:
-        return max_cdi_version(name, version), f"{name} {version}"
+        max_version = max_cdi_version(name, version)
     except ValueError as exc:  # an engine found by `auto` that cgpu has no figure for
         report.problem("warning", "--engine auto", f"{exc}; specs are judged by the newest CDI rules")
-        return None, None
+        return option, None, None
+    accepts = f"cdiVersion up to {max_version}" if max_version else "no CDI spec at all"
+    report.problem("info", "--engine", f"{name} {version} judged the specs ({how}): it reads {accepts}")
+    return option, max_version, f"{name} {version}"
 
 
 def _select(
@@ -382,6 +391,7 @@ def _evidence(
     dirs: list[str],
     host: HostFS,
     ignored: list[str],
+    engine_label: str,
 ) -> None:
     runnable = [a for a in answers if not a.blocked]
     blocked = [a for a in answers if a.blocked]
@@ -423,8 +433,8 @@ def _evidence(
         elif ignored:
             report.absent(
                 api,
-                f"not provided: the engine ignores the spec that defines {_names(ignored)}, as its "
-                f"cdiVersion is newer than the engine accepts",
+                f"not provided: {engine_label} ignores the spec that defines {_names(ignored)}, as its "
+                f"cdiVersion is newer than {engine_label} accepts",
             )
         elif scan.devices:
             report.absent(api, "not provided: none of the requested CDI devices resolves")
@@ -437,7 +447,7 @@ def _verify(
     answers: list[DeviceAnswer],
     *,
     dirs: list[str],
-    engine: str | None,
+    engine: EngineOption,
     probe_image: str | None,
     timeout: float | None,
 ) -> None:
