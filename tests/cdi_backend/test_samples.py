@@ -19,6 +19,8 @@ CASES = [
     ("nvidia-8gpu-mig", "nvidia-580", ["cuda", "vulkan", "opencl"], "is a MIG instance without graphics"),
     ("nvidia-no-hooks", "nvidia-580", [], "--disable-hook all"),
     ("nvidia-wsl", "wsl", ["cuda"], "libcuda.so.1.1"),
+    ("jetson-xavier", "jetson-xavier", ["cuda", "vulkan"], "/dev/nvmap"),
+    ("docker-desktop-venus", "docker-desktop", ["vulkan"], "mesa-venus"),
     ("amd", "amd", ["rocm", "vulkan", "opencl"], "ROCm runtime"),
     ("intel", "intel", ["vulkan", "opencl"], "Intel GPU"),
     ("lavapipe", "software", [], "a software driver that never counts"),

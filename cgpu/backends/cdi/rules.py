@@ -633,8 +633,8 @@ def _render_graphics(view: ContainerView, renders: list[RenderNode], api: str) -
         if render.vendor == "0x1af4" and api == "vulkan":
             return Finding(
                 PROVIDED,
-                f"gets {render.path} of a virtio-gpu ({render.source}), Vulkan carried to the host GPU (Docker "
-                f"Desktop, krunkit); the image brings Mesa's Venus driver and the Vulkan loader",
+                f"gets {render.path} of a virtio-gpu ({render.source}), whose Vulkan is carried to the host's GPU; "
+                f"the image brings Mesa's Venus driver and the Vulkan loader",
                 ("mesa-venus", "vulkan-loader"),
             )
         if render.vendor == "0x10de" and render.driver == "nouveau" and api == "vulkan":

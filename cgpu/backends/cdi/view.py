@@ -22,7 +22,9 @@ PSEUDO_MOUNT_TYPES = frozenset(
 )
 MAX_LINK_HOPS = 8
 MAX_DIR_ENTRIES = 4096
-MAX_DIR_DEPTH = 3  # levels below a directory mount that are indexed
+MAX_DIR_DEPTH = 2  # levels below a small directory mount that are indexed
+MAX_WALKED_ENTRIES = 256  # entries of a tree walked below its first level, all levels together
+_KERNEL_FS = re.compile(r"/(proc|sys|dev)(/|$)")
 
 
 class HookEffects:
@@ -213,13 +215,20 @@ class ContainerView:
         return self._index
 
     def _tree(self, container_dir: str, host_dir: str) -> list[str]:
-        """The files under a directory mount, a few levels deep (the whole /usr/lib/wsl tree holds
-        lib/libdxcore.so and drivers/<store folder>/libcuda.so.1.1), at most MAX_DIR_ENTRIES."""
+        """The files under a directory mount: its own entries (at most MAX_DIR_ENTRIES) and, for a
+        small tree, those a few levels below: the whole /usr/lib/wsl tree holds lib/libdxcore.so and
+        drivers/<store folder>/libcuda.so.1.1. A big folder (a library dir, the host's /) is not walked."""
+        top = self.host.listdir(host_dir)[:MAX_DIR_ENTRIES]
+        if len(top) > MAX_WALKED_ENTRIES or _KERNEL_FS.match(host_dir) or posixpath.normpath(host_dir) == "/":
+            return [posixpath.join(container_dir, name) for name in top]
         found: list[str] = []
         pending = [(container_dir, host_dir, 0)]
-        while pending and len(found) < MAX_DIR_ENTRIES:
+        budget = MAX_WALKED_ENTRIES
+        while pending and budget > 0:
             cdir, hdir, depth = pending.pop(0)
-            for name in self.host.listdir(hdir)[: MAX_DIR_ENTRIES - len(found)]:
+            names = self.host.listdir(hdir)[:budget]
+            budget -= len(names)
+            for name in names:
                 hpath = posixpath.join(hdir, name)
                 if depth < MAX_DIR_DEPTH and self.host.is_dir(hpath):
                     pending.append((posixpath.join(cdir, name), hpath, depth + 1))
@@ -301,7 +310,7 @@ class ContainerView:
         """A SONAME file in `folder`: found by any glibc when an update-ldcache hook covers the folder,
         else only by a libc that searches it by default (which differs between distributions)."""
         if folder in self.ld_folders:
-            return f"{how} (update-ldcache covers {folder})", ()
+            return f"{how}; update-ldcache covers {folder}", ()
         needs = default_search_needs(folder)
         return None if needs is None else (how, needs)
 
