@@ -22,7 +22,8 @@ HOST_ENGINE_FILE = "host-engine.json"
 
 
 class EngineOption:
-    """`auto` (the host's engine), `none` (no engine limits) or `named` (NAME@VERSION)."""
+    """`auto` (the host's engine), `none` (no engine limits) or `named`: NAME@VERSION, or a bare
+    NAME for that engine as installed here (its version asked like `auto` does)."""
 
     __slots__ = ("mode", "name", "version")
 
@@ -37,7 +38,9 @@ class EngineOption:
         return self.name if self.mode == NAMED else None
 
     def __str__(self) -> str:
-        return f"{self.name}@{self.version}" if self.mode == NAMED else self.mode
+        if self.mode != NAMED:
+            return self.mode
+        return f"{self.name}@{self.version}" if self.version else str(self.name)
 
     def __repr__(self) -> str:
         return f"EngineOption({str(self)!r})"
@@ -50,8 +53,8 @@ class EngineOption:
 
 
 def parse_engine(value: str | EngineOption | None) -> EngineOption:
-    """`None`/"" and "auto" -> the host's engine; "none"; "podman@4.3.1" (name and version checked).
-    Raises ValueError with the user's message for anything else."""
+    """`None`/"" and "auto" -> the host's engine; "none"; "podman@4.3.1" (name and version checked);
+    "podman" (the host's podman). Raises ValueError with the user's message for anything else."""
     if isinstance(value, EngineOption):
         return value
     if value is not None and not isinstance(value, str):
@@ -63,9 +66,12 @@ def parse_engine(value: str | EngineOption | None) -> EngineOption:
         return EngineOption(NONE)
     name, sep, version = text.partition("@")
     name, version = name.strip().lower(), version.strip()
+    if not sep and name in ENGINE_NAMES:
+        return EngineOption(NAMED, name)
     if not sep or not name or not version:
         raise ValueError(
-            f"--engine {value!r}: expected NAME@VERSION such as podman@4.3.1 or docker@28.2.0, or auto, or none"
+            f"--engine {value!r}: expected NAME@VERSION such as podman@4.3.1 or docker@28.2.0, a bare podman or "
+            f"docker (the one installed here), or auto, or none"
         )
     from cgpu.cdi.versions import max_cdi_version
 
@@ -73,9 +79,9 @@ def parse_engine(value: str | EngineOption | None) -> EngineOption:
     return EngineOption(NAMED, name, version)
 
 
-def host_engine(*, timeout: float, cache_dir: str | None = None) -> tuple[tuple[str, str] | None, list[str]]:
-    """(name, version) of the engine on this host (podman first; Docker only when its daemon
-    answers), or None; and why an engine that is installed did not answer."""
+def host_engines(*, timeout: float, cache_dir: str | None = None) -> tuple[list[tuple[str, str]], list[str]]:
+    """(name, version) of each engine on this host, podman first (Docker only when its daemon
+    answers); and why an engine that is installed did not answer."""
     identity = []
     for name in ENGINE_NAMES:
         path = shutil.which(name)
@@ -87,7 +93,7 @@ def host_engine(*, timeout: float, cache_dir: str | None = None) -> tuple[tuple[
             continue
         identity.append([name, path, info.st_size, info.st_mtime_ns])
     if not identity:
-        return None, []
+        return [], []
     if cache_dir is None:
         from cgpu.cache import default_cache_dir
 
@@ -99,32 +105,27 @@ def host_engine(*, timeout: float, cache_dir: str | None = None) -> tuple[tuple[
     from cgpu.engines import detect_engines
 
     engines, failures = detect_engines(timeout=timeout)
-    found = (engines[0].name, engines[0].version) if engines else None
+    found = [(e.name, e.version) for e in engines]
     _remember(cache_file, identity, found, failures)
     return found, failures
 
 
-def _read_remembered(cache_file: str, identity: list[list[object]]) -> tuple[tuple[str, str] | None, list[str]] | None:
+def _read_remembered(cache_file: str, identity: list[list[object]]) -> tuple[list[tuple[str, str]], list[str]] | None:
     try:
         with open(cache_file, encoding="utf-8") as handle:
             data = json.load(handle)
         age = time.time() - float(data["at"])
         if data["identity"] != identity or not 0 <= age < HOST_ENGINE_SECONDS:
             return None
-        found = data["found"]
+        found = [(str(name), str(version)) for name, version in data["found"]]
         failures = [str(f) for f in data["failures"]]
-        if found is None:
-            return None, failures
-        name, version = str(found[0]), str(found[1])
-    except (OSError, ValueError, KeyError, TypeError, IndexError):
+    except (OSError, ValueError, KeyError, TypeError):
         return None  # absent, unreadable or not ours: ask the engine
-    return (name, version), failures
+    return found, failures
 
 
-def _remember(
-    cache_file: str, identity: list[list[object]], found: tuple[str, str] | None, failures: list[str]
-) -> None:
-    data = {"identity": identity, "at": time.time(), "found": list(found) if found else None, "failures": failures}
+def _remember(cache_file: str, identity: list[list[object]], found: list[tuple[str, str]], failures: list[str]) -> None:
+    data = {"identity": identity, "at": time.time(), "found": [list(f) for f in found], "failures": failures}
     temporary = f"{cache_file}.{os.getpid()}.tmp"
     try:
         os.makedirs(os.path.dirname(cache_file), exist_ok=True)

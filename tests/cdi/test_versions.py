@@ -56,7 +56,7 @@ def test_max_cdi_version(engine, version, limit):
 @pytest.mark.parametrize(
     ("value", "message"),
     [
-        ("podman", "expected NAME@VERSION"),
+        ("crio", "expected NAME@VERSION"),
         ("podman@", "expected NAME@VERSION"),
         ("crio@1.30", "unknown engine 'crio'"),
         ("podman@latest", "is not a version number"),

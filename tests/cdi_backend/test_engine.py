@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from cgpu.backends import run_backend
-from cgpu.engine_option import HOST_ENGINE_FILE, host_engine
+from cgpu.engine_option import HOST_ENGINE_FILE, host_engines
 from tests.cdi_backend.helpers import HOSTS, SAMPLES
 
 
@@ -55,6 +55,11 @@ def test_without_engine_the_hosts_engine_judges_even_under_root(only_stand_ins: 
         messages
     )
     assert _report(engine="none")["containers"] == ["cuda", "vulkan", "opencl"]
+    bare = _report(engine="podman")  # the host's podman, by name
+    assert "podman 4.3.1 judged the specs (the host's engine (--engine podman))" in str(bare["problems"])
+    docker = _report(engine="docker")  # none here: the newest rules, said so
+    assert docker["containers"] == ["cuda", "vulkan", "opencl"]
+    assert any(p["source"] == "--engine docker" and "no docker answered" in p["message"] for p in docker["problems"])
 
 
 def test_no_engine_answering_means_the_newest_rules_with_a_warning(only_stand_ins: Path):
@@ -65,20 +70,20 @@ def test_no_engine_answering_means_the_newest_rules_with_a_warning(only_stand_in
 
 def test_the_engine_version_is_remembered_until_the_binary_changes(only_stand_ins: Path, tmp_path: Path):
     script = _stand_in_podman(only_stand_ins, "4.3.1")
-    assert host_engine(timeout=10) == (("podman", "4.3.1"), [])
-    assert host_engine(timeout=10) == (("podman", "4.3.1"), [])
+    assert host_engines(timeout=10) == ([("podman", "4.3.1")], [])
+    assert host_engines(timeout=10) == ([("podman", "4.3.1")], [])
     assert _calls(only_stand_ins) == 1
     assert (tmp_path / "cache" / HOST_ENGINE_FILE).is_file()
     script.write_text(script.read_text().replace("4.3.1", "5.5.2"))  # an upgrade: another size, another mtime
     os.utime(script, ns=(1, 1))
-    assert host_engine(timeout=10) == (("podman", "5.5.2"), [])
+    assert host_engines(timeout=10) == ([("podman", "5.5.2")], [])
     assert _calls(only_stand_ins) == 2
     (tmp_path / "cache" / HOST_ENGINE_FILE).write_text("{not json")  # a damaged cache is asked past
-    assert host_engine(timeout=10) == (("podman", "5.5.2"), [])
+    assert host_engines(timeout=10) == ([("podman", "5.5.2")], [])
     data = json.loads((tmp_path / "cache" / HOST_ENGINE_FILE).read_text())
     data["at"] -= 3600  # too old
     (tmp_path / "cache" / HOST_ENGINE_FILE).write_text(json.dumps(data))
-    host_engine(timeout=10)
+    host_engines(timeout=10)
     assert _calls(only_stand_ins) == 4
 
 
@@ -87,9 +92,9 @@ def test_this_hosts_podman_judges_a_0_7_0_spec_without_engine(run_cli, tmp_path:
     podman = shutil.which("podman")
     if podman is None:
         pytest.skip("podman is not installed")
-    found, _ = host_engine(timeout=30, cache_dir=str(tmp_path / "probe-cache"))
-    if found is None or found[1] != "4.3.1":
-        pytest.skip(f"this host's engine is {found}, not podman 4.3.1")
+    found, _ = host_engines(timeout=30, cache_dir=str(tmp_path / "probe-cache"))
+    if found[:1] != [("podman", "4.3.1")]:
+        pytest.skip(f"this host's engines are {found}, not podman 4.3.1")
     code, out, err = run_cli(
         "probe",
         "--backend",

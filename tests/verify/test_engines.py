@@ -30,6 +30,7 @@ from .conftest import service_processes
     [
         ("podman@4.3.1", "podman"),
         ("docker@28.2.0", "docker"),
+        ("Docker", "docker"),
         ("auto", None),
         ("none", None),
         (None, None),

@@ -18,7 +18,7 @@ from cgpu.backends.cdi.host import HostFS, HostTrace
 from cgpu.backends.cdi.rules import PARTIAL, PROVIDED, Finding, driver_mismatch, judge, mismatch_fix
 from cgpu.backends.cdi.view import ContainerView, is_bind, node_fully_specified, risky_edits
 from cgpu.cdi.model import ContainerEdits, ResolvedDevice, ScanResult, Spec
-from cgpu.engine_option import EngineOption, host_engine
+from cgpu.engine_option import EngineOption, host_engines
 from cgpu.report import ReportBuilder
 
 APIS = ("cuda", "rocm", "vulkan", "opencl", "directml")  # metal: the report's own evidence
@@ -248,25 +248,27 @@ def _engine_rules(
         return None
     if option.mode == NONE:  # asked for: nothing to report
         return option, None, None
-    if option.mode == AUTO:
-        found, failures = host_engine(timeout=timeout or 10)
-        if found is None:
+    if option.mode == AUTO or option.version is None:
+        engines, failures = host_engines(timeout=timeout or 10)
+        found = [e for e in engines if option.name in (None, e[0])]
+        if not found:
+            wanted = f"no {option.name}" if option.name else "no podman or docker"
             why = f" ({'; '.join(failures)})" if failures else ""
             report.problem(
                 "warning",
-                "--engine auto",
-                f"no podman or docker answered on this host{why}, so specs are judged by the newest CDI rules; "
+                f"--engine {option}",
+                f"{wanted} answered on this host{why}, so specs are judged by the newest CDI rules; "
                 f"name the engine that will run the containers with --engine NAME@VERSION",
             )
             return option, None, None
-        name, version = found
+        name, version = found[0]
     else:
-        name, version = option.name or "", option.version or ""
-    how = "the host's engine (--engine auto)" if option.mode == AUTO else f"--engine {option}"
+        name, version = option.name or "", option.version
+    how = f"the host's engine (--engine {option})" if option.version is None else f"--engine {option}"
     try:
         max_version = max_cdi_version(name, version)
     except ValueError as exc:  # an engine found by `auto` that cgpu has no figure for
-        report.problem("warning", "--engine auto", f"{exc}; specs are judged by the newest CDI rules")
+        report.problem("warning", f"--engine {option}", f"{exc}; specs are judged by the newest CDI rules")
         return option, None, None
     accepts = f"cdiVersion up to {max_version}" if max_version else "no CDI spec at all"
     report.problem("info", "--engine", f"{name} {version} judged the specs ({how}): it reads {accepts}")
