@@ -132,7 +132,8 @@ class HostFS:
         return self._plain
 
     def is_device_node(self, path: str) -> bool:
-        """A character or block device or a FIFO: what the CDI library accepts as a device node."""
+        """A character or block device or a FIFO, the path itself (lstat: a symlink is not one): what
+        the CDI library's deviceInfoFromPath accepts as a device node."""
         return self._ask("device", path)
 
     def listdir(self, path: str) -> list[str]:
@@ -165,8 +166,8 @@ class HostFS:
         return "dir" if stat.S_ISDIR(mode) else "file"
 
     def _device(self, path: str) -> bool:
-        real = self.resolve(path)
-        mode = self._read(_followed_type, real) if real is not None else None
+        real = self.resolve(path) if self._plain else None  # under --root only existence counts
+        mode = self._read(_file_type, real) if real is not None else None
         return mode is not None and (stat.S_ISCHR(mode) or stat.S_ISBLK(mode) or stat.S_ISFIFO(mode))
 
     def resolve(self, path: str) -> str | None:

@@ -95,7 +95,7 @@ def _summary(eng: Engine, image: str, how: str, outcomes: list[str]) -> str:
 def _note_engine_mismatch(report: ReportBuilder, eng: Engine, engine_option: EngineOption) -> None:
     """`--engine podman@5.0` judges the specs as podman 5.0 would; the live run uses the
     engine that is here. Say so when they differ: their CDI version limits may too."""
-    if engine_option.live_engine is None:
+    if engine_option.version is None:  # auto, none, or a bare name: judged as the engine here
         return
     if (engine_option.name, engine_option.version) != (eng.name, eng.version):
         report.problem(
