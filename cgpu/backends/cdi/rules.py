@@ -108,6 +108,12 @@ def judge(view: ContainerView, kind: str) -> dict[str, Finding]:
 def driver_mismatch(view: ContainerView) -> tuple[str, str, str] | None:
     """(user-space version the container gets, kernel module version, file it was read from) when
     they differ: NVML then fails with "driver/library version mismatch" and CUDA with error 803."""
+    if "mismatch" not in view.file_memo:
+        view.file_memo["mismatch"] = _driver_mismatch(view)
+    return view.file_memo["mismatch"]  # type: ignore[return-value]
+
+
+def _driver_mismatch(view: ContainerView) -> tuple[str, str, str] | None:
     user = None
     for stem in ("libcuda", "libnvidia-ml", "libGLX_nvidia", "libnvidia-opencl"):
         for library in view.libraries(stem):
@@ -230,12 +236,14 @@ def _library(view: ContainerView, stem: str, soname: str) -> tuple[str | None, R
 
 def _find_library(view: ContainerView, stem: str, soname: str) -> tuple[str | None, Route | None]:
     libraries = view.libraries(stem)
-    routes = [(library, view.soname_route(library, soname)) for library in libraries]
-    linkable = [(library, route) for library, route in routes if route is not None]
-    linkable.sort(key=lambda item: len(item[1][1]))
-    if linkable:
-        return linkable[0]
-    return (libraries[0], None) if libraries else (None, None)
+    best: tuple[str | None, Route | None] = (libraries[0], None) if libraries else (None, None)
+    for library in libraries:
+        route = view.soname_route(library, soname)
+        if route is not None and (best[1] is None or len(route[1]) < len(best[1][1])):
+            best = (library, route)
+            if not route[1]:
+                break  # loadable whatever the image's libc: nothing better to find
+    return best
 
 
 def _nvidia_api(
@@ -374,16 +382,19 @@ def _glx_companions_absent(view: ContainerView, library: str) -> list[str]:
     """The libraries libGLX_nvidia loads that the container does not get, in its driver version."""
     match = _VERSION_SUFFIX.search(library)
     version = match.group(1) if match else None
+    if version is None:  # Jetson's libGLX_nvidia.so.0: the version of the libraries beside it
+        found = next((_VERSION_SUFFIX.search(f) for f in view.libraries(GLX_COMPANIONS[0])), None)
+        version = found.group(1) if found else None
     stems = list(GLX_COMPANIONS)
     host_library = view.host_path(library)
-    if host_library is not None:
-        folder = posixpath.dirname(host_library)
-        if any(n.startswith(GLX_OPTIONAL_COMPANION + ".so.") for n in view.host.listdir(folder)):
+    if version and host_library is not None:
+        gpucomp = posixpath.join(posixpath.dirname(host_library), f"{GLX_OPTIONAL_COMPANION}.so.{version}")
+        if view.host.exists(gpucomp):
             stems.append(GLX_OPTIONAL_COMPANION)  # this driver ships it: libGLX_nvidia needs it
     absent = []
     for stem in stems:
-        found = view.libraries(stem)
-        if not any(version is None or f.endswith(f".so.{version}") for f in found):
+        found_files = view.libraries(stem)
+        if not any(version is None or f.endswith(f".so.{version}") for f in found_files):
             absent.append(f"{stem}.so.{version}" if version else f"{stem}.so")
     return absent
 
