@@ -9,9 +9,11 @@ import shutil
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from cgpu.backends import run_backend
-from cgpu.engine_option import HOST_ENGINE_FILE, host_engines
+from cgpu.engine_option import HOST_ENGINE_FILE, host_engines, parse_engine
 from tests.cdi_backend.helpers import HOSTS, SAMPLES
 
 
@@ -111,3 +113,14 @@ def test_this_hosts_podman_judges_a_0_7_0_spec_without_engine(run_cli, tmp_path:
     assert report["containers"] == []
     assert any("podman 4.3.1 judged the specs" in p["message"] for p in report["problems"])
     assert "podman 4.3.1 ignores the spec" in report["evidence"]["cuda"]
+
+
+@given(st.text(max_size=40))
+def test_any_engine_text_parses_or_is_refused_with_a_message(text: str):
+    try:
+        option = parse_engine(text)
+    except ValueError as exc:
+        assert "--engine" in str(exc) or "engine" in str(exc)
+        return
+    assert parse_engine(str(option)) == option  # what it prints parses back to the same choice
+    assert option.mode in ("auto", "none", "named")

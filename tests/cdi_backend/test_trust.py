@@ -308,6 +308,8 @@ def test_advice_a_driver_without_a_spec_gets_the_generate_command(tmp_path: Path
     assert any(command in p["message"] for p in report["problems"])
     amd = probe([empty], _host(tmp_path, "amd", name="amd"))
     assert "amd-ctk cdi generate" in amd["evidence"]["rocm"]
+    wsl = probe([empty], _host(tmp_path, "wsl", name="wsl"))
+    assert "nvidia-ctk cdi generate --mode=wsl" in wsl["evidence"]["cuda"]
     assert "generate" not in probe([empty], _host(tmp_path, "software", name="sw"))["evidence"]["cuda"]
 
 

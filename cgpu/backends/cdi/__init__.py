@@ -436,8 +436,8 @@ def _loaded_drivers(host: HostFS) -> set[str]:
     loaded = set()
     if host.nvidia_driver_version()[0] is not None or host.exists("/dev/nvidiactl"):
         loaded.add("nvidia")
-    if host.exists("/dev/dxg"):
-        loaded.add("wsl")
+    if host.exists("/dev/dxg") and any(n.startswith("nv") for n in host.listdir("/usr/lib/wsl/drivers")):
+        loaded.add("wsl")  # an NVIDIA driver store under WSL: nvidia-ctk's WSL mode applies
     if host.exists("/sys/module/amdgpu") or host.exists("/dev/kfd"):
         loaded.add("amd")
     if host.exists("/sys/module/i915") or host.exists("/sys/module/xe"):
