@@ -409,9 +409,9 @@ def _report_mismatch(report: ReportBuilder, spec_path: str, runnable: list[Devic
     report.problem(
         "error",
         spec_path,
-        f"NVIDIA driver mismatch: {_names([a.name for a in found])} get(s) the user-space driver {user} but the "
-        f"host's kernel module is {kernel} ({host.display(source)}), so NVML fails with 'driver/library version "
-        f"mismatch' and CUDA with error 803 in every container; {mismatch_fix(user, kernel)}",
+        f"NVIDIA driver mismatch: a container with {_names([a.name for a in found])} gets the user-space driver "
+        f"{user} but the host's kernel module is {kernel} ({host.display(source)}), so NVML fails with "
+        f"'driver/library version mismatch' and CUDA with error 803; {mismatch_fix(user, kernel)}",
     )
 
 
@@ -420,7 +420,7 @@ _GENERATORS = (
     ("nvidia", "the NVIDIA driver", "`nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml`"),
     (
         "wsl",
-        "WSL's GPU paravirtualization (/dev/dxg)",
+        "WSL's GPU paravirtualization (/dev/dxg) with NVIDIA's driver store",
         "`nvidia-ctk cdi generate --mode=wsl --output=/etc/cdi/nvidia.yaml`",
     ),
     ("amd", "the amdgpu driver", "`amd-ctk cdi generate --output=/etc/cdi/amd.json` (AMD Container Toolkit)"),
