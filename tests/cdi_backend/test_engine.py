@@ -53,12 +53,12 @@ def test_without_engine_the_hosts_engine_judges_even_under_root(only_stand_ins: 
     assert [d["status"] for d in report["devices"]] == ["blocked"] * 3
     assert "podman 4.3.1 ignores its spec" in report["devices"][0]["reason"]
     messages = [p["message"] for p in report["problems"]]
-    assert "podman 4.3.1 judged the specs (the host's engine (--engine auto)): it reads cdiVersion up to 0.5.0" in (
+    assert "podman 4.3.1 judged the specs (the host's engine, --engine auto): it reads cdiVersion up to 0.5.0" in (
         messages
     )
     assert _report(engine="none")["containers"] == ["cuda", "vulkan", "opencl"]
     bare = _report(engine="podman")  # the host's podman, by name
-    assert "podman 4.3.1 judged the specs (the host's engine (--engine podman))" in str(bare["problems"])
+    assert "podman 4.3.1 judged the specs (the host's engine, --engine podman)" in str(bare["problems"])
     docker = _report(engine="docker")  # none here: the newest rules, said so
     assert docker["containers"] == ["cuda", "vulkan", "opencl"]
     assert any(p["source"] == "--engine docker" and "no docker answered" in p["message"] for p in docker["problems"])

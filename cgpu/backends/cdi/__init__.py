@@ -264,7 +264,7 @@ def _engine_rules(
         name, version = found[0]
     else:
         name, version = option.name or "", option.version
-    how = f"the host's engine (--engine {option})" if option.version is None else f"--engine {option}"
+    how = f"the host's engine, --engine {option}" if option.version is None else f"--engine {option}"
     try:
         max_version = max_cdi_version(name, version)
     except ValueError as exc:  # an engine found by `auto` that cgpu has no figure for
