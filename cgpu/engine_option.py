@@ -18,6 +18,7 @@ ENGINE_NAMES = ("podman", "docker")  # the order `auto` prefers
 # same files (path, size, mtime) and for at most this long (a Docker daemon can be upgraded or
 # stopped while its CLI stays the same).
 HOST_ENGINE_SECONDS = 300.0
+NO_ENGINE_SECONDS = 30.0  # when none answered: soon asked again (it may have been busy), not on every call
 HOST_ENGINE_FILE = "host-engine.json"
 
 
@@ -114,10 +115,10 @@ def _read_remembered(cache_file: str, identity: list[list[object]]) -> tuple[lis
     try:
         with open(cache_file, encoding="utf-8") as handle:
             data = json.load(handle)
-        age = time.time() - float(data["at"])
-        if data["identity"] != identity or not 0 <= age < HOST_ENGINE_SECONDS:
-            return None
         found = [(str(name), str(version)) for name, version in data["found"]]
+        age = time.time() - float(data["at"])
+        if data["identity"] != identity or not 0 <= age < (HOST_ENGINE_SECONDS if found else NO_ENGINE_SECONDS):
+            return None
         failures = [str(f) for f in data["failures"]]
     except (OSError, ValueError, KeyError, TypeError):
         return None  # absent, unreadable or not ours: ask the engine

@@ -87,6 +87,15 @@ def test_the_engine_version_is_remembered_until_the_binary_changes(only_stand_in
     (tmp_path / "cache" / HOST_ENGINE_FILE).write_text(json.dumps(data))
     host_engines(timeout=10)
     assert _calls(only_stand_ins) == 4
+    # An engine that does not answer (busy, broken): remembered for 30 s only, then asked again.
+    script.write_text(f'#!/bin/sh\necho called >> "{only_stand_ins}/calls"\nexit 125\n')
+    assert host_engines(timeout=10)[0] == [] and host_engines(timeout=10)[0] == []
+    assert _calls(only_stand_ins) == 5
+    data = json.loads((tmp_path / "cache" / HOST_ENGINE_FILE).read_text())
+    data["at"] -= 31
+    (tmp_path / "cache" / HOST_ENGINE_FILE).write_text(json.dumps(data))
+    host_engines(timeout=10)
+    assert _calls(only_stand_ins) == 6
 
 
 def test_this_hosts_podman_judges_a_0_7_0_spec_without_engine(run_cli, tmp_path: Path):
