@@ -18,8 +18,18 @@ IMAGE_NEEDS: Final[dict[str, str]] = {
     "vulkan-loader": "the Vulkan loader (libvulkan.so.1)",
     "opencl-icd-loader": "an OpenCL ICD loader (libOpenCL.so.1: ocl-icd or Khronos')",
     "khronos-opencl-loader": "the Khronos OpenCL ICD loader, which reads OCL_ICD_FILENAMES (ocl-icd does not)",
+    "ocl-icd-loader": (
+        "ocl-icd's OpenCL loader (Debian's and Ubuntu's libOpenCL.so.1), which reads OPENCL_VENDOR_PATH, an "
+        "OCL_ICD_VENDORS naming a file or library, and an .icd file's first line only (the Khronos loader does not)"
+    ),
+    "lib64-search": "a libc that searches /usr/lib64 by default (Fedora, RHEL, SUSE; not Debian or Ubuntu)",
+    "multiarch-search": (
+        "a libc that searches Debian's library folders (/usr/lib/<triplet>, /usr/lib) by default: Debian, Ubuntu; "
+        "not Fedora, RHEL or SUSE"
+    ),
     "mesa-vulkan": "Mesa's Vulkan driver for the GPU (RADV for AMD, ANV for Intel, NVK for nouveau)",
     "mesa-venus": "Mesa's Venus Vulkan driver (virtio-gpu)",
+    "mesa-nvk": "Mesa's NVK Vulkan driver, for NVIDIA GPUs driven by nouveau",
     "mesa-venus-libkrun": "the libkrun build of Mesa's Venus driver (stock Mesa fails vkCreateInstance under krunkit)",
     "rocm-runtime": "the ROCm runtime (HSA: libhsa-runtime64.so.1)",
     "rocm-opencl": "ROCm's OpenCL driver and its ICD registration",

@@ -84,7 +84,7 @@ _IMAGE_EPILOG = f"""examples:
   cgpu image check oci-archive:probe.tar --json
   cgpu image check localhost/my-app --machine podman-machine-default
 
---timeout default: 300 s for exporting the image from podman or docker.
+--timeout default: 300 s for the whole check (exporting the image included).
 
 {_EXIT_CODES}"""
 
@@ -170,7 +170,7 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--json", action="store_true", help="the answer as one JSON object (for machines)")
     check.add_argument("--machine", metavar="NAME", help="also run the probe in this krunkit VM")
     check.add_argument(
-        "--timeout", type=_seconds, metavar="SECONDS", help="limit for each command cgpu runs (default: 300)"
+        "--timeout", type=_seconds, metavar="SECONDS", help="limit for the whole check (default: 300)"
     )
     check.add_argument("--color", choices=("auto", "always", "never"), default="auto", help="as for probe")
 
@@ -236,7 +236,8 @@ def _add_probe_options(parser: argparse.ArgumentParser) -> None:
     cdi.add_argument(
         "--engine",
         metavar="ENGINE@VERSION|auto|none",
-        help="judge specs as podman@X or docker@X would; auto asks the host's engine; none: newest rules",
+        help="whose CDI rules judge the specs: auto (default) asks the host's podman or docker; podman@X or docker@X "
+        "judges for another host; none: the newest rules",
     )
     cdi.add_argument(
         "--device",

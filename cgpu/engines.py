@@ -380,17 +380,6 @@ def docker_create_options(devices: list[str]) -> dict[str, Any]:
 # --- finding and opening an engine ---------------------------------------------------------
 
 
-def engine_choice(engine: str | None) -> str | None:
-    """The engine a live run uses: "podman", "docker", or None for whichever the host has.
-
-    `--engine podman@4.3.1` names the engine (the version only steers the static rules);
-    `auto`, `none` and no option leave the choice to the host."""
-    if engine is None:
-        return None
-    name = engine.split("@", 1)[0].strip().lower()
-    return name if name in ("podman", "docker") else None
-
-
 @contextmanager
 def open_engine(
     choice: str | None, *, timeout: float, progress: Callable[[str], None] = lambda _m: None

@@ -48,7 +48,8 @@ CASES = [
 
 def _options(case: tuple[str, str, list[str]]) -> dict[str, Any]:
     sample, host, _ = case
-    return {"spec_dirs": [str(SAMPLES / sample / "spec")], "root": str(SAMPLES / "hosts" / host)}
+    # Fake host trees: judged by the newest CDI rules, not by whatever engine this machine has.
+    return {"spec_dirs": [str(SAMPLES / sample / "spec")], "root": str(SAMPLES / "hosts" / host), "engine": "none"}
 
 
 def _comparable(report: dict[str, Any]) -> str:
@@ -105,6 +106,8 @@ def cli_load(procs: int, runs: int, seconds: float, expected: list[str]) -> dict
             options["spec_dirs"][0],
             "--root",
             options["root"],
+            "--engine",
+            options["engine"],
         ]
         done = subprocess.run(argv, capture_output=True, env=env, timeout=60, cwd=REPO)
         error = None

@@ -24,7 +24,7 @@ from cgpu.terminal import Style, escape
 from tests.image.trees import docker_archive, fedora_tree, layer_tar
 
 REPO = Path(__file__).resolve().parent.parent
-MIG = ("--spec-dir", "cdi-samples/nvidia-8gpu-mig/spec", "--root", "cdi-samples/hosts/nvidia-580")
+MIG = ("--engine", "none", "--spec-dir", "cdi-samples/nvidia-8gpu-mig/spec", "--root", "cdi-samples/hosts/nvidia-580")
 # Everything a hostile value tried on a terminal: cursor up, carriage return, hidden text, OSC 52
 # (clipboard), CSI as one C1 byte, DEL, a bidi override, NUL, and a forged answer line.
 HOSTILE = "\x1b[8A\r\x1b[8m\x1b]52;c;Y3VybCBldmlsfHNo\x07\x9b2J\x7f\u202etxt.exe\x00\ncontainers get: cuda, vulkan"
@@ -82,14 +82,14 @@ def test_spec_values_and_file_names_reach_the_terminal_escaped(run_cli, tmp_path
     root = tmp_path / "root"
     (root / "dev/dri").mkdir(parents=True)
     (root / "dev/dri/renderD128").write_text("")
-    code, out, err = run_cli("probe", "--spec-dir", str(specs), "--root", str(root), *mode)
+    code, out, err = run_cli("probe", "--engine", "none", "--spec-dir", str(specs), "--root", str(root), *mode)
     assert code == 0, err
     if mode == ("--color", "always"):  # cgpu's own colour codes are the only escapes left
         out = re.sub(r"\x1b\[[0-9;]*m", "", out)
     assert unsafe(out) == [] and unsafe(err) == []
     assert not any(line.startswith("containers get: cuda") for line in out.splitlines()[1:])
     assert "\\e[8A" in re.sub(r"\n\s*", "", out)  # shown, not hidden (maybe wrapped)
-    assert json.loads(run_cli("probe", "--spec-dir", str(specs), "--root", str(root), "--json")[1])
+    assert json.loads(run_cli("probe", "--engine", "none", "--spec-dir", str(specs), "--root", str(root), "--json")[1])
 
 
 def test_image_tags_os_release_and_icd_paths_reach_the_terminal_escaped(run_cli, tmp_path):
@@ -133,12 +133,12 @@ def test_mig_sample_answers_on_the_first_line_and_groups_aliases(run_cli):
     code, out, err = run_cli("probe", *MIG)
     assert code == 0, err
     lines = out.splitlines()
-    assert lines[0] == "containers get: cuda, vulkan, opencl · 33 devices · no problems"
-    assert "devices: 33 names, 17 distinct (aliases of one device share a row)" in out
+    assert lines[0] == "containers get: cuda, vulkan, opencl · 25 devices · no problems"
+    assert "devices: 25 names, 13 distinct (aliases of one device share a row)" in out
     assert "also MIG-3f0a0000-7c1e-5b4a-8d2f-1a2b3c4d5e00" in out
     assert sum(line.startswith("  - metal") for line in lines) == 1 and "  - metal    Apple host API" in out
     devices = {d["name"]: d for d in json.loads(run_cli("probe", *MIG, "--json")[1])["devices"]}
-    assert devices["nvidia.com/gpu=GPU-4a9c0b0e-1f83-5d2a-9e55-2b1c7d0e6f00"]["alias_of"] == "nvidia.com/gpu=0"
+    assert devices["nvidia.com/gpu=GPU-4a9c0b0e-1f83-5d2a-9e55-2b1c7d0e6f04"]["alias_of"] == "nvidia.com/gpu=4"
     assert "alias_of" not in devices["nvidia.com/gpu=0:1"]  # another MIG instance of GPU 0, not a name of 0:0
 
 
@@ -147,14 +147,17 @@ def test_no_line_is_wider_than_the_terminal(run_cli, columns):
     env = {"COLUMNS": columns} if columns else {}
     if columns is None:
         env = {k: "" for k in ("COLUMNS",)}  # piped: 80 columns
-    for args in (MIG, ("--spec-dir", "cdi-samples/nvidia-1.17/spec", "--root", "cdi-samples/hosts/nvidia-580")):
+    for args in (
+        MIG,
+        ("--engine", "none", "--spec-dir", "cdi-samples/nvidia-1.17/spec", "--root", "cdi-samples/hosts/nvidia-580"),
+    ):
         for mode in ((), ("--list-devices",), ("--explain", "opencl")):
             code, out, _ = run_cli("probe", *args, *mode, env=env)
             assert max(len(line) for line in out.splitlines()) <= int(columns or 80), (args, mode)
 
 
 def test_a_name_too_long_for_the_column_gets_a_line_of_its_own(run_cli):
-    uuid = "nvidia.com/gpu=GPU-4a9c0b0e-1f83-5d2a-9e55-2b1c7d0e6f00"
+    uuid = "nvidia.com/gpu=GPU-4a9c0b0e-1f83-5d2a-9e55-2b1c7d0e6f04"
     code, out, _ = run_cli("probe", *MIG, "--device", uuid, "--device", "nvidia.com/gpu=all")
     table = out[out.index("DEVICE") :].splitlines()
     assert table[1:4] == [
@@ -254,15 +257,17 @@ def test_problems_are_sorted_by_severity_and_merged():
 
 def test_brief_list_devices_and_explain(run_cli):
     assert run_cli("probe", *MIG, "--brief") == (0, "cuda,vulkan,opencl\n", "")
-    code, out, _ = run_cli("probe", "--spec-dir", "cdi-samples/lavapipe/spec", "--root", "cdi-samples/hosts/software")
+    code, out, _ = run_cli(
+        "probe", "--engine", "none", "--spec-dir", "cdi-samples/lavapipe/spec", "--root", "cdi-samples/hosts/software"
+    )
     assert "example.com/gpu=software  no APIs  -" in out  # a device that gives nothing says so
     code, out, _ = run_cli("probe", *MIG, "--list-devices")
     rows = out.splitlines()
-    assert rows[0] == f"spec {MIG[1]}/nvidia.yaml"
-    assert rows[1].split() == ["nvidia.com/gpu=0", "ok", "cuda,", "vulkan,", "opencl"]
-    assert sum(row.startswith("  nvidia.com/gpu=") for row in rows) == 33  # every name, aliases too
+    assert rows[0] == f"spec {MIG[3]}/nvidia.yaml"
+    assert rows[1].split() == ["nvidia.com/gpu=4", "ok", "cuda,", "vulkan,", "opencl"]
+    assert sum(row.startswith("  nvidia.com/gpu=") for row in rows) == 25  # every name, aliases too
     code, out, _ = run_cli(
-        "probe", "--spec-dir", "cdi-samples/nvidia-1.17/spec", "--root", "cdi-samples/hosts/nvidia-580",
+        "probe", "--engine", "none", "--spec-dir", "cdi-samples/nvidia-1.17/spec", "--root", "cdi-samples/hosts/nvidia-580",
         "--explain", "cuda", "--device", "nvidia.com/gpu=0",
     )  # fmt: skip
     assert code == 0
@@ -280,7 +285,7 @@ def test_brief_list_devices_and_explain(run_cli):
     "name, says",
     [
         ("nvidia.com/gpu", "the =NAME part is missing (e.g. nvidia.com/gpu=0 or nvidia.com/gpu=all); did you mean"),
-        ("gpu=0", "the vendor/ part is missing before gpu; did you mean nvidia.com/gpu=0?"),
+        ("gpu=4", "the vendor/ part is missing before gpu; did you mean nvidia.com/gpu=4?"),
         ("gpu0", "it is not qualified: give vendor/class=name"),
         ("nvidia.com/gpu=", "the name after = is empty"),
         ("nvidia.com/gpu=-x", "the name '-x' must start and end with a letter or digit"),
@@ -313,7 +318,7 @@ def test_help_gives_timeout_defaults_exit_codes_and_examples(run_cli):
     from cgpu.backends.cdi import verify
     from cgpu.backends.krunkit import BOOT_TIMEOUT_S, RUN_TIMEOUT_S
     from cgpu.backends.wsl import DEFAULT_TIMEOUT as WSL
-    from cgpu.image.source import DEFAULT_TIMEOUT as EXPORT
+    from cgpu.image.check import DEFAULT_TIMEOUT as EXPORT
 
     out = run_cli("probe", "--help", env={"COLUMNS": "120"})[1]
     for seconds in (

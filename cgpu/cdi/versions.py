@@ -74,16 +74,3 @@ def max_cdi_version(engine: str, version: str) -> str | None:
             f"(its table starts at {engine} {oldest}); pick --engine none or a newer engine"
         )
     return best
-
-
-def parse_engine_option(value: str) -> tuple[str, str]:
-    """Split the CLI's `--engine NAME@VERSION` ("podman@4.3.1") into (name, version), both
-    checked. `auto` and `none` are the caller's to handle."""
-    name, sep, version = value.partition("@")
-    if not sep or not name or not version:
-        raise ValueError(
-            f"--engine {value!r}: expected NAME@VERSION such as podman@4.3.1 or docker@28.2.0, or auto, or none"
-        )
-    name = name.strip().lower()
-    max_cdi_version(name, version)  # raises for an unknown engine or version format
-    return name, version.strip()

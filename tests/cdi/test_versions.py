@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from cgpu.cdi import versions
+from cgpu.engine_option import parse_engine
 
 
 @pytest.mark.parametrize(
@@ -55,7 +56,7 @@ def test_max_cdi_version(engine, version, limit):
 @pytest.mark.parametrize(
     ("value", "message"),
     [
-        ("podman", "expected NAME@VERSION"),
+        ("crio", "expected NAME@VERSION"),
         ("podman@", "expected NAME@VERSION"),
         ("crio@1.30", "unknown engine 'crio'"),
         ("podman@latest", "is not a version number"),
@@ -64,9 +65,12 @@ def test_max_cdi_version(engine, version, limit):
 )
 def test_engine_option_errors(value, message):
     with pytest.raises(ValueError, match=message):
-        versions.parse_engine_option(value)
+        parse_engine(value)
 
 
 def test_engine_option():
-    assert versions.parse_engine_option("podman@4.3.1") == ("podman", "4.3.1")
-    assert versions.parse_engine_option("Docker@28.2.0") == ("docker", "28.2.0")
+    podman = parse_engine("podman@4.3.1")
+    assert (podman.mode, podman.name, podman.version) == ("named", "podman", "4.3.1")
+    assert str(parse_engine("Docker@28.2.0")) == "docker@28.2.0"
+    assert parse_engine(None).mode == parse_engine("auto").mode == "auto"
+    assert parse_engine("none").mode == "none"

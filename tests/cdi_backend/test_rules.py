@@ -101,7 +101,10 @@ def test_cuda_needs_every_nvidia_node(tmp_path: Path):
 
 def test_vulkan_icd_through_env_and_the_env_replacing_search_dirs(tmp_path: Path):
     lib = f"{LIB}/libGLX_nvidia.so.580.82.07"
-    mounts = [_mount(lib), _mount("/usr/share/vulkan/icd.d/nvidia_icd.json", "/opt/nv/icd.json")]
+    glx = [
+        _mount(f"{LIB}/{stem}.so.580.82.07") for stem in ("libnvidia-glcore", "libnvidia-tls", "libnvidia-glvkspirv")
+    ]
+    mounts = [_mount(lib), *glx, _mount("/usr/share/vulkan/icd.d/nvidia_icd.json", "/opt/nv/icd.json")]
     hooks = [_hook("update-ldcache", "--folder", LIB)]
     files = {"/usr/share/vulkan/icd.d/nvidia_icd.json": VK_ICD}
     outside = _nvidia(mounts, hooks)
@@ -172,8 +175,11 @@ def test_render_nodes_by_vendor(tmp_path: Path):
     assert render_only("amd.com/gpu", None)["containers"] == ["rocm", "vulkan", "opencl"]
     assert "by the spec kind amd.com/gpu" in render_only("amd.com/gpu", None)["evidence"]["rocm"]
     assert render_only("example.com/gpu", "0x1002")["containers"] == ["rocm", "vulkan", "opencl"]
-    unknown = render_only("example.com/gpu", "0x1af4")
-    assert unknown["containers"] == [] and "vendor 0x1af4" in unknown["evidence"]["vulkan"]
+    unknown = render_only("example.com/gpu", "0x1234")
+    assert unknown["containers"] == [] and "vendor 0x1234" in unknown["evidence"]["vulkan"]
+    venus = render_only("example.com/gpu", "0x1af4")  # virtio-gpu: Vulkan through the image's Venus driver
+    assert venus["containers"] == ["vulkan"]
+    assert venus["apis"]["vulkan"]["image_needs"] == ["mesa-venus", "vulkan-loader"]
     nvidia = render_only("example.com/gpu", "0x10de")
     assert nvidia["containers"] == [] and "no NVIDIA user-space driver" in nvidia["evidence"]["vulkan"]
     # sysfs wins over the kind: an "amd.com" spec whose node is an Intel GPU
@@ -190,12 +196,15 @@ def test_directml_needs_dxg_dxcore_and_d3d12(tmp_path: Path):
             {"name": "dxg", "containerEdits": {"deviceNodes": [{"path": "/dev/dxg"}], "mounts": [_mount(wsl)]}}
         ],
     }
-    root = make_host(
-        tmp_path / "root", ["/dev/dxg", f"{wsl}/libdxcore.so", f"{wsl}/libd3d12.so", f"{wsl}/libd3d12core.so"]
-    )
+    store = "/usr/lib/wsl/drivers/nvmdi.inf_amd64_0123456789abcdef"
+    libraries = [f"{wsl}/libdxcore.so", f"{wsl}/libd3d12.so", f"{wsl}/libd3d12core.so"]
+    root = make_host(tmp_path / "root", ["/dev/dxg", *libraries, f"{store}/libcuda.so.1.1", f"{store}/libnvwgf2umx.so"])
+    report = _answer(doc, root)  # only /usr/lib/wsl/lib: no driver store, no user-mode driver
+    assert report["containers"] == [] and "driver-store folder" in report["evidence"]["directml"]
+    doc["devices"][0]["containerEdits"]["mounts"].append(_mount("/usr/lib/wsl/drivers"))
     report = _answer(doc, root)
     assert report["containers"] == ["directml"]
-    assert "libdxcore.so and libd3d12.so" in report["evidence"]["directml"]
+    assert "libdxcore.so, libd3d12.so, libd3d12core.so" in report["evidence"]["directml"]
 
 
 def test_software_drivers_never_count_on_the_real_host(tmp_path: Path):

@@ -19,6 +19,8 @@ CASES = [
     ("nvidia-8gpu-mig", "nvidia-580", ["cuda", "vulkan", "opencl"], "is a MIG instance without graphics"),
     ("nvidia-no-hooks", "nvidia-580", [], "--disable-hook all"),
     ("nvidia-wsl", "wsl", ["cuda"], "libcuda.so.1.1"),
+    ("jetson-xavier", "jetson-xavier", ["cuda", "vulkan"], "/dev/nvmap"),
+    ("docker-desktop-venus", "docker-desktop", ["vulkan"], "mesa-venus"),
     ("amd", "amd", ["rocm", "vulkan", "opencl"], "ROCm runtime"),
     ("intel", "intel", ["vulkan", "opencl"], "Intel GPU"),
     ("lavapipe", "software", [], "a software driver that never counts"),
@@ -35,6 +37,8 @@ def test_sample_json(run_cli, sample, host, expected, phrase):
         f"cdi-samples/{sample}/spec",
         "--root",
         f"cdi-samples/hosts/{host}",
+        "--engine",
+        "none",
         "--json",
     )
     assert code == 0, err
@@ -54,6 +58,8 @@ def test_human_output_names_devices_apis_and_problems(run_cli):
         "cdi-samples/nvidia-1.17/spec",
         "--root",
         "cdi-samples/hosts/nvidia-580",
+        "--engine",
+        "none",
     )
     assert code == 0, err
     assert "nvidia.com/gpu=0" in out and "blocked" in out
@@ -80,6 +86,8 @@ def test_bad_device_name_and_bad_engine_are_refused(run_cli):
         "cdi-samples/amd/spec",
         "--root",
         "cdi-samples/hosts/amd",
+        "--engine",
+        "none",
         "--device",
         "gpu=0",
         "--json",
@@ -110,6 +118,8 @@ def test_a_spec_dir_given_that_does_not_exist_is_a_warning(run_cli, tmp_path):
         "cdi-samples/amd/spec",
         "--root",
         "cdi-samples/hosts/amd",
+        "--engine",
+        "none",
         "--json",
     )
     report = json.loads(out)

@@ -12,6 +12,7 @@ from http.server import BaseHTTPRequestHandler
 
 import pytest
 
+from cgpu.engine_option import parse_engine
 from cgpu.engines import (
     LABELS,
     ContainerTimeout,
@@ -19,7 +20,6 @@ from cgpu.engines import (
     EngineError,
     PodmanEngine,
     docker_create_options,
-    engine_choice,
     open_engine,
 )
 
@@ -38,7 +38,7 @@ from .conftest import podman, service_processes
     ],
 )
 def test_engine_choice(given, chosen):
-    assert engine_choice(given) == chosen
+    assert parse_engine(given).live_engine == chosen
 
 
 def test_docker_request_is_a_cdi_device_request_not_a_host_device():

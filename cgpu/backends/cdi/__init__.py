@@ -15,9 +15,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from cgpu.backends.cdi.host import HostFS, HostTrace
-from cgpu.backends.cdi.rules import PARTIAL, PROVIDED, Finding, judge
+from cgpu.backends.cdi.rules import PARTIAL, PROVIDED, Finding, driver_mismatch, judge, mismatch_fix
 from cgpu.backends.cdi.view import ContainerView, is_bind, node_fully_specified, risky_edits
 from cgpu.cdi.model import ContainerEdits, ResolvedDevice, ScanResult, Spec
+from cgpu.engine_option import EngineOption, host_engines
 from cgpu.report import ReportBuilder
 
 APIS = ("cuda", "rocm", "vulkan", "opencl", "directml")  # metal: the report's own evidence
@@ -28,12 +29,19 @@ _HOST_DRIVER_ARG = re.compile(r"--host-driver-version=(\d+\.\d+(?:\.\d+)?)")
 class DeviceAnswer:
     # Plain classes, not dataclasses, in this backend: creating a dataclass costs about a
     # millisecond at import, a visible share of the CLI's start-up (design §9).
-    __slots__ = ("device", "findings", "missing")
+    __slots__ = ("device", "findings", "mismatch", "missing")
 
-    def __init__(self, device: ResolvedDevice, findings: dict[str, Finding], missing: list[tuple[str, str]]) -> None:
+    def __init__(
+        self,
+        device: ResolvedDevice,
+        findings: dict[str, Finding],
+        missing: list[tuple[str, str]],
+        mismatch: tuple[str, str, str] | None = None,
+    ) -> None:
         self.device = device
         self.findings = findings
-        self.missing = missing  # (host path, "the mount source /x (for /y)" as a message names it)
+        self.mismatch = mismatch  # (user-space version, kernel module version, where it was read)
+        self.missing = missing  # (host path, "the mount source /x (for /y) does not exist on the host")
 
     @property
     def name(self) -> str:
@@ -61,7 +69,7 @@ def probe(
     *,
     spec_dirs: Sequence[str] | None = None,
     root: str | None = "/",
-    engine: str | None = None,
+    engine: str | EngineOption | None = None,
     devices: Sequence[str] | None = None,
     verify: bool = False,
     probe_image: str | None = None,
@@ -79,7 +87,7 @@ def probe(
     rules = _engine_rules(report, engine, timeout)
     if rules is None:
         return
-    max_version, label = rules
+    option, max_version, label = rules
     if max_version is None and label is not None:
         report.problem(
             "error", "--engine", f"{label} reads no CDI specs at all, so no container there gets a CDI device"
@@ -88,9 +96,9 @@ def probe(
     else:
         scan = scan_spec_dirs(dirs, max_version=max_version, engine_label=label)
         _spec_dir_hints(report, dirs)
-    answers = answer_scan(report, scan, HostFS(root), devices=devices, dirs=dirs)
+    answers = answer_scan(report, scan, HostFS(root), devices=devices, dirs=dirs, engine_label=label)
     if verify and answers is not None:
-        _verify(report, answers, dirs=dirs, engine=engine, probe_image=probe_image, timeout=timeout)
+        _verify(report, answers, dirs=dirs, engine=option, probe_image=probe_image, timeout=timeout)
 
 
 _BACKUP_SUFFIXES = ("~", ".bak", ".orig", ".old", ".swp", ".tmp", ".rpmnew", ".rpmsave", ".dpkg-old", ".dpkg-dist")
@@ -138,6 +146,7 @@ def answer_scan(
     *,
     devices: Sequence[str] | None = None,
     dirs: Sequence[str] = (),
+    engine_label: str | None = None,
 ) -> list[DeviceAnswer] | None:
     """Fill the report from a scan: problems, one entry per device, the node answer with evidence."""
     for severity, source, message in scan.problems:
@@ -166,9 +175,10 @@ def answer_scan(
             [],
             status="blocked",
             spec=spec.path,
-            reason=f"the engine ignores its spec: cdiVersion {spec.version} is above what it accepts",
+            reason=f"{engine_label or 'the engine'} ignores its spec: cdiVersion {spec.version} is above what "
+            f"it accepts",
         )
-    _evidence(report, answers, scan, list(dirs), host, ignored)
+    _evidence(report, answers, scan, list(dirs), host, ignored, engine_label or "the engine")
     return answers
 
 
@@ -210,7 +220,7 @@ def _answers(selected: list[ResolvedDevice], host: HostFS) -> list[DeviceAnswer]
     ):
         return last.answers
     bases: dict[int, tuple[ContainerView, list[tuple[str, str]]]] = {}
-    same_edits: dict[Any, tuple[dict[str, Finding], list[tuple[str, str]]]] = {}
+    same_edits: dict[Any, tuple[dict[str, Finding], list[tuple[str, str]], tuple[str, str, str] | None]] = {}
     answers = []
     for device in selected:
         spec = device.spec
@@ -226,9 +236,9 @@ def _answers(selected: list[ResolvedDevice], host: HostFS) -> list[DeviceAnswer]
             own = device.device.edits
             view = base.with_device(own)
             missing = _missing(device.edits(), host) if own.mounts else base_missing + _missing(own, host)
-            same_edits[key] = (judge(view, spec.kind), missing)
-        findings, missing = same_edits[key]
-        answers.append(DeviceAnswer(device, findings, missing))
+            same_edits[key] = (judge(view, spec.kind), missing, driver_mismatch(view))
+        findings, missing, mismatch = same_edits[key]
+        answers.append(DeviceAnswer(device, findings, missing, mismatch))
     _REMEMBERED.clear()  # one root at a time: a long-running agent asks about one node
     _REMEMBERED[host.root] = _Remembered(list(selected), host.trace, answers)
     return answers
@@ -240,53 +250,72 @@ def _missing(edits: ContainerEdits, host: HostFS) -> list[tuple[str, str]]:
     for mount in edits.mounts:
         if is_bind(mount) and not host.exists(mount.host_path):
             target = "" if mount.container_path == mount.host_path else f" (for {mount.container_path})"
-            missing.append((mount.host_path, f"the mount source {host.display(mount.host_path)}{target}"))
+            missing.append(
+                (mount.host_path, f"the mount source {host.display(mount.host_path)}{target} {_NOT_ON_HOST}")
+            )
     for node in edits.device_nodes:
         path = node.host_path or node.path
-        if not node_fully_specified(node) and not host.exists(path):
-            missing.append((path, f"the device node {host.display(path)}"))
+        if node_fully_specified(node):
+            continue  # the engine creates it from type, major and minor
+        if not host.exists(path):
+            missing.append((path, f"the device node {host.display(path)} {_NOT_ON_HOST}"))
+        elif host.real_root and not host.is_device_node(path):
+            # The CDI library stats the node for its type and numbers and refuses anything else ("not a
+            # device node"). Under --root the trees hold stand-in files: only existence is checked there.
+            missing.append((path, f"the device node {path} is not a device file on the host"))
     for hook in edits.hooks:
         if not host.exists(hook.path):
-            missing.append((hook.path, f"the {hook.hook_name} hook binary {host.display(hook.path)}"))
+            missing.append((hook.path, f"the {hook.hook_name} hook binary {host.display(hook.path)} {_NOT_ON_HOST}"))
     return missing
+
+
+_NOT_ON_HOST = "does not exist on the host"
 
 
 # --- engine rules and device selection ----------------------------------------------------------
 
 
 def _engine_rules(
-    report: ReportBuilder, engine: str | None, timeout: float | None
-) -> tuple[str | None, str | None] | None:
-    """(highest cdiVersion the engine accepts, "podman 4.3.1"); (None, None) for the newest rules;
-    None when the option is unusable (reported). A label without a version: that engine reads no CDI."""
-    from cgpu.cdi.versions import max_cdi_version, parse_engine_option
+    report: ReportBuilder, engine: str | EngineOption | None, timeout: float | None
+) -> tuple[EngineOption, str | None, str | None] | None:
+    """(the parsed option, highest cdiVersion the judging engine accepts, "podman 4.3.1"); the
+    version and label are None for the newest rules. None when the option is unusable (reported).
+    A label without a version: that engine reads no CDI. Says in an info problem who judged."""
+    from cgpu.cdi.versions import max_cdi_version
+    from cgpu.engine_option import AUTO, NONE, parse_engine
 
-    if engine in (None, "", "none"):
-        return None, None
-    if engine == "auto":
-        from cgpu.engines import detect_engines
-
-        found, failures = detect_engines(timeout=timeout or 10)
+    try:
+        option = parse_engine(engine)
+    except ValueError as exc:
+        report.usage_error("--engine", str(exc))
+        return None
+    if option.mode == NONE:  # asked for: nothing to report
+        return option, None, None
+    if option.mode == AUTO or option.version is None:
+        engines, failures = host_engines(timeout=timeout or 10)
+        found = [e for e in engines if option.name in (None, e[0])]
         if not found:
+            wanted = f"no {option.name}" if option.name else "no podman or docker"
             why = f" ({'; '.join(failures)})" if failures else ""
             report.problem(
                 "warning",
-                "--engine auto",
-                f"no podman or docker answered on this host{why}, so specs are judged by the newest CDI rules",
+                f"--engine {option}",
+                f"{wanted} answered on this host{why}, so specs are judged by the newest CDI rules; "
+                f"name the engine that will run the containers with --engine NAME@VERSION",
             )
-            return None, None
-        name, version = found[0].name, found[0].version
+            return option, None, None
+        name, version = found[0]
     else:
-        try:
-            name, version = parse_engine_option(engine)
-        except ValueError as exc:
-            report.usage_error("--engine", str(exc))
-            return None
+        name, version = option.name or "", option.version
+    how = f"the host's engine, --engine {option}" if option.version is None else f"--engine {option}"
     try:
-        return max_cdi_version(name, version), f"{name} {version}"
+        max_version = max_cdi_version(name, version)
     except ValueError as exc:  # an engine found by `auto` that cgpu has no figure for
-        report.problem("warning", "--engine auto", f"{exc}; specs are judged by the newest CDI rules")
-        return None, None
+        report.problem("warning", f"--engine {option}", f"{exc}; specs are judged by the newest CDI rules")
+        return option, None, None
+    accepts = f"cdiVersion up to {max_version}" if max_version else "no CDI spec at all"
+    report.problem("info", "--engine", f"{name} {version} judged the specs ({how}): it reads {accepts}")
+    return option, max_version, f"{name} {version}"
 
 
 def _select(
@@ -412,6 +441,7 @@ def _report_problems(report: ReportBuilder, answers: list[DeviceAnswer], host: H
             if message not in seen:
                 seen.add(message)
                 report.problem("warning", spec_path, message)
+        _report_mismatch(report, spec_path, [a for a in group if not a.blocked], host)
         blocked = [a for a in group if a.blocked]
         if not blocked:
             continue
@@ -433,17 +463,86 @@ def _report_problems(report: ReportBuilder, answers: list[DeviceAnswer], host: H
         by_cause: dict[tuple[str, str], list[DeviceAnswer]] = {}
         for answer in blocked:
             by_cause.setdefault(answer.missing[0], []).append(answer)
-        for (_, what), causing in by_cause.items():
+        for (path, what), causing in by_cause.items():
             more = len({p for a in causing for p, _ in a.missing}) - 1
             extra = f" (and {more} more missing paths)" if more > 0 else ""
+            unloaded = _driver_not_loaded(spec.kind, host) if path.startswith("/dev/") else None
+            if unloaded:
+                fix = f"{unloaded}; regenerating the spec does not help"
+            elif what.endswith("not a device file on the host"):
+                fix = "something replaced the node with another kind of file: reload the driver (or reboot)"
+            else:
+                fix = "the spec does not fit this host: regenerate it here"
             report.problem(
                 "error",
                 spec_path,
-                (
-                    f"{_names([a.name for a in causing])} cannot start: {what} does not exist on the host{extra}, "
-                    f"so the engine refuses the container; the spec does not fit this host: regenerate it here"
-                ),
+                f"{_names([a.name for a in causing])} cannot start: {what}{extra}, so the engine refuses the "
+                f"container; {fix}",
             )
+
+
+def _report_mismatch(report: ReportBuilder, spec_path: str, runnable: list[DeviceAnswer], host: HostFS) -> None:
+    """The kernel module and the user-space files a device's container gets disagree: nothing works."""
+    found = [a for a in runnable if a.mismatch is not None]
+    if not found:
+        return
+    user, kernel, source = found[0].mismatch  # type: ignore[misc]
+    report.problem(
+        "error",
+        spec_path,
+        f"NVIDIA driver mismatch: a container with {_names([a.name for a in found])} gets the user-space driver "
+        f"{user} but the host's kernel module is {kernel} ({host.display(source)}), so NVML fails with "
+        f"'driver/library version mismatch' and CUDA with error 803; {mismatch_fix(user, kernel)}",
+    )
+
+
+# Which driver a host has loaded and the command that writes a spec for it.
+_GENERATORS = (
+    ("nvidia", "the NVIDIA driver", "`nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml`"),
+    (
+        "wsl",
+        "WSL's GPU paravirtualization (/dev/dxg) with NVIDIA's driver store",
+        "`nvidia-ctk cdi generate --mode=wsl --output=/etc/cdi/nvidia.yaml`",
+    ),
+    ("amd", "the amdgpu driver", "`amd-ctk cdi generate --output=/etc/cdi/amd.json` (AMD Container Toolkit)"),
+    (
+        "intel",
+        "an Intel GPU driver (i915 or xe)",
+        "a spec like the one in Intel's device-plugin CDI guide (kind intel.com/gpu: card and render node)",
+    ),
+)
+
+
+def _loaded_drivers(host: HostFS) -> set[str]:
+    loaded = set()
+    if host.nvidia_driver_version()[0] is not None or host.exists("/dev/nvidiactl"):
+        loaded.add("nvidia")
+    if host.exists("/dev/dxg") and any(n.startswith("nv") for n in host.listdir("/usr/lib/wsl/drivers")):
+        loaded.add("wsl")  # an NVIDIA driver store under WSL: nvidia-ctk's WSL mode applies
+    if host.exists("/sys/module/amdgpu") or host.exists("/dev/kfd"):
+        loaded.add("amd")
+    if host.exists("/sys/module/i915") or host.exists("/sys/module/xe"):
+        loaded.add("intel")
+    return loaded
+
+
+def _drivers_without_spec(host: HostFS) -> list[tuple[str, str]]:
+    loaded = _loaded_drivers(host)
+    return [(driver, command) for key, driver, command in _GENERATORS if key in loaded]
+
+
+def _driver_not_loaded(kind: str, host: HostFS) -> str | None:
+    """Why a spec's device nodes are missing when it is the driver, not the spec: the fix."""
+    vendor = kind.split("/", 1)[0]
+    loaded = _loaded_drivers(host)
+    if vendor == "nvidia.com" and not loaded & {"nvidia", "wsl"} and not host.exists("/dev/nvmap"):
+        return (
+            "the NVIDIA kernel driver is not loaded (no /proc/driver/nvidia/version): load it (`modprobe nvidia`) "
+            "or install it"
+        )
+    if vendor == "amd.com" and "amd" not in loaded:
+        return "the amdgpu kernel driver is not loaded (no /sys/module/amdgpu): load it (`modprobe amdgpu`)"
+    return None
 
 
 # --- the node answer ------------------------------------------------------------------------------
@@ -463,13 +562,15 @@ def _evidence(
     dirs: list[str],
     host: HostFS,
     ignored: list[str],
+    engine_label: str,
 ) -> None:
     runnable = [a for a in answers if not a.blocked]
     blocked = [a for a in answers if a.blocked]
     for api in APIS:
         providers = [a for a in runnable if a.findings[api].state == PROVIDED]
         if providers:
-            report.provide(api, f"{_lead(providers)} {providers[0].findings[api].text}")
+            finding = providers[0].findings[api]
+            report.provide(api, f"{_lead(providers)} {finding.text}", image_needs=finding.needs)
             continue
         partial = [a for a in runnable if a.findings[api].state == PARTIAL]
         if partial:
@@ -484,7 +585,7 @@ def _evidence(
                 f"its spec is stale (written for NVIDIA driver {stale[0]}, the host runs {stale[1]}): "
                 f"regenerate it with `nvidia-ctk cdi generate`"
                 if stale
-                else f"{first.missing[0][1]} does not exist on the host"
+                else first.missing[0][1]
             )
             if stopped:
                 report.absent(
@@ -504,13 +605,23 @@ def _evidence(
         elif ignored:
             report.absent(
                 api,
-                f"not provided: the engine ignores the spec that defines {_names(ignored)}, as its "
-                f"cdiVersion is newer than the engine accepts",
+                f"not provided: {engine_label} ignores the spec that defines {_names(ignored)}, as its "
+                f"cdiVersion is newer than {engine_label} accepts",
             )
         elif scan.devices:
             report.absent(api, "not provided: none of the requested CDI devices resolves")
         else:
-            report.absent(api, f"not provided: no valid CDI spec defines a device in {', '.join(dirs)}")
+            found = _drivers_without_spec(host)
+            advice = f": the host has {found[0][0]} loaded, generate a spec with {found[0][1]}" if found else ""
+            report.absent(api, f"not provided: no valid CDI spec defines a device in {', '.join(dirs)}{advice}")
+    if not answers and not ignored and not scan.devices:
+        for driver, command in _drivers_without_spec(host):
+            report.problem(
+                "warning",
+                ", ".join(dirs),
+                f"the host has {driver} loaded but no CDI spec defines its devices, so a container asking for "
+                f"one is refused: generate a spec with {command}",
+            )
 
 
 def _verify(
@@ -518,7 +629,7 @@ def _verify(
     answers: list[DeviceAnswer],
     *,
     dirs: list[str],
-    engine: str | None,
+    engine: EngineOption,
     probe_image: str | None,
     timeout: float | None,
 ) -> None:

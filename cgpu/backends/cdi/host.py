@@ -126,6 +126,16 @@ class HostFS:
     def is_dir(self, path: str) -> bool:
         return self._ask("kind", path) == "dir"
 
+    @property
+    def real_root(self) -> bool:
+        """The host itself (`/`), not a tree of stand-in files under `--root`."""
+        return self._plain
+
+    def is_device_node(self, path: str) -> bool:
+        """A character or block device or a FIFO, the path itself (lstat: a symlink is not one): what
+        the CDI library's deviceInfoFromPath accepts as a device node."""
+        return self._ask("device", path)
+
     def listdir(self, path: str) -> list[str]:
         return self._ask("listdir", path)
 
@@ -154,6 +164,11 @@ class HostFS:
             if mode is None:
                 return None
         return "dir" if stat.S_ISDIR(mode) else "file"
+
+    def _device(self, path: str) -> bool:
+        real = self.resolve(path) if self._plain else None  # under --root only existence counts
+        mode = self._read(_file_type, real) if real is not None else None
+        return mode is not None and (stat.S_ISCHR(mode) or stat.S_ISBLK(mode) or stat.S_ISFIFO(mode))
 
     def resolve(self, path: str) -> str | None:
         """The real file for an absolute host path (symlinks resolved inside the root), or None."""
@@ -217,6 +232,18 @@ class HostFS:
             return None
         value = text.strip().lower()
         return value if re.fullmatch(r"0x[0-9a-f]{4}", value) else None
+
+    def render_node_driver(self, node_name: str) -> str | None:
+        """The kernel driver bound to a DRM render node (`amdgpu`, `nouveau`, `nvidia`), from the
+        `sys/class/drm/<node>/device/driver` link's name."""
+        return self._ask("driver", node_name)
+
+    def _driver(self, node_name: str) -> str | None:
+        device = self.resolve(f"/sys/class/drm/{node_name}/device")
+        if device is None:
+            return None
+        target = self._read(_link_target, device + "/driver")
+        return posixpath.basename(target.rstrip("/")) if target else None
 
     def display(self, path: str) -> str:
         """How to name a host path in a message: as the spec names it, inside the root when not `/`."""

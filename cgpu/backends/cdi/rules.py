@@ -21,18 +21,29 @@ RENDER_NODE = re.compile(r"/dev/dri/renderD\d+")
 MIG_CAP_NODE = re.compile(r"/dev/nvidia-caps/nvidia-cap\d+")
 DRM_NODE = re.compile(r"/dev/dri/(card|renderD)\d+")
 CTL, UVM, DXG, KFD = "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/dxg", "/dev/kfd"
+# Jetson (Tegra, CSV mode): the integrated GPU is reached through nvmap and nvgpu/nvhost nodes;
+# there is no /dev/nvidia-uvm (nvidia-container-toolkit's lib-csv test data: Xavier, Orin).
+NVMAP = "/dev/nvmap"
+TEGRA_GPU_NODES = ("/dev/nvhost-ctrl-gpu", "/dev/nvgpu/igpu0/ctrl")
 
-VENDOR_NAMES = {"0x10de": "NVIDIA", "0x1002": "AMD", "0x8086": "Intel"}
+VENDOR_NAMES = {"0x10de": "NVIDIA", "0x1002": "AMD", "0x8086": "Intel", "0x1af4": "virtio-gpu"}
 KIND_VENDOR_IDS = {"nvidia.com": "0x10de", "amd.com": "0x1002", "intel.com": "0x8086"}
 
-VULKAN_SEARCH_DIRS = (
-    "/etc/vulkan/icd.d",
-    "/etc/xdg/vulkan/icd.d",
-    "/usr/local/etc/vulkan/icd.d",
-    "/usr/local/share/vulkan/icd.d",
-    "/usr/share/vulkan/icd.d",
-)
+# The Vulkan loader's manifest search (loader.c, Linux): $XDG_CONFIG_DIRS (default /etc/xdg), then
+# SYSCONFDIR (/etc in distribution builds), then $XDG_DATA_DIRS (default /usr/local/share:/usr/share),
+# each + /vulkan/icd.d. /usr/local/etc is searched only by a loader built with a /usr/local prefix.
+XDG_CONFIG_DIRS_DEFAULT = "/etc/xdg"
+XDG_DATA_DIRS_DEFAULT = "/usr/local/share:/usr/share"
 OPENCL_VENDORS_DIR = "/etc/OpenCL/vendors"
+OCL_ICD, KHRONOS = "ocl-icd", "khronos"  # the two OpenCL ICD loaders images ship as libOpenCL.so.1
+# What libGLX_nvidia.so loads itself (libnvidia-container's nvc_info.c lists them as its
+# dependencies); the loader skips an ICD whose library fails to load. gpucomp: drivers that ship it.
+GLX_COMPANIONS = ("libnvidia-glcore", "libnvidia-tls", "libnvidia-glvkspirv")
+GLX_OPTIONAL_COMPANION = "libnvidia-gpucomp"
+# WSL: nvidia-container-toolkit's WSL discoverer mounts these from the driver store with libcuda.so.1.1.
+WSL_CUDA_COMPANIONS = ("libcuda_loader.so", "libnvdxgdmal.so.1")
+NVIDIA_D3D12_UMD = "libnvwgf2umx.so"  # NVIDIA's D3D12 user-mode driver in its WSL driver-store folder
+_VERSION_SUFFIX = re.compile(r"\.so\.(\d{2,3}\.\d+(?:\.\d+)?)$")
 
 # Software drivers never count (design §3); matched on the library file name an ICD names.
 SOFTWARE_DRIVERS = (
@@ -45,23 +56,25 @@ NVIDIA_REGENERATE = "regenerate the spec with `nvidia-ctk cdi generate`"
 
 
 class Finding:
-    __slots__ = ("state", "text")
+    __slots__ = ("needs", "state", "text")
 
-    def __init__(self, state: str, text: str) -> None:
+    def __init__(self, state: str, text: str, needs: tuple[str, ...] | list[str] = ()) -> None:
         self.state = state  # PROVIDED, PARTIAL or ABSENT
         self.text = text  # follows the device name: "gets ...", "mounts ... but ...: fix"
+        self.needs = tuple(dict.fromkeys(needs))  # IMAGE_NEEDS tokens, when PROVIDED
 
     def __repr__(self) -> str:
-        return f"Finding({self.state!r}, {self.text!r})"
+        return f"Finding({self.state!r}, {self.text!r}, {self.needs!r})"
 
 
 class RenderNode:
-    __slots__ = ("path", "source", "vendor")
+    __slots__ = ("driver", "path", "source", "vendor")
 
     def __init__(self, path: str, vendor: str | None, source: str) -> None:
         self.path = path  # in the container
         self.vendor = vendor  # PCI vendor id
         self.source = source  # how the vendor is known
+        self.driver: str | None = None  # the kernel driver bound to it (sysfs), when known
 
     @property
     def vendor_name(self) -> str:
@@ -72,17 +85,76 @@ def judge(view: ContainerView, kind: str) -> dict[str, Finding]:
     """cuda, rocm, vulkan, opencl, directml for one device (metal never reaches a container)."""
     renders = render_nodes(view, kind)
     nvidia_like = bool(view.usable_nodes(NVIDIA_GPU_NODE)) or kind.startswith("nvidia.com/")
+    mismatch = driver_mismatch(view)
     return {
-        "cuda": _cuda(view),
+        "cuda": _mismatched(_cuda(view), mismatch),
         "rocm": _rocm(view, renders),
         "vulkan": _best(
-            _nvidia_vulkan(view), _render_graphics(view, renders, "vulkan"), nvidia_like, _software_note(view, "vulkan")
+            _mismatched(_nvidia_vulkan(view), mismatch),
+            _render_graphics(view, renders, "vulkan"),
+            nvidia_like,
+            _software_note(view, "vulkan"),
         ),
         "opencl": _best(
-            _nvidia_opencl(view), _render_graphics(view, renders, "opencl"), nvidia_like, _software_note(view, "opencl")
+            _mismatched(_nvidia_opencl(view), mismatch),
+            _render_graphics(view, renders, "opencl"),
+            nvidia_like,
+            _software_note(view, "opencl"),
         ),
         "directml": _directml(view),
     }
+
+
+def driver_mismatch(view: ContainerView) -> tuple[str, str, str] | None:
+    """(user-space version the container gets, kernel module version, file it was read from) when
+    they differ: NVML then fails with "driver/library version mismatch" and CUDA with error 803."""
+    if "mismatch" not in view.file_memo:
+        view.file_memo["mismatch"] = _driver_mismatch(view)
+    return view.file_memo["mismatch"]  # type: ignore[return-value]
+
+
+def _driver_mismatch(view: ContainerView) -> tuple[str, str, str] | None:
+    user = None
+    for stem in ("libcuda", "libnvidia-ml", "libGLX_nvidia", "libnvidia-opencl"):
+        for library in view.libraries(stem):
+            match = _VERSION_SUFFIX.search(library)
+            host_path = view.host_path(library) if match else None
+            if match and host_path is not None and view.host.exists(host_path):  # missing files: a stale spec
+                user = match.group(1)
+                break
+        if user:
+            break
+    if user is None:
+        return None
+    kernel, source = view.host.nvidia_driver_version()
+    if kernel is None or source is None or kernel == user:
+        return None
+    return user, kernel, source
+
+
+def mismatch_fix(user: str, kernel: str) -> str:
+    """Reboot (or reload the module) when the files are newer; regenerate when they are what is old."""
+    if _version_key(user) > _version_key(kernel):
+        return (
+            f"the driver files were upgraded to {user} but the running kernel module is still {kernel}: "
+            f"reboot the host (or unload and reload the nvidia kernel modules)"
+        )
+    return f"the spec mounts the older driver files {user} while the kernel module is {kernel}: {NVIDIA_REGENERATE}"
+
+
+def _version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split("."))
+
+
+def _mismatched(finding: Finding, mismatch: tuple[str, str, str] | None) -> Finding:
+    if mismatch is None or finding.state == ABSENT:
+        return finding
+    user, kernel, source = mismatch
+    return Finding(
+        ABSENT,
+        f"mounts NVIDIA's user-space driver {user} but the host's kernel module is {kernel} ({source}), so "
+        f"every call fails (NVML: driver/library version mismatch; CUDA error 803): {mismatch_fix(user, kernel)}",
+    )
 
 
 def render_nodes(view: ContainerView, kind: str) -> list[RenderNode]:
@@ -100,7 +172,9 @@ def render_nodes(view: ContainerView, kind: str) -> list[RenderNode]:
                 if vendor
                 else f"sysfs has no vendor for {name}"
             )
-        found.append(RenderNode(path, vendor, source))
+        render = RenderNode(path, vendor, source)
+        render.driver = view.host.render_node_driver(name)
+        found.append(render)
     return found
 
 
@@ -110,7 +184,7 @@ def _best(nvidia: Finding, render: Finding, nvidia_like: bool, software: str | N
     else:
         best = nvidia if nvidia_like else render
     if software and best.state != PROVIDED:
-        best = Finding(best.state, f"{best.text}, and {software}")
+        best = Finding(best.state, f"{best.text}, and {software}", best.needs)
     return best
 
 
@@ -122,10 +196,21 @@ def _nodes_text(paths: list[str]) -> str:
     return paths[0] if len(paths) == 1 else f"{', '.join(paths[:-1])} and {paths[-1]}"
 
 
+def is_tegra(view: ContainerView) -> bool:
+    """A Jetson (CSV-mode) spec whose GPU is the integrated one behind nvmap and the nvgpu/nvhost
+    nodes (Xavier, Orin). Thor (JetPack 7) has /dev/nvidia-uvm and the usual nodes: not this."""
+    return UVM not in view.nodes and any(path in view.nodes for path in TEGRA_GPU_NODES)
+
+
 def _nvidia_nodes(view: ContainerView, *, uvm: bool) -> tuple[list[str], list[str]]:
     """(NVIDIA nodes the container gets, those it lacks) for a native (non-WSL) driver."""
     have: list[str] = []
     lack: list[str] = []
+    if is_tegra(view):
+        (have if view.usable_node(NVMAP) else lack).append(NVMAP)
+        gpu = [p for p in TEGRA_GPU_NODES if view.usable_node(p)]
+        have.extend(gpu[:1]) if gpu else lack.append(" or ".join(TEGRA_GPU_NODES))
+        return have, lack
     for path in (CTL, UVM) if uvm else (CTL,):
         (have if view.usable_node(path) else lack).append(path)
     gpus = view.usable_nodes(NVIDIA_GPU_NODE)
@@ -136,8 +221,12 @@ def _nvidia_nodes(view: ContainerView, *, uvm: bool) -> tuple[list[str], list[st
     return have, lack
 
 
-def _library(view: ContainerView, stem: str, soname: str) -> tuple[str | None, str | None]:
-    """(library, how it is linkable) — a linkable one first; (None, None) when none is mounted."""
+Route = tuple[str, tuple[str, ...]]  # how a library is loadable by its SONAME, what the image's libc must search
+
+
+def _library(view: ContainerView, stem: str, soname: str) -> tuple[str | None, Route | None]:
+    """(library, how it is linkable) — a linkable one first, one needing nothing of the image before
+    one that does; (None, None) when none is mounted."""
     key = ("library", stem, soname)
     found = view.file_memo.get(key)
     if found is None:
@@ -145,19 +234,22 @@ def _library(view: ContainerView, stem: str, soname: str) -> tuple[str | None, s
     return found  # type: ignore[return-value]
 
 
-def _find_library(view: ContainerView, stem: str, soname: str) -> tuple[str | None, str | None]:
+def _find_library(view: ContainerView, stem: str, soname: str) -> tuple[str | None, Route | None]:
     libraries = view.libraries(stem)
+    best: tuple[str | None, Route | None] = (libraries[0], None) if libraries else (None, None)
     for library in libraries:
         route = view.soname_route(library, soname)
-        if route:
-            return library, route
-    return (libraries[0], None) if libraries else (None, None)
+        if route is not None and (best[1] is None or len(route[1]) < len(best[1][1])):
+            best = (library, route)
+            if not route[1]:
+                break  # loadable whatever the image's libc: nothing better to find
+    return best
 
 
 def _nvidia_api(
     view: ContainerView,
     library: str | None,
-    route: str | None,
+    route: Route | None,
     soname: str,
     *,
     have: list[str],
@@ -165,6 +257,8 @@ def _nvidia_api(
     registration: str | None,
     unregistered: str | None,
     brings: str,
+    needs: tuple[str, ...],
+    also_missing: str | None = None,
 ) -> Finding:
     """The verdict once the pieces are known: all there, or what falls short and how to fix it."""
     name = posixpath.basename(library) if library else None
@@ -174,23 +268,32 @@ def _nvidia_api(
     if name and not route:
         short.append(
             f"nothing makes {name} loadable as {soname} (no update-ldcache hook over "
-            f"{posixpath.dirname(library or '')}, no create-symlinks link)"
+            f"{posixpath.dirname(library or '')}, no create-symlinks link in a folder the image's libc searches)"
         )
+    if also_missing:
+        short.append(also_missing)
     if short:
         fixes.append(NVIDIA_REGENERATE + ("" if route or not name else " without `--disable-hook all`"))
     if name and unregistered:
         short.append(unregistered.split(": ", 1)[0])
         fixes.append(unregistered.split(": ", 1)[1])
-    if not short and name:
-        got = ", ".join([*have, f"{name} ({route})"])
-        return Finding(PROVIDED, f"gets {got}{' and ' + registration if registration else ''}; {brings}")
+    if not short and name and route:
+        how, libc_needs = route
+        got = ", ".join([*have, f"{name} ({how})"])
+        search = f"; the image's libc must search {posixpath.dirname(library or '')}" if libc_needs else ""
+        return Finding(
+            PROVIDED,
+            f"gets {got}{' and ' + registration if registration else ''}; {brings}{search}",
+            ("glibc", *needs, *libc_needs),
+        )
     got = _nodes_text([*have, name]) if name else (_nodes_text(have) if have else "nothing of it")
     return Finding(PARTIAL, f"gets {got} but {' and '.join(short)}: {', and '.join(fixes)}")
 
 
 def _cuda(view: ContainerView) -> Finding:
     library, route = _library(view, "libcuda", "libcuda.so.1")
-    if view.usable_node(DXG):  # WSL mode: the driver store's libcuda.so.1.1 behind /dev/dxg
+    wsl = view.usable_node(DXG)
+    if wsl:  # WSL mode: the driver store's libcuda.so.1.1 behind /dev/dxg
         have, lack = [DXG], list[str]()
     else:
         have, lack = _nvidia_nodes(view, uvm=True)
@@ -206,6 +309,15 @@ def _cuda(view: ContainerView) -> Finding:
             f"gets {_nodes_text(have)} but no libcuda.so.<driver version> is mounted (device "
             f"nodes only, no user-space driver): {NVIDIA_REGENERATE}",
         )
+    also_missing = None
+    if wsl:
+        names = view.index.names
+        wanted = ["libdxcore.so"]
+        if posixpath.basename(library) == "libcuda.so.1.1":
+            wanted += WSL_CUDA_COMPANIONS
+        absent = [n for n in wanted if n not in names]
+        if absent:
+            also_missing = f"not {' or '.join(absent)}, which WSL's libcuda.so.1.1 needs beside it"
     return _nvidia_api(
         view,
         library,
@@ -216,6 +328,8 @@ def _cuda(view: ContainerView) -> Finding:
         registration=None,
         unregistered=None,
         brings="the image brings the CUDA runtime if the application needs it",
+        needs=(),
+        also_missing=also_missing,
     )
 
 
@@ -235,6 +349,8 @@ def _nvidia_vulkan(view: ContainerView) -> Finding:
         )
     have, lack = _nvidia_nodes(view, uvm=False)
     icd = _registration(view, library, "libGLX_nvidia.so.0", "vulkan")
+    dirs = vulkan_search_dirs(view)
+    absent = _glx_companions_absent(view, library)
     return _nvidia_api(
         view,
         library,
@@ -242,25 +358,54 @@ def _nvidia_vulkan(view: ContainerView) -> Finding:
         "libGLX_nvidia.so.0",
         have=have,
         lack=lack,
-        registration=f"the Vulkan ICD {icd}" if icd else None,
+        registration=f"the Vulkan ICD {icd[0]}" if icd else None,
         unregistered=None
         if icd
         else (
-            f"no Vulkan ICD manifest naming it reaches a loader search dir ({VULKAN_SEARCH_DIRS[0]}, "
-            f"{VULKAN_SEARCH_DIRS[-1]}) or VK_DRIVER_FILES: mount the host's nvidia_icd.json at /etc/vulkan/icd.d/ "
+            f"no Vulkan ICD manifest naming it reaches a loader search dir ({dirs[0]}, "
+            f"{dirs[-1]}) or VK_DRIVER_FILES: mount the host's nvidia_icd.json at /etc/vulkan/icd.d/ "
             f"(`nvidia-ctk cdi generate` does where the host has it; RPM drivers name it nvidia_icd.x86_64.json, "
             f"picked up since toolkit 1.18.0)"
         ),
         brings="the image brings the Vulkan loader (libvulkan.so.1)",
+        needs=("vulkan-loader",),
+        also_missing=(
+            f"not {' or '.join(absent)}, which {posixpath.basename(library)} loads (the loader skips an ICD "
+            f"whose library fails to load)"
+            if absent
+            else None
+        ),
     )
+
+
+def _glx_companions_absent(view: ContainerView, library: str) -> list[str]:
+    """The libraries libGLX_nvidia loads that the container does not get, in its driver version."""
+    match = _VERSION_SUFFIX.search(library)
+    version = match.group(1) if match else None
+    if version is None:  # Jetson's libGLX_nvidia.so.0: the version of the libraries beside it
+        found = next((_VERSION_SUFFIX.search(f) for f in view.libraries(GLX_COMPANIONS[0])), None)
+        version = found.group(1) if found else None
+    stems = list(GLX_COMPANIONS)
+    host_library = view.host_path(library)
+    if version and host_library is not None:
+        gpucomp = posixpath.join(posixpath.dirname(host_library), f"{GLX_OPTIONAL_COMPANION}.so.{version}")
+        if view.host.exists(gpucomp):
+            stems.append(GLX_OPTIONAL_COMPANION)  # this driver ships it: libGLX_nvidia needs it
+    absent = []
+    for stem in stems:
+        found_files = view.libraries(stem)
+        if not any(version is None or f.endswith(f".so.{version}") for f in found_files):
+            absent.append(f"{stem}.so.{version}" if version else f"{stem}.so")
+    return absent
 
 
 def _nvidia_opencl(view: ContainerView) -> Finding:
     library, route = _library(view, "libnvidia-opencl", "libnvidia-opencl.so.1")
     if library is None:
         return Finding(ABSENT, "mounts no libnvidia-opencl.so.<driver version>, NVIDIA's OpenCL driver")
-    have, lack = _nvidia_nodes(view, uvm=True)
+    have, lack = _nvidia_nodes(view, uvm=not is_tegra(view))
     icd = _registration(view, library, "libnvidia-opencl.so.1", "opencl")
+    loaders = icd[1] if icd else frozenset()
     return _nvidia_api(
         view,
         library,
@@ -268,19 +413,45 @@ def _nvidia_opencl(view: ContainerView) -> Finding:
         "libnvidia-opencl.so.1",
         have=have,
         lack=lack,
-        registration=icd,
+        registration=icd[0] if icd else None,
         unregistered=None
         if icd
         else (
-            f"no {OPENCL_VENDORS_DIR}/*.icd file, OCL_ICD_FILENAMES or OCL_ICD_VENDORS names it, so the OpenCL "
-            f"loader finds no platform: mount the host's {OPENCL_VENDORS_DIR}/nvidia.icd (nvidia-ctk 1.20.0 and "
-            f"later do) or ship it in the image"
+            f"no {OPENCL_VENDORS_DIR}/*.icd file whose one line names it, nor OCL_ICD_VENDORS, OPENCL_VENDOR_PATH "
+            f"or OCL_ICD_FILENAMES, so the OpenCL loader finds no platform: mount the host's "
+            f"{OPENCL_VENDORS_DIR}/nvidia.icd (nvidia-ctk 1.20.0 and later do) or ship it in the image"
         ),
-        brings="the image brings the OpenCL ICD loader (libOpenCL.so.1)",
+        brings=_OPENCL_LOADER_WORDS[loaders],
+        needs=(_OPENCL_LOADER_NEED[loaders],) if icd else (),
     )
 
 
+_OPENCL_LOADER_NEED = {
+    frozenset({OCL_ICD, KHRONOS}): "opencl-icd-loader",
+    frozenset({KHRONOS}): "khronos-opencl-loader",
+    frozenset({OCL_ICD}): "ocl-icd-loader",
+}
+_OPENCL_LOADER_WORDS = {
+    frozenset({OCL_ICD, KHRONOS}): "the image brings an OpenCL ICD loader (libOpenCL.so.1)",
+    frozenset({KHRONOS}): "the image must bring the Khronos OpenCL ICD loader: ocl-icd (Debian's and Ubuntu's "
+    "libOpenCL.so.1) does not read that registration",
+    frozenset({OCL_ICD}): "the image must bring ocl-icd's OpenCL loader (Debian's and Ubuntu's libOpenCL.so.1): "
+    "the Khronos loader does not read that registration",
+    frozenset(): "",
+}
+
+
 # --- loader registrations (Vulkan ICD manifests, OpenCL .icd files) -------------------------------
+
+
+def vulkan_search_dirs(view: ContainerView) -> list[str]:
+    """The folders the Vulkan loader reads manifests from, with the container's XDG variables."""
+    config = view.env.get("XDG_CONFIG_DIRS") or XDG_CONFIG_DIRS_DEFAULT
+    data = view.env.get("XDG_DATA_DIRS") or XDG_DATA_DIRS_DEFAULT
+    dirs = [posixpath.join(d, "vulkan/icd.d") for d in config.split(":") if d.startswith("/")]
+    dirs.append("/etc/vulkan/icd.d")
+    dirs += [posixpath.join(d, "vulkan/icd.d") for d in data.split(":") if d.startswith("/")]
+    return list(dict.fromkeys(posixpath.normpath(d) for d in dirs))
 
 
 def _vulkan_manifests(view: ContainerView) -> list[str]:
@@ -293,57 +464,102 @@ def _vulkan_manifests(view: ContainerView) -> list[str]:
         listed = view.files_in(entry)
         manifests.extend(p for p in listed if p.endswith(".json")) if listed else manifests.append(entry)
     if not chosen:
-        for folder in VULKAN_SEARCH_DIRS:
+        for folder in vulkan_search_dirs(view):
             manifests.extend(p for p in view.files_in(folder) if p.endswith(".json"))
     return manifests
 
 
-def _opencl_icd_files(view: ContainerView) -> list[str]:
-    folder = view.env.get("OCL_ICD_VENDORS") or OPENCL_VENDORS_DIR
-    if folder.endswith(".icd"):
-        return [folder]
-    return [p for p in view.files_in(folder) if p.endswith(".icd")]
+def _opencl_entries(view: ContainerView) -> list[tuple[str, str | None, frozenset[str]]]:
+    """(where, the library it names, which loaders read it) for every OpenCL registration.
+
+    ocl-icd (ocl_icd_loader.c): OCL_ICD_VENDORS is a folder, an .icd file or a library; else the
+    folder OPENCL_VENDOR_PATH or /etc/OpenCL/vendors; an .icd file's first line (fgets). The Khronos
+    loader (icd_linux.c, icd.c): the folder OCL_ICD_VENDORS or /etc/OpenCL/vendors, the whole .icd
+    file less one final newline; and OCL_ICD_FILENAMES."""
+    env = view.env
+    vendors = env.get("OCL_ICD_VENDORS") or ""
+    vendor_path = env.get("OPENCL_VENDOR_PATH") or OPENCL_VENDORS_DIR
+    khronos_dir = vendors or OPENCL_VENDORS_DIR
+    entries: list[tuple[str, str | None, frozenset[str]]] = []
+    ocl_dir: str | None = vendor_path
+    if vendors and view.files_in(vendors):
+        ocl_dir = vendors
+    elif vendors:
+        ocl_dir = None
+        if vendors.endswith(".icd"):
+            path = vendors if "/" in vendors else posixpath.join(vendor_path, vendors)
+            line, _ = _icd_file(view, path)
+            entries.append((f"OCL_ICD_VENDORS={vendors}", line, frozenset({OCL_ICD})))
+        else:
+            entries.append((f"OCL_ICD_VENDORS={vendors}", vendors, frozenset({OCL_ICD})))
+    for folder in dict.fromkeys(f for f in (ocl_dir, khronos_dir) if f):
+        for path in view.files_in(folder):
+            if not path.endswith(".icd"):
+                continue
+            line, one_line = _icd_file(view, path)
+            loaders = set()
+            if folder == ocl_dir:
+                loaders.add(OCL_ICD)
+            if folder == khronos_dir and one_line:
+                loaders.add(KHRONOS)
+            if loaders:
+                entries.append((path, line, frozenset(loaders)))
+    for value in filter(None, (env.get("OCL_ICD_FILENAMES") or "").split(":")):
+        entries.append((f"OCL_ICD_FILENAMES={value}", value, frozenset({KHRONOS})))
+    return entries
 
 
-def _registered_library(view: ContainerView, path: str, api: str) -> str | None:
-    """The library a manifest (Vulkan) or .icd file (OpenCL) names, read from the host file."""
+def _icd_file(view: ContainerView, path: str) -> tuple[str | None, bool]:
+    """(the first line, as ocl-icd reads it; whether the file is that one line, as the Khronos loader needs)."""
+    host_path = view.host_path(path)
+    text, _ = view.host.read_small(host_path) if host_path else (None, None)
+    if text is None:
+        return None, False
+    line, _, rest = text.partition("\n")
+    return line, not rest
+
+
+def _registered_library(view: ContainerView, path: str) -> str | None:
+    """The library a Vulkan ICD manifest names, read from the host file."""
     host_path = view.host_path(path)
     if host_path is None:
         return None
-    if api == "vulkan":
-        data, _ = view.host.read_json(host_path)
-        icd = data.get("ICD") if isinstance(data, dict) else None
-        value = icd.get("library_path") if isinstance(icd, dict) else None
-        return value if isinstance(value, str) else None
-    text, _ = view.host.read_small(host_path)
-    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
-    return lines[0] if lines else None
+    data, _ = view.host.read_json(host_path)
+    icd = data.get("ICD") if isinstance(data, dict) else None
+    value = icd.get("library_path") if isinstance(icd, dict) else None
+    return value if isinstance(value, str) else None
 
 
-def _loader_entries(view: ContainerView, api: str) -> list[tuple[str, str | None]]:
-    """(file, the library it names) for each Vulkan ICD manifest or OpenCL .icd file the loader reads."""
+def _loader_entries(view: ContainerView, api: str) -> list[tuple[str, str | None, frozenset[str]]]:
+    """(file, the library it names, the loaders that read it) for each Vulkan ICD manifest or OpenCL registration."""
     key = ("loader entries", api)
     found = view.file_memo.get(key)
     if found is None:
-        files = _vulkan_manifests(view) if api == "vulkan" else _opencl_icd_files(view)
-        found = view.file_memo[key] = [(path, _registered_library(view, path, api)) for path in files]
+        if api == "vulkan":
+            found = [(p, _registered_library(view, p), frozenset({"vulkan"})) for p in _vulkan_manifests(view)]
+        else:
+            found = _opencl_entries(view)
+        view.file_memo[key] = found
     return found  # type: ignore[return-value]
 
 
-def _registration(view: ContainerView, library: str, soname: str, api: str) -> str | None:
-    """Which registration makes the loader load `library`, described; None when none does."""
-    for path, value in _loader_entries(view, api):
+def _registration(view: ContainerView, library: str, soname: str, api: str) -> tuple[str, frozenset[str]] | None:
+    """Which registrations make a loader load `library`, described, and which loaders read them."""
+    found: list[str] = []
+    loaders: set[str] = set()
+    for path, value, readers in _loader_entries(view, api):
+        if api == "opencl" and value is not None and value != value.strip():
+            continue  # the loaders dlopen the line as it is: a stray space or \r names no file
         if value and view.names_library(value, path, library, soname):
-            return f"{path} naming {value}"
-    if api == "opencl":
-        for value in filter(None, (view.env.get("OCL_ICD_FILENAMES") or "").split(":")):
-            if view.names_library(value, "/", library, soname):
-                return f"OCL_ICD_FILENAMES={value}"
-    return None
+            found.append(path if path.startswith(("OCL_ICD_", "OPENCL_")) else f"{path} naming {value}")
+            loaders |= readers
+    if not found:
+        return None
+    return found[0], frozenset(loaders)
 
 
 def _software_note(view: ContainerView, api: str) -> str | None:
-    for path, value in _loader_entries(view, api):
+    for path, value, _ in _loader_entries(view, api):
         if not value:
             continue
         for pattern, name in SOFTWARE_DRIVERS:
@@ -353,7 +569,17 @@ def _software_note(view: ContainerView, api: str) -> str | None:
     return None
 
 
-# --- render nodes: AMD and Intel -----------------------------------------------------------------
+# --- render nodes: AMD, Intel, virtio-gpu (Venus), nouveau (NVK) ---------------------------------
+
+
+def _kfd_advice(view: ContainerView) -> str:
+    """How to get /dev/kfd: the spec lists it but the host lacks it (amdgpu's KFD is not up), or add it."""
+    if KFD in view.nodes and not view.usable_node(KFD):
+        return (
+            f"the spec lists {KFD} but the host has none: load the amdgpu kernel driver with KFD support "
+            f"(ROCm's DKMS module or a kernel with CONFIG_HSA_AMD)"
+        )
+    return f"add {KFD} to the device (`amd-ctk cdi generate` does)"
 
 
 def _rocm(view: ContainerView, renders: list[RenderNode]) -> Finding:
@@ -364,12 +590,11 @@ def _rocm(view: ContainerView, renders: list[RenderNode]) -> Finding:
             PROVIDED,
             f"gets {KFD} and {amd[0].path} of an AMD GPU ({amd[0].source}); "
             f"the image brings the ROCm runtime (HIP, ROCr)",
+            ("rocm-runtime",),
         )
     if amd:
         return Finding(
-            PARTIAL,
-            f"gets {amd[0].path} of an AMD GPU but no {KFD}, ROCm's compute interface: "
-            f"add {KFD} to the device (`amd-ctk cdi generate` does)",
+            PARTIAL, f"gets {amd[0].path} of an AMD GPU but no {KFD}, ROCm's compute interface: {_kfd_advice(view)}"
         )
     if kfd:
         return Finding(
@@ -389,25 +614,53 @@ def _render_graphics(view: ContainerView, renders: list[RenderNode], api: str) -
                     PROVIDED,
                     f"gets {render.path} of an AMD GPU ({render.source}); "
                     f"the image brings Mesa RADV and the Vulkan loader",
+                    ("mesa-vulkan", "vulkan-loader"),
                 )
             if kfd:
                 return Finding(
                     PROVIDED,
                     f"gets {KFD} and {render.path} of an AMD GPU ({render.source}); "
                     f"the image brings ROCm's OpenCL runtime and its ICD",
+                    ("rocm-opencl", "opencl-icd-loader"),
                 )
             return Finding(
                 PARTIAL,
-                f"gets {render.path} of an AMD GPU but no {KFD}, which ROCm's OpenCL "
-                f"needs: add {KFD} to the device (`amd-ctk cdi generate` does)",
+                f"gets {render.path} of an AMD GPU but no {KFD}, which ROCm's OpenCL needs: {_kfd_advice(view)}",
             )
         if render.vendor == "0x8086":
-            brings = "Mesa ANV and the Vulkan loader" if api == "vulkan" else "Intel's compute-runtime and its ICD"
-            return Finding(PROVIDED, f"gets {render.path} of an Intel GPU ({render.source}); the image brings {brings}")
+            if api == "vulkan":
+                return Finding(
+                    PROVIDED,
+                    f"gets {render.path} of an Intel GPU ({render.source}); the image brings Mesa ANV and the "
+                    f"Vulkan loader",
+                    ("mesa-vulkan", "vulkan-loader"),
+                )
+            return Finding(
+                PROVIDED,
+                f"gets {render.path} of an Intel GPU ({render.source}); the image brings Intel's compute-runtime "
+                f"and its ICD",
+                ("intel-compute-runtime", "opencl-icd-loader"),
+            )
+        if render.vendor == "0x1af4" and api == "vulkan":
+            return Finding(
+                PROVIDED,
+                f"gets {render.path} of a virtio-gpu ({render.source}), whose Vulkan is carried to the host's GPU; "
+                f"the image brings Mesa's Venus driver and the Vulkan loader",
+                ("mesa-venus", "vulkan-loader"),
+            )
+        if render.vendor == "0x10de" and render.driver == "nouveau" and api == "vulkan":
+            return Finding(
+                PROVIDED,
+                f"gets {render.path} of an NVIDIA GPU driven by nouveau (sysfs); the image brings Mesa's NVK "
+                f"driver and the Vulkan loader",
+                ("mesa-nvk", "vulkan-loader"),
+            )
     if renders:
         render = renders[0]
         if render.vendor == "0x10de":
             return Finding(ABSENT, f"gets {render.path} of an NVIDIA GPU but no NVIDIA user-space driver for {api}")
+        if render.vendor == "0x1af4":
+            return Finding(ABSENT, f"gets {render.path} of a virtio-gpu, which carries Vulkan only (Venus), not {api}")
         return Finding(
             ABSENT, f"gets {render.path} of {render.vendor_name} ({render.source}), a GPU cgpu claims nothing for"
         )
@@ -428,17 +681,25 @@ def _not_on_host(view: ContainerView) -> str:
 
 
 def _directml(view: ContainerView) -> Finding:
-    names = view.index.names
-    needed = ("libdxcore.so", "libd3d12.so")
-    have = [n for n in needed if n in names]
-    lack = [n for n in needed if n not in names]
+    """D3D12 on WSL: libdxcore and libd3d12 (which loads libd3d12core) from /usr/lib/wsl/lib, and the
+    adapter vendor's user-mode driver from its driver-store folder under /usr/lib/wsl/drivers."""
     if not view.usable_node(DXG):
         return Finding(ABSENT, f"has no {DXG}, WSL's GPU paravirtualization device")
+    names = view.index.names
+    needed = ["libdxcore.so", "libd3d12.so", "libd3d12core.so"]
+    have = [n for n in needed if n in names]
+    lack = [n for n in needed if n not in names]
+    store = [p for p in view.index.paths if p.startswith("/usr/lib/wsl/drivers/")]
+    nvidia_store = any("/libcuda.so.1.1" in p or "/nvidia-smi" in p for p in store)
+    if nvidia_store and not any(p.endswith("/" + NVIDIA_D3D12_UMD) for p in store):
+        lack.append(f"NVIDIA's D3D12 user-mode driver {NVIDIA_D3D12_UMD} from its driver-store folder")
+    elif not store:
+        lack.append("a driver-store folder (/usr/lib/wsl/drivers/...) with the GPU vendor's D3D12 user-mode driver")
     if not lack:
-        return Finding(PROVIDED, f"gets {DXG}, libdxcore.so and libd3d12.so from the WSL host")
+        return Finding(PROVIDED, f"gets {DXG}, {', '.join(have)} and the driver store from the WSL host")
     got = _nodes_text([DXG, *have])
     return Finding(
         PARTIAL,
-        f"gets {got} but not {' or '.join(lack)}: mount /usr/lib/wsl/lib "
-        f"(libdxcore.so, libd3d12.so, libd3d12core.so) into the container",
+        f"gets {got} but not {' or '.join(lack)}: mount /usr/lib/wsl/lib and /usr/lib/wsl/drivers (or the whole "
+        f"/usr/lib/wsl) into the container",
     )

@@ -14,7 +14,8 @@ import time
 from typing import Any
 
 from cgpu.apis import API_ORDER
-from cgpu.engines import ContainerTimeout, DockerEngine, Engine, EngineError, engine_choice, open_engine
+from cgpu.engine_option import EngineOption, parse_engine
+from cgpu.engines import ContainerTimeout, DockerEngine, Engine, EngineError, open_engine
 from cgpu.report import ReportBuilder
 from cgpu.run import decode
 
@@ -29,7 +30,7 @@ def verify_devices(
     devices: list[str],
     static: dict[str, list[str]],
     *,
-    engine: str | None = None,
+    engine: str | EngineOption | None = None,
     probe_image: str | None = None,
     timeout: float | None = None,
 ) -> None:
@@ -43,11 +44,12 @@ def verify_devices(
     except (OSError, ImportError) as exc:
         report.problem("error", SOURCE, f"cannot read the probe script: {exc}")
         return
-    choice = engine_choice(engine)
+    option = parse_engine(engine)
+    choice = option.live_engine
     report.progress(f"verify: connecting to {choice or 'the container engine'}")
     try:
         with open_engine(choice, timeout=min(API_TIMEOUT, container_timeout), progress=report.progress) as eng:
-            _verify_with(report, eng, devices, static, probe_source, probe_image, container_timeout, engine)
+            _verify_with(report, eng, devices, static, probe_source, probe_image, container_timeout, option)
     except EngineError as exc:
         report.problem("error", SOURCE, f"could not run: {exc}")
 
@@ -60,7 +62,7 @@ def _verify_with(
     probe_source: bytes,
     probe_image: str | None,
     timeout: float,
-    engine_option: str | None,
+    engine_option: EngineOption,
 ) -> None:
     if isinstance(eng, DockerEngine):
         refusal = eng.cdi_refusal()
@@ -90,17 +92,16 @@ def _summary(eng: Engine, image: str, how: str, outcomes: list[str]) -> str:
     )
 
 
-def _note_engine_mismatch(report: ReportBuilder, eng: Engine, engine_option: str | None) -> None:
+def _note_engine_mismatch(report: ReportBuilder, eng: Engine, engine_option: EngineOption) -> None:
     """`--engine podman@5.0` judges the specs as podman 5.0 would; the live run uses the
     engine that is here. Say so when they differ: their CDI version limits may too."""
-    if not engine_option or "@" not in engine_option:
+    if engine_option.version is None:  # auto, none, or a bare name: judged as the engine here
         return
-    name, _, version = engine_option.partition("@")
-    if (name.strip().lower(), version.strip()) != (eng.name, eng.version):
+    if (engine_option.name, engine_option.version) != (eng.name, eng.version):
         report.problem(
             "info",
             SOURCE,
-            f"the static answer judged the specs as {name.strip()} {version.strip()} would (--engine); "
+            f"the static answer judged the specs as {engine_option.name} {engine_option.version} would (--engine); "
             f"the live run used {eng.describe()}, the engine on this host",
         )
 

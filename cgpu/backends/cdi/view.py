@@ -22,6 +22,9 @@ PSEUDO_MOUNT_TYPES = frozenset(
 )
 MAX_LINK_HOPS = 8
 MAX_DIR_ENTRIES = 4096
+MAX_DIR_DEPTH = 2  # levels below a small directory mount that are indexed
+MAX_WALKED_ENTRIES = 256  # entries of a tree walked below its first level, all levels together
+_KERNEL_FS = re.compile(r"/(proc|sys|dev)(/|$)")
 
 
 class HookEffects:
@@ -192,9 +195,7 @@ class ContainerView:
             paths: list[str] = []
             for cpath, mount in self.mounts.items():
                 if self.host.is_dir(mount.host_path):
-                    paths.extend(
-                        posixpath.join(cpath, name) for name in self.host.listdir(mount.host_path)[:MAX_DIR_ENTRIES]
-                    )
+                    paths.extend(self._tree(cpath, mount.host_path))
                 else:
                     paths.append(cpath)
             real = list(paths)
@@ -212,6 +213,28 @@ class ContainerView:
                     libraries.setdefault(match.group(1), []).append(path)
             self._index = FileIndex(paths, by_folder, libraries, names)
         return self._index
+
+    def _tree(self, container_dir: str, host_dir: str) -> list[str]:
+        """The files under a directory mount: its own entries (at most MAX_DIR_ENTRIES) and, for a
+        small tree, those a few levels below: the whole /usr/lib/wsl tree holds lib/libdxcore.so and
+        drivers/<store folder>/libcuda.so.1.1. A big folder (a library dir, the host's /) is not walked."""
+        top = self.host.listdir(host_dir)[:MAX_DIR_ENTRIES]
+        if len(top) > MAX_WALKED_ENTRIES or _KERNEL_FS.match(host_dir) or posixpath.normpath(host_dir) == "/":
+            return [posixpath.join(container_dir, name) for name in top]
+        found: list[str] = []
+        pending = [(container_dir, host_dir, 0)]
+        budget = MAX_WALKED_ENTRIES
+        while pending and budget > 0:
+            cdir, hdir, depth = pending.pop(0)
+            names = self.host.listdir(hdir)[:budget]
+            budget -= len(names)
+            for name in names:
+                hpath = posixpath.join(hdir, name)
+                if depth < MAX_DIR_DEPTH and self.host.is_dir(hpath):
+                    pending.append((posixpath.join(cdir, name), hpath, depth + 1))
+                else:
+                    found.append(posixpath.join(cdir, name))
+        return found
 
     # --- device nodes -------------------------------------------------------------------------
     def usable_node(self, path: str) -> bool:
@@ -264,10 +287,12 @@ class ContainerView:
         """Mounted files named `<stem>.so.<version>` (e.g. libcuda.so.575.64.03, libcuda.so.1.1)."""
         return self.index.libraries.get(stem, [])
 
-    def soname_route(self, library: str, soname: str) -> str | None:
-        """How the dynamic linker finds `library` by its SONAME in the container, or None."""
+    def soname_route(self, library: str, soname: str) -> tuple[str, tuple[str, ...]] | None:
+        """How the dynamic linker finds `library` by its SONAME in the container, and what the image's
+        libc must search for that (IMAGE_NEEDS tokens); None when nothing makes it loadable."""
+        folder = posixpath.dirname(library)
         if posixpath.basename(library) == soname:
-            return f"mounted as {soname}"
+            return self._in_folder(f"mounted as {soname}", folder)
         links_by_name = cast("dict[str, list[str]] | None", self.file_memo.get("links by name"))
         if links_by_name is None:
             links_by_name = {}
@@ -276,11 +301,18 @@ class ContainerView:
             self.file_memo["links by name"] = links_by_name
         for link in links_by_name.get(soname, ()):
             if self.follow(self.links[link]) == library:
-                return f"linked as {link} by the create-symlinks hook"
-        folder = posixpath.dirname(library)
+                return self._in_folder(f"linked as {link} by the create-symlinks hook", posixpath.dirname(link))
         if folder in self.ld_folders:
-            return f"linkable as {soname} through the update-ldcache hook over {folder}"
+            return f"linkable as {soname} through the update-ldcache hook over {folder}", ()
         return None
+
+    def _in_folder(self, how: str, folder: str) -> tuple[str, tuple[str, ...]] | None:
+        """A SONAME file in `folder`: found by any glibc when an update-ldcache hook covers the folder,
+        else only by a libc that searches it by default (which differs between distributions)."""
+        if folder in self.ld_folders:
+            return f"{how}; update-ldcache covers {folder}", ()
+        needs = default_search_needs(folder)
+        return None if needs is None else (how, needs)
 
     def names_library(self, value: str, relative_to: str, library: str, soname: str) -> bool:
         """Does a loader entry (`library_path` of an ICD, an .icd line) name `library`, directly or by its
@@ -293,6 +325,20 @@ class ContainerView:
         return path == library or (
             posixpath.basename(path) == soname and posixpath.dirname(path) == posixpath.dirname(library)
         )
+
+
+_MULTIARCH = re.compile(r"/(usr/)?lib/[a-z0-9_]+-linux-gnu[a-z0-9_]*")
+
+
+def default_search_needs(folder: str) -> tuple[str, ...] | None:
+    """What the image's libc must be for it to search `folder` without an ld.so.conf entry: ()
+    for none, None when no common libc searches it. Fedora/RHEL/SUSE search /usr/lib64 (and not
+    Debian's triplet folders); Debian/Ubuntu search /usr/lib/<triplet> and /usr/lib (not /usr/lib64)."""
+    if folder in ("/lib64", "/usr/lib64"):
+        return ("lib64-search",)
+    if folder in ("/lib", "/usr/lib") or _MULTIARCH.fullmatch(folder):
+        return ("multiarch-search",)
+    return None
 
 
 _SHELLS = re.compile(r"(ba|da|z|k|c|tc|fi)?sh|busybox|python[\d.]*|perl|env")

@@ -1,0 +1,140 @@
+"""`--engine`, parsed in one place for the CLI, the library and `--verify`: whose CDI rules judge
+the specs. And the host's engine with its version, asked once and remembered for a few minutes.
+
+Kept light (no `cgpu.engines`, which imports ~15 ms of modules): the static CDI path runs on
+every call of a node agent, and `auto` is its default.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+
+AUTO, NONE, NAMED = "auto", "none", "named"
+ENGINE_NAMES = ("podman", "docker")  # the order `auto` prefers
+# `podman version` costs about 100 ms: its answer is reused while the engine binaries are the
+# same files (path, size, mtime) and for at most this long (a Docker daemon can be upgraded or
+# stopped while its CLI stays the same).
+HOST_ENGINE_SECONDS = 300.0
+NO_ENGINE_SECONDS = 30.0  # when none answered: soon asked again (it may have been busy), not on every call
+HOST_ENGINE_FILE = "host-engine.json"
+
+
+class EngineOption:
+    """`auto` (the host's engine), `none` (no engine limits) or `named`: NAME@VERSION, or a bare
+    NAME for that engine as installed here (its version asked like `auto` does)."""
+
+    __slots__ = ("mode", "name", "version")
+
+    def __init__(self, mode: str, name: str | None = None, version: str | None = None) -> None:
+        self.mode = mode
+        self.name = name
+        self.version = version
+
+    @property
+    def live_engine(self) -> str | None:
+        """The engine a live run (`--verify`) must use: the named one, else whichever the host has."""
+        return self.name if self.mode == NAMED else None
+
+    def __str__(self) -> str:
+        if self.mode != NAMED:
+            return self.mode
+        return f"{self.name}@{self.version}" if self.version else str(self.name)
+
+    def __repr__(self) -> str:
+        return f"EngineOption({str(self)!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, EngineOption) and str(self) == str(other)
+
+    def __hash__(self) -> int:
+        return hash(str(self))
+
+
+def parse_engine(value: str | EngineOption | None) -> EngineOption:
+    """`None`/"" and "auto" -> the host's engine; "none"; "podman@4.3.1" (name and version checked);
+    "podman" (the host's podman). Raises ValueError with the user's message for anything else."""
+    if isinstance(value, EngineOption):
+        return value
+    if value is not None and not isinstance(value, str):
+        raise TypeError(f"engine is a string such as 'podman@4.3.1', 'auto' or 'none', not {type(value).__name__}")
+    text = (value or "").strip()
+    if text.lower() in ("", AUTO):
+        return EngineOption(AUTO)
+    if text.lower() == NONE:
+        return EngineOption(NONE)
+    name, sep, version = text.partition("@")
+    name, version = name.strip().lower(), version.strip()
+    if not sep and name in ENGINE_NAMES:
+        return EngineOption(NAMED, name)
+    if not sep or not name or not version:
+        raise ValueError(
+            f"--engine {value!r}: expected NAME@VERSION such as podman@4.3.1 or docker@28.2.0, a bare podman or "
+            f"docker (the one installed here), or auto, or none"
+        )
+    from cgpu.cdi.versions import max_cdi_version
+
+    max_cdi_version(name, version)  # raises for an engine or version format cgpu has no figure for
+    return EngineOption(NAMED, name, version)
+
+
+def host_engines(*, timeout: float, cache_dir: str | None = None) -> tuple[list[tuple[str, str]], list[str]]:
+    """(name, version) of each engine on this host, podman first (Docker only when its daemon
+    answers); and why an engine that is installed did not answer."""
+    identity = []
+    for name in ENGINE_NAMES:
+        path = shutil.which(name)
+        if path is None:
+            continue
+        try:
+            info = os.stat(path)
+        except OSError:
+            continue
+        identity.append([name, path, info.st_size, info.st_mtime_ns])
+    if not identity:
+        return [], []
+    if cache_dir is None:
+        from cgpu.cache import default_cache_dir
+
+        cache_dir = str(default_cache_dir())
+    cache_file = os.path.join(cache_dir, HOST_ENGINE_FILE)
+    remembered = _read_remembered(cache_file, identity)
+    if remembered is not None:
+        return remembered
+    from cgpu.engines import detect_engines
+
+    engines, failures = detect_engines(timeout=timeout)
+    found = [(e.name, e.version) for e in engines]
+    _remember(cache_file, identity, found, failures)
+    return found, failures
+
+
+def _read_remembered(cache_file: str, identity: list[list[object]]) -> tuple[list[tuple[str, str]], list[str]] | None:
+    try:
+        with open(cache_file, encoding="utf-8") as handle:
+            data = json.load(handle)
+        found = [(str(name), str(version)) for name, version in data["found"]]
+        age = time.time() - float(data["at"])
+        if data["identity"] != identity or not 0 <= age < (HOST_ENGINE_SECONDS if found else NO_ENGINE_SECONDS):
+            return None
+        failures = [str(f) for f in data["failures"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # absent, unreadable or not ours: ask the engine
+    return found, failures
+
+
+def _remember(cache_file: str, identity: list[list[object]], found: list[tuple[str, str]], failures: list[str]) -> None:
+    data = {"identity": identity, "at": time.time(), "found": [list(f) for f in found], "failures": failures}
+    temporary = f"{cache_file}.{os.getpid()}.tmp"
+    try:
+        os.makedirs(os.path.dirname(cache_file), exist_ok=True)
+        with open(temporary, "w", encoding="utf-8") as handle:
+            json.dump(data, handle)
+        os.replace(temporary, cache_file)  # readers see the old file or the new one, never half of one
+    except OSError:
+        try:
+            os.unlink(temporary)
+        except OSError:
+            pass

@@ -1,0 +1,135 @@
+"""Which engine judges the specs: the host's by default (with or without --root), its version
+remembered briefly, and the verdict naming it."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from cgpu.backends import run_backend
+from cgpu.engine_option import HOST_ENGINE_FILE, host_engines, parse_engine
+from tests.cdi_backend.helpers import HOSTS, SAMPLES
+
+
+def _stand_in_podman(bin_dir: Path, version: str) -> Path:
+    """A `podman` that answers `podman version` like the real one and counts its calls."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    script = bin_dir / "podman"
+    script.write_text(f'#!/bin/sh\necho called >> "{bin_dir}/calls"\necho {version}\n')
+    script.chmod(0o755)
+    return script
+
+
+def _calls(bin_dir: Path) -> int:
+    calls = bin_dir / "calls"
+    return len(calls.read_text().splitlines()) if calls.exists() else 0
+
+
+@pytest.fixture
+def only_stand_ins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """PATH with nothing but the stand-ins (and sh), and a cache dir of this test's own."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    monkeypatch.setenv("PATH", str(bin_dir))
+    monkeypatch.setenv("CGPU_CACHE_DIR", str(tmp_path / "cache"))
+    return bin_dir
+
+
+def _report(root: Path | str = HOSTS / "nvidia-580", **options: object) -> dict:
+    given = {"spec_dirs": [str(SAMPLES / "nvidia-current/spec")], "root": str(root), **options}
+    return run_backend("cdi", given).build()
+
+
+def test_without_engine_the_hosts_engine_judges_even_under_root(only_stand_ins: Path):
+    _stand_in_podman(only_stand_ins, "4.3.1")
+    report = _report()  # --root given, no --engine: still the host's engine
+    assert report["containers"] == []
+    assert [d["status"] for d in report["devices"]] == ["blocked"] * 3
+    assert "podman 4.3.1 ignores its spec" in report["devices"][0]["reason"]
+    messages = [p["message"] for p in report["problems"]]
+    assert "podman 4.3.1 judged the specs (the host's engine, --engine auto): it reads cdiVersion up to 0.5.0" in (
+        messages
+    )
+    assert _report(engine="none")["containers"] == ["cuda", "vulkan", "opencl"]
+    bare = _report(engine="podman")  # the host's podman, by name
+    assert "podman 4.3.1 judged the specs (the host's engine, --engine podman)" in str(bare["problems"])
+    docker = _report(engine="docker")  # none here: the newest rules, said so
+    assert docker["containers"] == ["cuda", "vulkan", "opencl"]
+    assert any(p["source"] == "--engine docker" and "no docker answered" in p["message"] for p in docker["problems"])
+
+
+def test_no_engine_answering_means_the_newest_rules_with_a_warning(only_stand_ins: Path):
+    report = _report(root="/")  # no podman, no docker on PATH
+    warning = next(p for p in report["problems"] if p["source"] == "--engine auto")
+    assert warning["severity"] == "warning" and "newest CDI rules" in warning["message"]
+
+
+def test_the_engine_version_is_remembered_until_the_binary_changes(only_stand_ins: Path, tmp_path: Path):
+    script = _stand_in_podman(only_stand_ins, "4.3.1")
+    assert host_engines(timeout=10) == ([("podman", "4.3.1")], [])
+    assert host_engines(timeout=10) == ([("podman", "4.3.1")], [])
+    assert _calls(only_stand_ins) == 1
+    assert (tmp_path / "cache" / HOST_ENGINE_FILE).is_file()
+    script.write_text(script.read_text().replace("4.3.1", "5.5.2"))  # an upgrade: another size, another mtime
+    os.utime(script, ns=(1, 1))
+    assert host_engines(timeout=10) == ([("podman", "5.5.2")], [])
+    assert _calls(only_stand_ins) == 2
+    (tmp_path / "cache" / HOST_ENGINE_FILE).write_text("{not json")  # a damaged cache is asked past
+    assert host_engines(timeout=10) == ([("podman", "5.5.2")], [])
+    data = json.loads((tmp_path / "cache" / HOST_ENGINE_FILE).read_text())
+    data["at"] -= 3600  # too old
+    (tmp_path / "cache" / HOST_ENGINE_FILE).write_text(json.dumps(data))
+    host_engines(timeout=10)
+    assert _calls(only_stand_ins) == 4
+    # An engine that does not answer (busy, broken): remembered for 30 s only, then asked again.
+    script.write_text(f'#!/bin/sh\necho called >> "{only_stand_ins}/calls"\nexit 125\n')
+    assert host_engines(timeout=10)[0] == [] and host_engines(timeout=10)[0] == []
+    assert _calls(only_stand_ins) == 5
+    data = json.loads((tmp_path / "cache" / HOST_ENGINE_FILE).read_text())
+    data["at"] -= 31
+    (tmp_path / "cache" / HOST_ENGINE_FILE).write_text(json.dumps(data))
+    host_engines(timeout=10)
+    assert _calls(only_stand_ins) == 6
+
+
+def test_this_hosts_podman_judges_a_0_7_0_spec_without_engine(run_cli, tmp_path: Path):
+    """On a host with podman 4.3.1 (Debian 12, what the CI installs) the toolkit's 0.7.0 spec is unresolvable."""
+    podman = shutil.which("podman")
+    if podman is None:
+        pytest.skip("podman is not installed")
+    found, _ = host_engines(timeout=30, cache_dir=str(tmp_path / "probe-cache"))
+    if found[:1] != [("podman", "4.3.1")]:
+        pytest.skip(f"this host's engines are {found}, not podman 4.3.1")
+    code, out, err = run_cli(
+        "probe",
+        "--backend",
+        "cdi",
+        "--spec-dir",
+        "cdi-samples/nvidia-current/spec",
+        "--root",
+        "cdi-samples/hosts/nvidia-580",
+        "--json",
+        env={"CGPU_CACHE_DIR": str(tmp_path / "cache")},
+    )
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["containers"] == []
+    assert any("podman 4.3.1 judged the specs" in p["message"] for p in report["problems"])
+    assert "podman 4.3.1 ignores the spec" in report["evidence"]["cuda"]
+
+
+@given(st.text(max_size=40))
+def test_any_engine_text_parses_or_is_refused_with_a_message(text: str):
+    try:
+        option = parse_engine(text)
+    except ValueError as exc:
+        assert "--engine" in str(exc) or "engine" in str(exc)
+        return
+    assert parse_engine(str(option)) == option  # what it prints parses back to the same choice
+    assert option.mode in ("auto", "none", "named")
