@@ -169,9 +169,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     check.add_argument("--json", action="store_true", help="the answer as one JSON object (for machines)")
     check.add_argument("--machine", metavar="NAME", help="also run the probe in this krunkit VM")
-    check.add_argument(
-        "--timeout", type=_seconds, metavar="SECONDS", help="limit for the whole check (default: 300)"
-    )
+    check.add_argument("--timeout", type=_seconds, metavar="SECONDS", help="limit for the whole check (default: 300)")
     check.add_argument("--color", choices=("auto", "always", "never"), default="auto", help="as for probe")
 
     krunkit_cmd = sub.add_parser(

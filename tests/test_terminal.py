@@ -267,8 +267,8 @@ def test_brief_list_devices_and_explain(run_cli):
     assert rows[1].split() == ["nvidia.com/gpu=4", "ok", "cuda,", "vulkan,", "opencl"]
     assert sum(row.startswith("  nvidia.com/gpu=") for row in rows) == 25  # every name, aliases too
     code, out, _ = run_cli(
-        "probe", "--engine", "none", "--spec-dir", "cdi-samples/nvidia-1.17/spec", "--root", "cdi-samples/hosts/nvidia-580",
-        "--explain", "cuda", "--device", "nvidia.com/gpu=0",
+        "probe", "--engine", "none", "--spec-dir", "cdi-samples/nvidia-1.17/spec",
+        "--root", "cdi-samples/hosts/nvidia-580", "--explain", "cuda", "--device", "nvidia.com/gpu=0",
     )  # fmt: skip
     assert code == 0
     words = " ".join(out.split())
