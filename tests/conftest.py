@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,10 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared"
+# This run's value of the label on cgpu's verify containers: leftover checks count only this run's
+# containers, so test runs sharing a host (and their podman) do not fail each other.
+VERIFY_LABEL = f"test-{uuid.uuid4().hex[:12]}"
+VERIFY_FILTER = f"label=cgpu.verify={VERIFY_LABEL}"
 
 
 @pytest.fixture
@@ -44,8 +49,10 @@ def validate_report(data: dict[str, Any] | str) -> Any:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _private_cache_dir(tmp_path_factory):
-    """Every test (and every CLI it starts) caches under a temporary dir, never the user's."""
+def _private_cache_dir_and_label(tmp_path_factory):
+    """Every test (and every CLI it starts) caches under a temporary dir, never the user's, and
+    labels its verify containers with this run's value."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("CGPU_CACHE_DIR", str(tmp_path_factory.mktemp("cgpu-cache")))
+        patch.setenv("CGPU_VERIFY_LABEL", VERIFY_LABEL)
         yield

@@ -1,6 +1,6 @@
 """`--verify` faults against real podman: the service dies mid-call, Ctrl-C while a probe
 container runs, an engine that is missing or never answers. Nothing may stay behind: no
-container labelled cgpu.verify=1, no podman service, no socket folder."""
+container this run labelled, no podman service, no socket folder."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import signal
 
 import pytest
 
+from tests.conftest import VERIFY_FILTER
 from tests.faults.conftest import STOPS, hung, marked_processes
 from tests.verify.conftest import cdi_spec, podman, stand_in_image  # noqa: F401 - fixtures
 from tests.verify.test_verify import _lvp_spec
@@ -26,10 +27,8 @@ def device(cdi_spec, tmp_path):
 
 
 def _probe_containers(image: str, *flags: str) -> list[str]:
-    """Containers labelled cgpu.verify=1 from this test's image (other runs on the host have their own)."""
-    return podman(
-        "ps", *flags, "-q", "--filter", "label=cgpu.verify=1", "--filter", f"ancestor={image}"
-    ).stdout.split()
+    """Containers this run labelled, from this test's image (other runs on the host have their own)."""
+    return podman("ps", *flags, "-q", "--filter", VERIFY_FILTER, "--filter", f"ancestor={image}").stdout.split()
 
 
 def _probe_container_running(image: str) -> bool:

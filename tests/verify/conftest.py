@@ -3,7 +3,6 @@ check that no container outlives a test."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import tarfile
@@ -12,9 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from cgpu.engines import LABELS
-
-LABEL_FILTER = "label=" + "=".join(next(iter(LABELS.items())))
+from tests.conftest import VERIFY_FILTER
 
 
 def podman(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -22,7 +19,7 @@ def podman(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
 
 
 def labelled_containers() -> set[str]:
-    return set(podman("ps", "-a", "-q", "--filter", LABEL_FILTER).stdout.split())
+    return set(podman("ps", "-a", "-q", "--filter", VERIFY_FILTER).stdout.split())
 
 
 def _busybox_image(root: Path, python3_script: str) -> str:
@@ -97,7 +94,7 @@ def cdi_spec():
 
 @pytest.fixture
 def no_leftover_containers():
-    """Fails the test when a container labelled cgpu.verify=1 outlives it."""
+    """Fails the test when a container this run labelled (cgpu.verify=VERIFY_LABEL) outlives it."""
     before = labelled_containers()
     yield
     left = labelled_containers() - before
@@ -126,17 +123,15 @@ def service_processes() -> list[str]:
 
 @pytest.fixture(scope="session")
 def probe_image(stand_in_image) -> str:
-    """The real probe image; built once for the session and removed after if the tests built it."""
+    """The real probe image, built when this host has none yet; never removed (it is shared)."""
     from cgpu.backends.cdi.probe_image import ImageBuildError, ensure_probe_image
     from cgpu.engines import open_engine
 
     try:
         with open_engine("podman", timeout=30) as engine:
-            ref, seconds = ensure_probe_image(engine, timeout=120, progress=lambda _m: None)
+            ref, _seconds = ensure_probe_image(engine, timeout=120, progress=lambda _m: None)
     except ImageBuildError as exc:
         pytest.skip(str(exc))
-    try:
-        yield ref
-    finally:
-        if seconds is not None and not os.environ.get("CGPU_TEST_KEEP_PROBE_IMAGE"):
-            podman("rmi", "-f", ref)
+    # Kept after the session: its tag is a digest of this host's packages, so every run here
+    # (another test run at the same time, the user's own `--verify`) uses this same image.
+    return ref

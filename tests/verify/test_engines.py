@@ -12,15 +12,16 @@ from http.server import BaseHTTPRequestHandler
 import pytest
 
 from cgpu.engines import (
-    LABELS,
     ContainerTimeout,
     DockerEngine,
     EngineError,
     PodmanEngine,
     docker_create_options,
     engine_choice,
+    labels,
     open_engine,
 )
+from tests.conftest import VERIFY_LABEL
 
 from .conftest import service_processes
 
@@ -60,7 +61,18 @@ def test_docker_request_is_a_cdi_device_request_not_a_host_device():
     ]
     assert "Devices" not in host_config
     assert host_config["NetworkMode"] == "none"
-    assert args["labels"] == LABELS
+    assert args["labels"] == {"cgpu.verify": VERIFY_LABEL}  # this run's value, from CGPU_VERIFY_LABEL
+
+
+def test_the_label_value_comes_from_the_environment(monkeypatch):
+    monkeypatch.delenv("CGPU_VERIFY_LABEL")
+    assert labels() == {"cgpu.verify": "1"}
+    monkeypatch.setenv("CGPU_VERIFY_LABEL", "agent-7.node_a")
+    assert labels() == {"cgpu.verify": "agent-7.node_a"}
+    for bad in ("a b", "x,y=z", "-lead", "é", "x" * 64):
+        monkeypatch.setenv("CGPU_VERIFY_LABEL", bad)
+        with pytest.raises(EngineError, match="CGPU_VERIFY_LABEL"):
+            labels()
 
 
 @pytest.mark.podman
