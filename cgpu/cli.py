@@ -103,7 +103,8 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--machine", metavar="NAME", help="also run the probe in this krunkit VM")
     check.add_argument("--timeout", type=_seconds, metavar="SECONDS")
 
-    sub.add_parser("schema", help="print the JSON Schema of the probe report")
+    schema = sub.add_parser("schema", help="print the JSON Schema of the probe report or the image check")
+    schema.add_argument("what", nargs="?", choices=("report", "image-check"), default="report")
     return parser
 
 
@@ -116,9 +117,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         previous = False
     try:
         if args.command == "schema":
-            from cgpu.model import report_schema
+            from cgpu.model import image_check_schema, report_schema
 
-            _emit(json.dumps(report_schema(), indent=2))
+            _emit(json.dumps(report_schema() if args.what == "report" else image_check_schema(), indent=2))
             return ExitCode.OK
         if args.command == "image":
             return _image_check(args)

@@ -34,18 +34,73 @@ def run_cli():
             cwd=REPO,
             env={**os.environ, **(env or {})},
         )
+        validate_cli_output(args, proc.stdout)
         return proc.returncode, proc.stdout, proc.stderr
 
     return run
 
 
 def validate_report(data: dict[str, Any] | str) -> Any:
-    """Validate a report (dict or JSON text) against the contract; returns the model."""
-    from cgpu.model import Report
+    """Validate a report (dict or JSON text) against the JSON Schema `cgpu schema` prints and the
+    pydantic model; returns the model."""
+    from cgpu.model import Report, report_schema
 
     if isinstance(data, str):
         data = json.loads(data)
-    return Report.model_validate(data)
+    model = Report.model_validate(data)
+    _schema_validator("report", report_schema).validate(data)
+    return model
+
+
+def validate_image_check(data: dict[str, Any] | str) -> Any:
+    """Validate an image check's answer against `cgpu schema image-check` and its model."""
+    from cgpu.model import ImageCheck, image_check_schema
+
+    if isinstance(data, str):
+        data = json.loads(data)
+    model = ImageCheck.model_validate(data)
+    _schema_validator("image-check", image_check_schema).validate(data)
+    return model
+
+
+def validate_cli_output(args: tuple[str, ...] | list[str], stdout: str) -> None:
+    """Every JSON answer a CLI run in the tests prints is checked against its schema."""
+    args = list(args)
+    if "--json" not in args or not stdout.strip():
+        return  # a usage error or an interrupted run prints no answer
+    if args[:2] == ["image", "check"]:
+        validate_image_check(stdout)
+    elif args[:1] == ["probe"]:
+        validate_report(stdout)
+
+
+_VALIDATORS: dict[str, Any] = {}
+
+
+def _schema_validator(name: str, schema: Any) -> Any:
+    if name not in _VALIDATORS:
+        import jsonschema
+
+        jsonschema.Draft202012Validator.check_schema(schema())
+        _VALIDATORS[name] = jsonschema.Draft202012Validator(schema())
+    return _VALIDATORS[name]
+
+
+@pytest.fixture(autouse=True)
+def _every_built_report_is_valid(monkeypatch):
+    """Every report a backend builds in a test (in-process) is checked against the model."""
+    from cgpu.report import ReportBuilder
+
+    build = ReportBuilder.build
+
+    def checked(self: ReportBuilder) -> dict[str, Any]:
+        from cgpu.model import Report
+
+        report = build(self)
+        Report.model_validate(report)
+        return report
+
+    monkeypatch.setattr(ReportBuilder, "build", checked)
 
 
 @pytest.fixture(scope="session", autouse=True)

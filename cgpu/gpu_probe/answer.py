@@ -13,9 +13,32 @@ from cgpu.report import ReportBuilder
 
 MAX_TEXT = 500
 MAX_DEVICES = 64
-MAX_DETAILS = 24
-_DETAIL_KEY = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
-_OWN_KEYS = frozenset({"name", "apis", "api", "counted", "source", "status"})  # set by cgpu, not the probe
+# The per-device details the probe reports (standalone.py), and the JSON types each may take;
+# anything else a probe sends is dropped, so every field of a device is in the report's schema
+# (cgpu.model.ProbeDetails describes each). `reason` is always kept ("" when missing).
+PROBE_DETAILS: dict[str, tuple[type, ...]] = {
+    "reason": (str,),
+    "index": (int,),
+    "compute_capability": (str,),
+    "integrated": (bool,),
+    "total_memory": (int,),
+    "gfx_target": (str,),
+    "type": (int,),
+    "type_name": (str,),
+    "vendor": (str,),
+    "vendor_id": (str,),
+    "device_id": (str,),
+    "api_version": (str,),
+    "driver_id": (int, type(None)),
+    "driver_id_name": (str, type(None)),
+    "driver_name": (str,),
+    "driver_info": (str,),
+    "driver_version": (str,),
+    "platform": (str,),
+    "allocated": (bool,),
+    "allocation_error": (str,),
+    "hardware": (bool,),
+}
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]+")
 # Errors that only say "nothing of this API here": the summary says it, no problem needed.
 _QUIET_ERRORS = frozenset({None, "library_not_found", "no_device_node", "not_probed"})
@@ -128,20 +151,11 @@ def _add_device(report: ReportBuilder, api: str, device: object, source: str) ->
     name = _clean(device.get("name"), 200) or f"unnamed {api} device"
     counted = device.get("counted") is True
     details: dict[str, Any] = {}
-    for key, value in device.items():
-        if len(details) >= MAX_DETAILS:
-            break
-        if key in _OWN_KEYS or not isinstance(key, str) or not _DETAIL_KEY.match(key):
+    for key, types in PROBE_DETAILS.items():
+        value = device.get(key)
+        if type(value) not in types or (type(value) is int and not 0 <= value < 2**64):
             continue
-        if isinstance(value, str):
-            details[key] = _clean(value, 200)
-        elif (
-            isinstance(value, bool)
-            or value is None
-            or (isinstance(value, int) and -(2**63) <= value < 2**64)
-            or (isinstance(value, float) and value == value and abs(value) != float("inf"))
-        ):
-            details[key] = value
+        details[key] = _clean(value, 200) if isinstance(value, str) else value
     details.setdefault("reason", "")
     report.device(
         name,

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import validate_cli_output
+
 REPO = Path(__file__).resolve().parents[2]
 SAMPLES = REPO / "cdi-samples"
 MARK_VAR = "CGPU_FAULT_MARK"
@@ -68,7 +70,9 @@ class Cli:
     def __call__(
         self, *args: str, env: dict[str, str] | None = None, timeout: float = 120, wrapper: tuple[str, ...] = ()
     ) -> tuple[int, str, str]:
-        return self._collect(self.popen(*args, env=env, wrapper=wrapper), timeout)
+        code, out, err = self._collect(self.popen(*args, env=env, wrapper=wrapper), timeout)
+        validate_cli_output(args, out)
+        return code, out, err
 
     def interrupt_when(
         self,
@@ -88,7 +92,9 @@ class Cli:
             time.sleep(0.05)
         time.sleep(0.2)  # let cgpu settle into waiting on it
         proc.send_signal(signum)
-        return self._collect(proc, 60)
+        code, out, err = self._collect(proc, 60)
+        validate_cli_output(args, out)
+        return code, out, err
 
     @staticmethod
     def _collect(proc: subprocess.Popen, timeout: float) -> tuple[int, str, str]:

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from cgpu.cli import ExitCode, image_exit_code
 from cgpu.image import check as image_check
 from cgpu.image.check import render_image_check
+from tests.conftest import validate_image_check
 from tests.image.trees import (
     STOCK_VENDOR,
     X86_64,
@@ -34,8 +35,9 @@ from tests.image.trees import (
 
 
 def check_image(ref: str, **options) -> tuple[dict, ExitCode]:
-    """The answer and the exit status the CLI gives it."""
+    """The answer (checked against `cgpu schema image-check`) and the exit status the CLI gives it."""
     result = image_check.check_image(ref, **options)
+    validate_image_check(result)
     return result, image_exit_code(result)
 
 

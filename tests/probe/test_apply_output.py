@@ -68,7 +68,7 @@ GOOD = {
 
 
 def applied(data, source="container test-image"):
-    report = ReportBuilder("cdi")
+    report = ReportBuilder("local")
     apply_probe_output(report, data, source=source)
     built = report.build()
     validate_report(built)

@@ -25,7 +25,7 @@ def _verify(devices, static, **options):
     messages: list[str] = []
     report = ReportBuilder("cdi", progress=messages.append)
     for name in devices:
-        report.device(name, static.get(name, []), status="ok")
+        report.device(name, static.get(name, []), status="ok", spec="/etc/cdi/test.yaml", checks={})
     verify_devices(report, devices, static, **options)
     built = report.build()
     validate_report(built)
