@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-SHARED = REPO.parent / "shared"
+# The project's own spec files in the shapes real generators publish, with what the CDI library makes of each.
+CORPUS = REPO / "tests" / "cdi" / "corpus"
 # This run's value of the label on cgpu's verify containers: leftover checks count only this run's
 # containers, so test runs sharing a host (and their podman) do not fail each other.
 VERIFY_LABEL = f"test-{uuid.uuid4().hex[:12]}"
@@ -38,6 +39,15 @@ def run_cli():
         return proc.returncode, proc.stdout, proc.stderr
 
     return run
+
+
+def corpus_expected() -> dict[str, dict[str, Any]]:
+    """file name -> {kind, cdiVersion, devices[, templated]} or {error: start of the message}."""
+    return json.loads((CORPUS / "expected.json").read_text())
+
+
+def corpus_files() -> list[Path]:
+    return [CORPUS / name for name in sorted(corpus_expected())]
 
 
 def validate_report(data: dict[str, Any] | str) -> Any:

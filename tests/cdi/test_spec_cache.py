@@ -18,7 +18,7 @@ from cgpu.cdi import scan as scan_module
 from cgpu.cdi import spec_cache
 from cgpu.cdi.parse import parse_spec
 from cgpu.cdi.scan import clear_parse_cache, scan_spec_dirs
-from tests.conftest import REPO, SHARED
+from tests.conftest import REPO, corpus_files
 
 from .conftest import ALL_FIELDS, minimal, write
 
@@ -69,7 +69,7 @@ def test_a_hit_gives_exactly_what_parsing_gives(tmp_path, cache_dir, parses):
 
 def test_every_sample_and_published_spec_reads_back_equal(tmp_path, cache_dir):
     files = sorted(REPO.glob("cdi-samples/**/*.yaml")) + sorted(REPO.glob("cdi-samples/**/*.json"))
-    files += sorted((SHARED / "reference" / "cdi-real").glob("*.[jy]s*"))
+    files += corpus_files()
     assert len(files) > 20
     for number, source in enumerate(files):
         folder = tmp_path / f"d{number}"
