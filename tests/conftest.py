@@ -22,6 +22,29 @@ VERIFY_LABEL = f"test-{uuid.uuid4().hex[:12]}"
 VERIFY_FILTER = f"label=cgpu.verify={VERIFY_LABEL}"
 
 
+# Fixtures that need a working podman: a test that uses one is a podman test, so that
+# `-m "not podman"` (the quick tier, README "Development") leaves out every test that needs it.
+PODMAN_FIXTURES = frozenset(
+    {
+        "stand_in_image",
+        "babbling_image",
+        "probe_image",
+        "podman_service",
+        "no_leftover_containers",
+        "machines",
+        "podman_api",
+        "probe_images",
+        "real_probe_image",
+    }
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if PODMAN_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.podman)
+
+
 @pytest.fixture
 def run_cli():
     """Run `python -m cgpu ARGS` as a subprocess; returns (exit code, stdout, stderr)."""

@@ -14,11 +14,13 @@ def expected() -> list[str]:
     return reference_answers()
 
 
+@pytest.mark.slow
 def test_concurrent_cli_runs(expected):
     result = cli_load(procs=8, runs=16, seconds=60, expected=expected)
     assert result["runs"] == 16 and result["wrong"] == [] and result["left_running"] == []
 
 
+@pytest.mark.slow
 def test_concurrent_library_calls(expected):
     result = library_load(threads=8, calls=600, seconds=30, expected=expected)
     for figures in result.values():

@@ -197,6 +197,7 @@ def test_absolute_symlinks_in_an_engine_image_stay_inside_it(tmp_path):
     )
 
 
+@pytest.mark.podman
 def test_a_missing_local_image_is_could_not_run_and_never_pulled():
     if shutil.which("podman") is None:
         pytest.skip("podman is not installed")
@@ -376,6 +377,7 @@ def test_cli_human_output_names_the_fix(run_cli, roots):
     )
 
 
+@pytest.mark.podman
 def test_machine_that_cannot_probe_keeps_the_file_verdict_and_exits_1(run_cli, roots):
     if shutil.which("podman") is None:
         pytest.skip("podman is not installed")

@@ -68,6 +68,7 @@ def test_booted_vm_runs_the_probe_image_through_real_podman(bin_dir, disk, probe
     assert not failed and report["containers"] == [] and "stock Mesa" in report["evidence"]["vulkan"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("guest", "timeout", "expected", "in_logs"),
     [
@@ -192,6 +193,7 @@ def _is_zombie(pid: int) -> bool:
         return True
 
 
+@pytest.mark.slow
 def test_cli_json_and_exit_status(bin_dir, disk, run_cli):
     code, stdout, stderr = run_cli(
         "probe",
