@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import VERIFY_FILTER
+from tests.conftest import VERIFY_FILTER, VERIFY_LABEL
 
 
 def podman(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -116,9 +116,21 @@ def podman_service(tmp_path):
 
 
 def service_processes() -> list[str]:
-    """`podman system service` processes cgpu started (their sockets live in cgpu-podman-*)."""
+    """`podman system service` processes cgpu started in this test run (their sockets live in
+    cgpu-podman-*; they inherit this run's CGPU_VERIFY_LABEL, which other runs on the host do not share)."""
     done = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True, timeout=10)
-    return [line for line in done.stdout.splitlines() if "system service" in line and "cgpu-podman-" in line]
+    mine = f"CGPU_VERIFY_LABEL={VERIFY_LABEL}".encode()
+    found = []
+    for line in done.stdout.splitlines():
+        if "system service" not in line or "cgpu-podman-" not in line:
+            continue
+        try:
+            environ = Path(f"/proc/{line.split()[0]}/environ").read_bytes().split(b"\0")
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+        if mine in environ:
+            found.append(line)
+    return found
 
 
 @pytest.fixture(scope="session")
