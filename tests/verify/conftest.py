@@ -108,7 +108,7 @@ def podman_service(tmp_path):
     """A private `podman system service`, for talking to podman's Docker-compatible API."""
     from cgpu.engines import PodmanService
 
-    service = PodmanService.start(timeout=30)
+    service = PodmanService.start(timeout=120)
     try:
         yield service
     finally:
@@ -140,7 +140,7 @@ def probe_image(stand_in_image) -> str:
     from cgpu.engines import open_engine
 
     try:
-        with open_engine("podman", timeout=30) as engine:
+        with open_engine("podman", timeout=120) as engine:
             ref, _seconds = ensure_probe_image(engine, timeout=120, progress=lambda _m: None)
     except ImageBuildError as exc:
         pytest.skip(str(exc))

@@ -25,6 +25,10 @@ from tests.conftest import VERIFY_LABEL
 
 from .conftest import service_processes
 
+# Where a limit is not what a test checks: generous, as podman answers slowly while other runs on
+# the host hold its storage lock (image imports, container creation).
+API_TIMEOUT = 120
+
 
 @pytest.mark.parametrize(
     ("given", "chosen"),
@@ -86,14 +90,14 @@ def test_podman_container_gets_the_cdi_device_and_is_removed(
         "devices:\n  - name: dev0\n    containerEdits:\n      env: [CGPU_TEST_DEVICE=dev0]\n"
         f"      mounts:\n        - {{hostPath: {host_file}, containerPath: /mounted/file, options: [ro, bind]}}\n"
     )
-    with open_engine("podman", timeout=30) as engine:
+    with open_engine("podman", timeout=API_TIMEOUT) as engine:
         assert isinstance(engine, PodmanEngine) and engine.version
         result = engine.run_container(
             stand_in_image,
             ["sh", "-c", "cat /mounted/file /in/note; env; echo oops >&2; exit 3"],
             devices=[f"{kind}=dev0"],
             files={"/in/note": b"copied-in\n"},
-            timeout=30,
+            timeout=API_TIMEOUT,
         )
     assert result.exit_code == 3
     out = result.stdout.decode()
@@ -104,7 +108,7 @@ def test_podman_container_gets_the_cdi_device_and_is_removed(
 
 @pytest.mark.podman
 def test_podman_service_started_for_the_run_is_stopped(stand_in_image):
-    with open_engine("podman", timeout=30) as engine:
+    with open_engine("podman", timeout=API_TIMEOUT) as engine:
         started_here = engine._service is not None
         running = service_processes()
     if not started_here:
@@ -115,7 +119,7 @@ def test_podman_service_started_for_the_run_is_stopped(stand_in_image):
 
 @pytest.mark.podman
 def test_hung_container_is_killed_at_the_timeout(stand_in_image, no_leftover_containers):
-    with open_engine("podman", timeout=30) as engine:
+    with open_engine("podman", timeout=API_TIMEOUT) as engine:
         started = time.monotonic()
         with pytest.raises(ContainerTimeout, match="did not finish within 2 s"):
             engine.run_container(stand_in_image, ["sleep", "600"], devices=[], files={}, timeout=2)
@@ -127,7 +131,7 @@ def test_docker_py_against_podmans_compat_api(stand_in_image, podman_service, mo
     """docker-py's whole container life works on podman's Docker API, but podman before 5.4
     drops CDI device requests there: cgpu must say so instead of running a deviceless container."""
     monkeypatch.setenv("DOCKER_HOST", podman_service.url)
-    with open_engine("docker", timeout=30) as engine:
+    with open_engine("docker", timeout=API_TIMEOUT) as engine:
         assert isinstance(engine, DockerEngine)
         assert engine.podman_version
         result = engine.run_container(
@@ -135,7 +139,7 @@ def test_docker_py_against_podmans_compat_api(stand_in_image, podman_service, mo
             ["sh", "-c", "cat /in/note; exit 4"],
             devices=[],
             files={"/in/note": b"via-docker-py\n"},
-            timeout=30,
+            timeout=API_TIMEOUT,
         )
         assert (result.exit_code, result.stdout) == (4, b"via-docker-py\n")
         refusal = engine.cdi_refusal()
@@ -149,7 +153,7 @@ def test_docker_py_against_podmans_compat_api(stand_in_image, podman_service, mo
 @pytest.mark.podman
 def test_docker_timeout_kills_the_container(stand_in_image, podman_service, monkeypatch, no_leftover_containers):
     monkeypatch.setenv("DOCKER_HOST", podman_service.url)
-    with open_engine("docker", timeout=30) as engine, pytest.raises(ContainerTimeout):
+    with open_engine("docker", timeout=API_TIMEOUT) as engine, pytest.raises(ContainerTimeout):
         engine.run_container(stand_in_image, ["sleep", "600"], devices=[], files={}, timeout=2)
 
 
@@ -223,7 +227,7 @@ def test_no_docker_daemon_is_a_clear_error(tmp_path, monkeypatch):
 @pytest.mark.podman
 def test_a_listening_podman_socket_is_used_as_it_is(stand_in_image, podman_service, monkeypatch):
     monkeypatch.setenv("CONTAINER_HOST", podman_service.url)
-    with open_engine(None, timeout=30) as engine:
+    with open_engine(None, timeout=API_TIMEOUT) as engine:
         assert isinstance(engine, PodmanEngine)
         assert engine._service is None and engine.where == podman_service.url
     assert podman_service.proc.poll() is None  # not ours to stop
