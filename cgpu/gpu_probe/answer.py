@@ -153,7 +153,7 @@ def _add_device(report: ReportBuilder, api: str, device: object, source: str) ->
     details: dict[str, Any] = {}
     for key, types in PROBE_DETAILS.items():
         value = device.get(key)
-        if type(value) not in types or (type(value) is int and not 0 <= value < 2**64):
+        if key not in device or type(value) not in types or (type(value) is int and not 0 <= value < 2**64):
             continue
         details[key] = _clean(value, 200) if isinstance(value, str) else value
     details.setdefault("reason", "")
