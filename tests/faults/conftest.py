@@ -1,7 +1,7 @@
 """The fault catalogue's tools: run the real CLI as a subprocess carrying an environment mark,
 put stand-in executables first on PATH, interrupt a run at the moment it waits on one, and
 fail any test that leaves a marked process or a temp file behind (the --verify tests also
-check for containers labelled cgpu.verify=1). Linux only: processes are found in /proc."""
+check for containers this run labelled). Linux only: processes are found in /proc."""
 
 from __future__ import annotations
 
