@@ -203,13 +203,15 @@ def _parser() -> argparse.ArgumentParser:
     build.add_argument("--machine", metavar="NAME", help="the podman machine to build in (default: podman's default)")
     build.add_argument("--timeout", type=_seconds, metavar="SECONDS", help="limit for the whole build (default: 1800)")
 
-    sub.add_parser(
+    schema = sub.add_parser(
         "schema",
-        help="print the JSON Schema of the probe report",
-        description="Print the JSON Schema of the probe report (`cgpu probe --json`).",
-        epilog="example:\n  cgpu schema > cgpu-report.schema.json",
+        help="print the JSON Schema of the probe report or the image check",
+        description="Print the JSON Schema of the probe report (`cgpu probe --json`, the default) or of\n"
+        "the image check's answer (`cgpu image check --json`).",
+        epilog="examples:\n  cgpu schema > cgpu-report.schema.json\n  cgpu schema image-check",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    schema.add_argument("what", nargs="?", choices=("report", "image-check"), default="report")
     return parser
 
 
@@ -265,9 +267,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         previous = False
     try:
         if args.command == "schema":
-            from cgpu.model import report_schema
+            from cgpu.model import image_check_schema, report_schema
 
-            _emit(json.dumps(report_schema(), indent=2))
+            _emit(json.dumps(report_schema() if args.what == "report" else image_check_schema(), indent=2))
             return ExitCode.OK
         if args.command == "image":
             return _image_check(args)

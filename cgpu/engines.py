@@ -22,9 +22,23 @@ from typing import Any
 
 from cgpu.run import CommandError, decode, kill_group, run
 
-# Every container cgpu starts carries this label, so a user (and the tests) can find one
-# that outlived its run: `podman ps -a --filter label=cgpu.verify=1`.
-LABELS = {"cgpu.verify": "1"}
+# Every container cgpu starts carries the label cgpu.verify=VALUE, so a user (and the tests) can
+# find one that outlived its run: `podman ps -a --filter label=cgpu.verify=1`. VALUE is "1" unless
+# CGPU_VERIFY_LABEL says otherwise: agents (and test runs) sharing a host tell their containers apart.
+LABEL_KEY = "cgpu.verify"
+LABEL_ENV = "CGPU_VERIFY_LABEL"
+_LABEL_VALUE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
+
+
+def labels() -> dict[str, str]:
+    """The labels of a container cgpu starts, with this run's value (read when it starts one)."""
+    value = os.environ.get(LABEL_ENV) or "1"
+    if not _LABEL_VALUE.fullmatch(value):
+        raise EngineError(
+            f"{LABEL_ENV}={value!r} is not a usable label value: use up to 63 letters, digits, '.', '_' or '-'"
+        )
+    return {LABEL_KEY: value}
+
 
 # Largest probe output read back from a container; anything longer is not a probe answer.
 MAX_LOG_BYTES = 4 * 1024 * 1024
@@ -248,7 +262,7 @@ class PodmanEngine(Engine):
                 entrypoint=command[:1],
                 name=name,
                 devices=devices,
-                labels=LABELS,
+                labels=labels(),
                 network_mode="none",
             )
         except self._errors() as exc:
@@ -371,7 +385,7 @@ def docker_create_options(devices: list[str]) -> dict[str, Any]:
     sends them; in `devices=` Docker would take them for host paths."""
     from docker.types import DeviceRequest
 
-    options: dict[str, Any] = {"labels": dict(LABELS), "network_mode": "none"}
+    options: dict[str, Any] = {"labels": labels(), "network_mode": "none"}
     if devices:
         options["device_requests"] = [DeviceRequest(driver="cdi", device_ids=list(devices))]
     return options

@@ -1,5 +1,7 @@
-"""The report contract as pydantic models (design §1): what `cgpu schema` prints and what
-`cgpu.probe()` returns. Imported only by the library call, `cgpu schema` and the tests."""
+"""The contracts as pydantic models (design §1): the probe report (`cgpu schema`, what
+`cgpu.probe()` returns) and the image check (`cgpu schema image-check`, `cgpu.check_image()`).
+Every field is described; devices have one model per shape a backend writes. Imported only by
+the library calls, `cgpu schema` and the tests."""
 
 from __future__ import annotations
 
@@ -36,23 +38,174 @@ class ApiState(BaseModel):
 
 
 class Problem(BaseModel):
+    """One bad input, failed command or finding worth a person's attention."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    severity: Literal["error", "warning", "info"]
+    severity: Literal["error", "warning", "info"] = Field(
+        description="error: something that costs an answer (a device, a backend run); warning: worth fixing; info"
+    )
     source: str = Field(description="the file, command or device the problem concerns")
-    message: str
+    message: str = Field(description="what is wrong and, where cgpu knows it, the fix; one or more sentences")
 
 
-class Device(BaseModel):
-    """One device the backend saw; backends add their own details (status, spec, ...)."""
+class _Device(BaseModel):
+    model_config = ConfigDict(extra="forbid")
 
-    model_config = ConfigDict(extra="allow")
+    name: str = Field(description="the device's name (CDI: vendor/class=name; WSL: the adapter; krunkit: the GPU)")
+    apis: list[Api] = Field(description="the APIs a container with this device gets, canonical order")
 
-    name: str = Field(description="CDI: vendor/class=name; WSL: the adapter; krunkit: the VM's GPU")
-    apis: list[Api]
+
+# --- cdi ------------------------------------------------------------------------------------------
+
+
+class LiveDevice(BaseModel):
+    """A device the probe saw inside the --verify container."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(description="the name the API gave the device")
+    api: Api = Field(description="the API that listed it")
+    counted: bool = Field(description="whether it counts as a GPU (software drivers never do)")
+    reason: str = Field(description="why it was counted or not")
+
+
+class CdiDevice(_Device):
+    """A CDI device a spec defines, judged against the host (cdi backend)."""
+
+    status: Literal["ok", "partial", "blocked"] = Field(
+        description=(
+            "ok: a container with it starts and every API it gives is complete; partial: it starts, and some API "
+            "lacks a part (see `checks`); blocked: the engine refuses the container (see `missing`)"
+        )
+    )
+    spec: str = Field(description="the path of the spec file that defines the device")
+    alias_of: str | None = Field(
+        default=None,
+        description="another name of the same device in the same spec (a GPU's UUID beside its index), if any",
+    )
+    checks: dict[Literal["cuda", "rocm", "vulkan", "opencl", "directml"], str] = Field(
+        description="per API, the rule's finding: `provided: ...`, `partial: ...` or `absent: ...` with its reason"
+    )
+    missing: list[str] | None = Field(
+        default=None, description="blocked devices only: the host paths the container needs that do not exist"
+    )
+    live_status: Literal["agrees", "disagrees", "failed"] | None = Field(
+        default=None,
+        description=(
+            "--verify only: whether the probe in a real container with this device agrees with `apis`; failed: "
+            "the container did not run or the probe gave no answer (a problem says why)"
+        ),
+    )
+    live_seconds: float | None = Field(default=None, description="--verify only: the container's whole life, seconds")
+    live_apis: list[Api] | None = Field(
+        default=None, description="--verify only: the APIs the probe found in that container, canonical order"
+    )
+    live_evidence: dict[Api, str] | None = Field(
+        default=None, description="--verify only: per API, the probe's one sentence from that container"
+    )
+    live_devices: list[LiveDevice] | None = Field(
+        default=None, description="--verify only: the devices the probe saw in that container"
+    )
+
+
+class CdiIgnoredDevice(_Device):
+    """A device only a spec the engine ignores defines (its cdiVersion is newer than `--engine` accepts)."""
+
+    status: Literal["blocked"] = Field(description="always blocked: the engine cannot resolve the device")
+    spec: str = Field(description="the path of the ignored spec")
+    reason: str = Field(description="why the engine ignores the spec")
+
+
+# --- local and krunkit: what the probe saw ----------------------------------------------------------
+
+
+class ProbeDetails(BaseModel):
+    """What cgpu's probe reports of a device; each field only where the API tells it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    reason: str = Field(description="why the probe counted the device as a GPU or not (lavapipe, PoCL's CPU, WARP)")
+    index: int | None = Field(default=None, description="CUDA: the device ordinal")
+    compute_capability: str | None = Field(default=None, description="CUDA: major.minor")
+    integrated: bool | None = Field(default=None, description="CUDA: an integrated GPU (Jetson, Grace)")
+    total_memory: int | None = Field(default=None, description="CUDA: device memory, bytes")
+    gfx_target: str | None = Field(default=None, description="ROCm: the HSA agent's gfx target, e.g. gfx90a")
+    type: int | None = Field(
+        default=None, description="Vulkan: VkPhysicalDeviceType; OpenCL: the cl_device_type bit field"
+    )
+    type_name: str | None = Field(default=None, description="the type's name, e.g. DISCRETE_GPU, CPU, GPU")
+    vendor: str | None = Field(default=None, description="OpenCL: CL_DEVICE_VENDOR")
+    vendor_id: str | None = Field(default=None, description="the PCI vendor id, hex (0x10de)")
+    device_id: str | None = Field(default=None, description="the PCI device id, hex")
+    api_version: str | None = Field(default=None, description="Vulkan: the API version the device supports")
+    driver_id: int | None = Field(default=None, description="Vulkan: VkDriverId, null where the driver tells none")
+    driver_id_name: str | None = Field(default=None, description="Vulkan: the VkDriverId's name, e.g. MESA_VENUS")
+    driver_name: str | None = Field(default=None, description="Vulkan: VkPhysicalDeviceDriverProperties.driverName")
+    driver_info: str | None = Field(default=None, description="Vulkan: VkPhysicalDeviceDriverProperties.driverInfo")
+    driver_version: str | None = Field(default=None, description="OpenCL: CL_DRIVER_VERSION")
+    platform: str | None = Field(default=None, description="OpenCL: the platform's name (NVIDIA CUDA, Portable ...)")
+    allocated: bool | None = Field(
+        default=None, description="Vulkan (Venus only): a memory allocation and mapping on the device worked"
+    )
+    allocation_error: str | None = Field(default=None, description="Vulkan (Venus only): why allocating failed")
+    hardware: bool | None = Field(default=None, description="DirectML: DXCore says the adapter is hardware")
+
+
+class ProbeDevice(ProbeDetails, _Device):
+    """A device the probe listed for one API (local backend; krunkit: inside the VM)."""
+
+    status: Literal["counted", "ignored"] = Field(description="counted: a GPU that gives `api`; ignored: not a GPU")
+    api: Api = Field(description="the API that listed the device")
+    counted: bool = Field(description="same as status == counted")
+    source: str = Field(description="where the probe ran (this process, a container, a VM)")
+
+
+# --- wsl -------------------------------------------------------------------------------------------
+
+
+class _WslSession(_Device):
+    libc: Literal["glibc", "musl", "unknown"] = Field(description="the C library of the WSL session's distro")
+    kernel: str = Field(description="the session's kernel release (uname -r)")
+    os: str | None = Field(default=None, description="the distro's PRETTY_NAME from /etc/os-release")
+    wsl: Literal["2"] | None = Field(default=None, description="2 where the session runs under WSL 2")
+
+
+class WslAdapter(_WslSession):
+    """A D3D12 adapter DXCore listed in the WSL session, or NVIDIA's GPU found through libcuda.so.1."""
+
+    status: Literal["ok", "software"] = Field(description="ok: a hardware adapter; software: WARP, Basic Render")
+    vendor: str = Field(description="NVIDIA, AMD, Intel, Qualcomm or unknown")
+    vendor_id: str | None = Field(default=None, description="the PCI vendor id, hex")
+    device_id: str | None = Field(default=None, description="the PCI device id, hex")
+
+
+class WslGpuPv(_WslSession):
+    """WSL's GPU paravirtualization as a whole, where adapters could not be listed one by one."""
+
+    status: Literal["ok", "no-gpu"] = Field(description="ok: it gives at least one API; no-gpu: none")
+    adapters_enumerated: Literal[False] = Field(description="always false: adapters were not listed")
+    vendors: list[str] = Field(description="the GPU vendors whose drivers the Windows driver store holds")
+
+
+Device = CdiDevice | CdiIgnoredDevice | ProbeDevice | WslAdapter | WslGpuPv
+DEVICES: dict[str, tuple[type[_Device], ...]] = {
+    "cdi": (CdiDevice, CdiIgnoredDevice),
+    "local": (ProbeDevice,),
+    "krunkit": (ProbeDevice,),  # what the probe saw inside the VM
+    "wsl": (WslAdapter, WslGpuPv),
+}
 
 
 class Report(BaseModel):
+    """What containers started on this node get, per GPU API: `cgpu probe --json`, `cgpu.probe()`.
+
+    `containers` lists the provided APIs; `apis` gives each API's state (provided, absent,
+    unknown) and what the image must bring; `evidence` says why in one sentence per API;
+    `devices` are the backend's devices (their shape depends on `backend`); `problems` every
+    bad input or failed command.
+    """
+
     model_config = ConfigDict(extra="forbid")
 
     format_version: Literal[2] = Field(
@@ -61,12 +214,17 @@ class Report(BaseModel):
     containers: list[Api] = Field(description="APIs a container gets, canonical order, no duplicates")
     apis: dict[Api, ApiState] = Field(description="the state of each of the six APIs")
     evidence: dict[Api, str] = Field(description="one sentence per API, for all six")
-    backend: Literal["cdi", "wsl", "krunkit", "local"]
-    platform: str
-    devices: list[Device]
-    problems: list[Problem]
-    cgpu_version: str
-    checked_at: str
+    backend: Literal["cdi", "wsl", "krunkit", "local"] = Field(description="the backend that answered")
+    platform: str = Field(description="OS and machine cgpu ran on: linux-x86_64, darwin-arm64, windows-amd64")
+    devices: list[Device] = Field(
+        description=(
+            "the devices the backend saw; cdi: CdiDevice or CdiIgnoredDevice, local: ProbeDevice, "
+            "krunkit: ProbeDevice (what the probe saw in the VM), wsl: WslAdapter or WslGpuPv"
+        )
+    )
+    problems: list[Problem] = Field(description="every bad input, failed command or finding, errors first")
+    cgpu_version: str = Field(description="the cgpu that wrote the report")
+    checked_at: str = Field(description="when, ISO 8601 in UTC, to the second")
 
     @field_validator("containers")
     @classmethod
@@ -90,7 +248,86 @@ class Report(BaseModel):
             raise ValueError(f"containers {self.containers} are not the provided APIs {provided}")
         return self
 
+    @model_validator(mode="after")
+    def _devices_of_the_backend(self) -> Report:
+        kinds = DEVICES[self.backend]
+        for device in self.devices:
+            if not isinstance(device, kinds):
+                names = " or ".join(kind.__name__ for kind in kinds)
+                raise ValueError(f"device {device.name!r} is a {type(device).__name__}, not a {names}")
+        return self
+
+
+# --- image check ---------------------------------------------------------------------------------
+
+
+class ImageCheckItem(BaseModel):
+    """One check of the image's files."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(
+        description=(
+            "architecture, libc, python, vulkan-loader, venus-icd, other-icds, mesa-build or version-lock "
+            "(a check added later keeps this shape)"
+        )
+    )
+    status: Literal["pass", "fail", "unknown", "skip"] = Field(
+        description="pass; fail; unknown: the files cannot tell; skip: does not apply to this image"
+    )
+    evidence: str = Field(description="what was found, naming the files")
+    fix: str = Field(description="what to change when it fails; may be empty")
+    required: bool = Field(description="false: advisory, it does not change the verdict")
+
+
+class ImageCheck(BaseModel):
+    """`cgpu image check REF --json`, `cgpu.check_image()`: would this image get vulkan in a krunkit VM?
+
+    `status` says whether the image was checked at all; `verdict` answers the question.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    image: str = Field(description="the image reference as given")
+    source: str = Field(description="where the image was read from (engine storage, archive, directory); '' if not")
+    os: str = Field(description="the image config's OS; '' when unread")
+    architecture: str = Field(description="the CPU architecture (config or ELF files); '' when unread")
+    status: Literal["checked", "unreadable", "probe_failed", "internal_error"] = Field(
+        description=(
+            "checked: the files were checked (and the probe ran, with --machine); unreadable: the image could not "
+            "be read, so the verdict is unknown for want of an image, not of evidence in it; probe_failed: the "
+            "probe asked for with --machine did not run, the verdict is the files'; internal_error: a bug in cgpu"
+        )
+    )
+    verdict: Literal["yes", "no", "unknown"] = Field(
+        description="yes: it gets vulkan; no: it does not (see the failed checks); unknown: cannot tell"
+    )
+    reason: str = Field(description="the verdict in one sentence")
+    checks: list[ImageCheckItem] = Field(description="each check of the image's files; empty when unread")
+    problems: list[Problem] = Field(description="bad input, failed commands, the probe's findings with --machine")
+    cgpu_version: str = Field(description="the cgpu that checked")
+    checked_at: str = Field(description="when, ISO 8601 in UTC, to the second")
+
 
 def report_schema() -> dict[str, Any]:
+    """The report's JSON Schema; which device shapes each backend gives is said with if/then."""
     schema = Report.model_json_schema(mode="serialization")
-    return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema}
+    schema["allOf"] = [
+        {
+            "if": {"properties": {"backend": {"const": backend}}},
+            "then": {
+                "properties": {
+                    "devices": {"items": {"anyOf": [{"$ref": f"#/$defs/{kind.__name__}"} for kind in kinds]}}
+                }
+            },
+        }
+        for backend, kinds in DEVICES.items()
+    ]
+    return {"$schema": SCHEMA_DIALECT, **schema}
+
+
+def image_check_schema() -> dict[str, Any]:
+    return {"$schema": SCHEMA_DIALECT, **ImageCheck.model_json_schema(mode="serialization")}
+
+
+SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"

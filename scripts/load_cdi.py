@@ -225,8 +225,15 @@ def verify_load(runs: int, seconds: float) -> dict[str, Any]:
         except OSError as exc:
             return {"skipped": f"cannot write a spec into /etc/cdi: {exc}"}
         service = PodmanService.start(timeout=30)
-        env = {**os.environ, MARK_VAR: mark, "PYTHONPATH": str(REPO), "CONTAINER_HOST": service.url}
-        before = _labelled(podman)
+        label = f"load-{mark[:12]}"  # these runs' containers alone, whatever else runs on this host
+        env = {
+            **os.environ,
+            MARK_VAR: mark,
+            "PYTHONPATH": str(REPO),
+            "CONTAINER_HOST": service.url,
+            "CGPU_VERIFY_LABEL": label,
+        }
+        before = _labelled(podman, label)
         started = time.monotonic()
         procs = [
             subprocess.Popen(
@@ -266,8 +273,8 @@ def verify_load(runs: int, seconds: float) -> dict[str, Any]:
                 wrong.append(f"dev{n}: live_status {entry.get('live_status')}: {json.loads(out)['problems']}")
         elapsed = time.monotonic() - started
         left: set[str] = set()
-        for _ in range(20):  # other users of this host may be starting their own; ours must go
-            left = _labelled(podman) - before
+        for _ in range(20):  # a container being removed may take a moment to go
+            left = _labelled(podman, label) - before
             if not left:
                 break
             time.sleep(0.5)
@@ -285,9 +292,9 @@ def verify_load(runs: int, seconds: float) -> dict[str, Any]:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _labelled(podman: str) -> set[str]:
+def _labelled(podman: str, label: str) -> set[str]:
     done = subprocess.run(
-        [podman, "ps", "-a", "-q", "--filter", "label=cgpu.verify=1"],
+        [podman, "ps", "-a", "-q", "--filter", f"label=cgpu.verify={label}"],
         capture_output=True,
         text=True,
         timeout=60,

@@ -7,13 +7,42 @@ import json
 import os
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-SHARED = REPO.parent / "shared"
+# The project's own spec files in the shapes real generators publish, with what the CDI library makes of each.
+CORPUS = REPO / "tests" / "cdi" / "corpus"
+# This run's value of the label on cgpu's verify containers: leftover checks count only this run's
+# containers, so test runs sharing a host (and their podman) do not fail each other.
+VERIFY_LABEL = f"test-{uuid.uuid4().hex[:12]}"
+VERIFY_FILTER = f"label=cgpu.verify={VERIFY_LABEL}"
+
+
+# Fixtures that need a working podman: a test that uses one is a podman test, so that
+# `-m "not podman"` (the quick tier, README "Development") leaves out every test that needs it.
+PODMAN_FIXTURES = frozenset(
+    {
+        "stand_in_image",
+        "babbling_image",
+        "probe_image",
+        "podman_service",
+        "no_leftover_containers",
+        "machines",
+        "podman_api",
+        "probe_images",
+        "real_probe_image",
+    }
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if PODMAN_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.podman)
 
 
 @pytest.fixture
@@ -29,23 +58,89 @@ def run_cli():
             cwd=REPO,
             env={**os.environ, **(env or {})},
         )
+        validate_cli_output(args, proc.stdout)
         return proc.returncode, proc.stdout, proc.stderr
 
     return run
 
 
+def corpus_expected() -> dict[str, dict[str, Any]]:
+    """file name -> {kind, cdiVersion, devices[, templated]} or {error: start of the message}."""
+    return json.loads((CORPUS / "expected.json").read_text())
+
+
+def corpus_files() -> list[Path]:
+    return [CORPUS / name for name in sorted(corpus_expected())]
+
+
 def validate_report(data: dict[str, Any] | str) -> Any:
-    """Validate a report (dict or JSON text) against the contract; returns the model."""
-    from cgpu.model import Report
+    """Validate a report (dict or JSON text) against the JSON Schema `cgpu schema` prints and the
+    pydantic model; returns the model."""
+    from cgpu.model import Report, report_schema
 
     if isinstance(data, str):
         data = json.loads(data)
-    return Report.model_validate(data)
+    model = Report.model_validate(data)
+    _schema_validator("report", report_schema).validate(data)
+    return model
+
+
+def validate_image_check(data: dict[str, Any] | str) -> Any:
+    """Validate an image check's answer against `cgpu schema image-check` and its model."""
+    from cgpu.model import ImageCheck, image_check_schema
+
+    if isinstance(data, str):
+        data = json.loads(data)
+    model = ImageCheck.model_validate(data)
+    _schema_validator("image-check", image_check_schema).validate(data)
+    return model
+
+
+def validate_cli_output(args: tuple[str, ...] | list[str], stdout: str) -> None:
+    """Every JSON answer a CLI run in the tests prints is checked against its schema."""
+    args = list(args)
+    if "--json" not in args or not stdout.strip():
+        return  # a usage error or an interrupted run prints no answer
+    if args[:2] == ["image", "check"]:
+        validate_image_check(stdout)
+    elif args[:1] == ["probe"]:
+        validate_report(stdout)
+
+
+_VALIDATORS: dict[str, Any] = {}
+
+
+def _schema_validator(name: str, schema: Any) -> Any:
+    if name not in _VALIDATORS:
+        import jsonschema
+
+        jsonschema.Draft202012Validator.check_schema(schema())
+        _VALIDATORS[name] = jsonschema.Draft202012Validator(schema())
+    return _VALIDATORS[name]
+
+
+@pytest.fixture(autouse=True)
+def _every_built_report_is_valid(monkeypatch):
+    """Every report a backend builds in a test (in-process) is checked against the model."""
+    from cgpu.report import ReportBuilder
+
+    build = ReportBuilder.build
+
+    def checked(self: ReportBuilder) -> dict[str, Any]:
+        from cgpu.model import Report
+
+        report = build(self)
+        Report.model_validate(report)
+        return report
+
+    monkeypatch.setattr(ReportBuilder, "build", checked)
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _private_cache_dir(tmp_path_factory):
-    """Every test (and every CLI it starts) caches under a temporary dir, never the user's."""
+def _private_cache_dir_and_label(tmp_path_factory):
+    """Every test (and every CLI it starts) caches under a temporary dir, never the user's, and
+    labels its verify containers with this run's value."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("CGPU_CACHE_DIR", str(tmp_path_factory.mktemp("cgpu-cache")))
+        patch.setenv("CGPU_VERIFY_LABEL", VERIFY_LABEL)
         yield

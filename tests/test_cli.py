@@ -82,6 +82,7 @@ def test_run_keeps_bounded_output_and_feeds_input():
     assert echoed.stdout == b"\xff" * 300_000
 
 
+@pytest.mark.slow
 def test_run_stops_a_command_whose_daemon_keeps_the_pipe_open():
     """The command exits but leaves a process in its own session holding stdout: the timeout still
     holds (communicate() would have waited for that process)."""

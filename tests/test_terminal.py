@@ -113,7 +113,7 @@ def test_device_names_and_stderr_of_other_backends_are_escaped_when_rendered():
     """WSL adapter names and a container's or VM's stderr reach the report as device names,
     evidence and problems (those backends need wsl.exe or krunkit); every field is escaped."""
     report = ReportBuilder("wsl")
-    report.device(f"NVIDIA {HOSTILE}", ["cuda"], status="ok", reason=HOSTILE)
+    report.device(f"NVIDIA {HOSTILE}", ["cuda"], status="ok", vendor=HOSTILE, libc="glibc", kernel=HOSTILE, os=HOSTILE)
     report.provide("cuda", f"libcuda.so.1 {HOSTILE}")
     report.problem("warning", f"wsl.exe {HOSTILE}", f"stderr: {HOSTILE}")
     built = report.build()

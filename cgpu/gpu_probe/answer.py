@@ -23,9 +23,32 @@ if TYPE_CHECKING:
 
 MAX_TEXT = 500
 MAX_DEVICES = 64
-MAX_DETAILS = 24
-_DETAIL_KEY = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
-_OWN_KEYS = frozenset({"name", "apis", "api", "counted", "source", "status"})  # set by cgpu, not the probe
+# The per-device details the probe reports (standalone.py), and the JSON types each may take;
+# anything else a probe sends is dropped, so every field of a device is in the report's schema
+# (cgpu.model.ProbeDetails describes each). `reason` is always kept ("" when missing).
+PROBE_DETAILS: dict[str, tuple[type, ...]] = {
+    "reason": (str,),
+    "index": (int,),
+    "compute_capability": (str,),
+    "integrated": (bool,),
+    "total_memory": (int,),
+    "gfx_target": (str,),
+    "type": (int,),
+    "type_name": (str,),
+    "vendor": (str,),
+    "vendor_id": (str,),
+    "device_id": (str,),
+    "api_version": (str,),
+    "driver_id": (int, type(None)),
+    "driver_id_name": (str, type(None)),
+    "driver_name": (str,),
+    "driver_info": (str,),
+    "driver_version": (str,),
+    "platform": (str,),
+    "allocated": (bool,),
+    "allocation_error": (str,),
+    "hardware": (bool,),
+}
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]+")
 # Errors that only say "nothing of this API here": the summary says it, no problem needed.
 _QUIET_ERRORS = frozenset({None, "library_not_found", "no_device_node", "not_probed"})
@@ -139,8 +162,8 @@ def _api_from_json(api: object, entry: object) -> ApiAnswer:
     for device in _list(entry["devices"]):
         device = _dict(device)
         details = _dict(device["details"])
-        if not all(isinstance(k, str) and _is_detail(v) for k, v in details.items()):
-            raise ValueError("a device detail is not a scalar")
+        if not all(k in PROBE_DETAILS and type(v) in PROBE_DETAILS[k] for k, v in details.items()):
+            raise ValueError("a device detail is not one the probe reports")
         counted = device["counted"]
         if type(counted) is not bool or device["api"] != api:
             raise ValueError("a device entry is malformed")
@@ -310,26 +333,13 @@ def _check_device(api: str, device: object) -> Device | None:
         return None
     name = _clean(device.get("name"), 200) or f"unnamed {api} device"
     details: dict[str, Detail] = {}
-    for key, value in device.items():
-        if len(details) >= MAX_DETAILS:
-            break
-        if key in _OWN_KEYS or not isinstance(key, str) or not _DETAIL_KEY.match(key):
+    for key, types in PROBE_DETAILS.items():
+        value = device.get(key)
+        if key not in device or type(value) not in types or (type(value) is int and not 0 <= value < 2**64):
             continue
-        if isinstance(value, str):
-            details[key] = _clean(value, 200)
-        elif _is_detail(value):
-            details[key] = value
+        details[key] = _clean(value, 200) if isinstance(value, str) else value
     details.setdefault("reason", "")
     return Device(name, api, device.get("counted") is True, details)
-
-
-def _is_detail(value: object) -> bool:
-    return (
-        isinstance(value, (str, bool))
-        or value is None
-        or (isinstance(value, int) and -(2**63) <= value < 2**64)
-        or (isinstance(value, float) and value == value and abs(value) != float("inf"))
-    )
 
 
 def _steering_env(env: object) -> str:

@@ -227,17 +227,14 @@ def test_parse_cache_is_bounded(tmp_path, monkeypatch):
     assert len(scan_module._parse_cache) == 3
 
 
-# --- the reading parts of cdi.md §8 with the published specs ----------------------------------
+# --- the reading parts of cdi.md §8 with the corpus's published shapes ----------------------------------
 
 
 @pytest.fixture
-def real(request):
-    from tests.conftest import SHARED
+def real():
+    from tests.conftest import CORPUS
 
-    folder = SHARED / "reference" / "cdi-real"
-    if not folder.is_dir():
-        pytest.skip(f"{folder} is not present")
-    return folder
+    return CORPUS
 
 
 def one_spec_dir(real, tmp_path, name):
@@ -248,46 +245,47 @@ def one_spec_dir(real, tmp_path, name):
 
 
 def test_case_2_uuid_alias_and_unknown_index(real, tmp_path):
-    result = one_spec_dir(real, tmp_path, "nvidia-ctk-1.17.8_nvml_x86_64_driver-575.64.03.yaml")
-    by_uuid = result.devices["nvidia.com/gpu=GPU-520e01f2-cf30-6396-abef-e8e9a5233b0e"]
+    result = one_spec_dir(real, tmp_path, "nvidia-ctk-nvml-full.yaml")
+    by_uuid = result.devices["nvidia.com/gpu=GPU-7c1f9e02-55ab-4d3e-9a61-0b2c8e4f13d7"]
     assert by_uuid.edits() == result.devices["nvidia.com/gpu=0"].edits()
-    assert "nvidia.com/gpu=1" not in result.devices and result.problems == []
+    assert by_uuid.edits() != result.devices["nvidia.com/gpu=1"].edits()
+    assert "nvidia.com/gpu=2" not in result.devices and result.problems == []
 
 
 def test_case_5_wsl_spec_has_only_all(real, tmp_path):
-    result = one_spec_dir(real, tmp_path, "nvidia-ctk_wsl_nvmdi_embedded-in-buildx-driver-code.yaml")
+    result = one_spec_dir(real, tmp_path, "nvidia-ctk-wsl-full.yaml")
     assert list(result.devices) == ["nvidia.com/gpu=all"]
     assert [node.path for node in result.devices["nvidia.com/gpu=all"].edits().device_nodes] == ["/dev/dxg"]
 
 
 def test_case_8_jetson_xavier_kind(real, tmp_path):
-    result = one_spec_dir(real, tmp_path, "lf-edge-eve_jetson-xavier-nx_jp5_csv-mode.yaml")
+    result = one_spec_dir(real, tmp_path, "jetson-csv-jp5.yaml")
     assert sorted(result.devices) == ["nvidia.com/xavier-gpu=0", "nvidia.com/xavier-gpu=all"]
 
 
 def test_case_10_intel_example(real, tmp_path):
-    result = one_spec_dir(real, tmp_path, "intel-device-plugins_gpu_cdi-md_example.yaml")
-    assert list(result.devices) == ["intel.com/gpu=gpu0"] and "gpu.intel.com/i915=0" not in result.devices
-    edits = result.devices["intel.com/gpu=gpu0"].edits()
-    assert [node.path for node in edits.device_nodes] == ["/dev/dri/card0", "/dev/dri/renderD128"]
+    result = one_spec_dir(real, tmp_path, "intel-gpu.yaml")
+    assert list(result.devices) == ["intel.com/gpu=card1"] and "gpu.intel.com/i915=1" not in result.devices
+    edits = result.devices["intel.com/gpu=card1"].edits()
+    assert [node.path for node in edits.device_nodes] == ["/dev/dri/card1", "/dev/dri/renderD129"]
     assert [mount.container_path for mount in edits.mounts] == ["/dev/dri/by-path"]
 
 
 def test_case_24_yaml_in_json_is_accepted(real, tmp_path):
-    result = one_spec_dir(real, tmp_path, "docker-desktop-venus_yaml-in-json-file.json")
+    result = one_spec_dir(real, tmp_path, "venus-yaml-in-json.json")
     assert list(result.devices) == ["docker.com/gpu=venus"] and result.problems == []
 
 
-def test_case_11_the_ramalama_yaml_and_json_twins_conflict(real, tmp_path):
+def test_case_11_the_yaml_and_json_twins_conflict(real, tmp_path):
     etc = tmp_path / "etc"
     etc.mkdir()
-    for name in ("ramalama-testdata_nvml_trimmed.yaml", "ramalama-testdata_nvml_trimmed.json"):
+    for name in ("nvidia-nvml-trimmed.yaml", "nvidia-nvml-trimmed.json"):
         shutil.copy(real / name, etc / name)
     result = scan_spec_dirs([str(etc)])
     assert result.devices == {}
     assert {p for s, p, _ in result.problems if s == "error"} == {
-        str(etc / "ramalama-testdata_nvml_trimmed.yaml"),
-        str(etc / "ramalama-testdata_nvml_trimmed.json"),
+        str(etc / "nvidia-nvml-trimmed.yaml"),
+        str(etc / "nvidia-nvml-trimmed.json"),
     }
 
 

@@ -7,15 +7,12 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from cgpu.apis import API_ORDER
 from cgpu.backends import run_backend
-from tests.conftest import REPO, SHARED, validate_report
+from tests.conftest import CORPUS, REPO, validate_report
 
 SAMPLES = REPO / "cdi-samples"
 HOSTS = SAMPLES / "hosts"
-REAL = SHARED / "reference" / "cdi-real"
 
 NVRM_580 = (
     "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.82.07  Release Build  "
@@ -89,9 +86,6 @@ def device(report: dict[str, Any], name: str) -> dict[str, Any]:
     return next(d for d in report["devices"] if d["name"] == name)
 
 
-def real(name: str) -> Path:
-    """A published spec from the reference folder beside the repository; skips where it is absent."""
-    path = REAL / name
-    if not path.is_file():
-        pytest.skip(f"{path} is not present (published specs live in the shared reference folder)")
-    return path
+def corpus(name: str) -> Path:
+    """A spec file of the project's corpus (tests/cdi/corpus), in a shape real generators publish."""
+    return CORPUS / name

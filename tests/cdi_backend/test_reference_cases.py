@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.cdi_backend.helpers import HOSTS, SAMPLES, device, host_paths, make_host, probe, real, spec_dir
+from tests.cdi_backend.helpers import HOSTS, SAMPLES, corpus, device, host_paths, make_host, probe, spec_dir
 
 NVIDIA_1_17 = SAMPLES / "nvidia-1.17/spec"
 UUID = "nvidia.com/gpu=GPU-520e01f2-cf30-6396-abef-e8e9a5233b0e"
 
 
-def _real(name: str) -> dict:
-    text = real(name).read_text()
+def _corpus(name: str) -> dict:
+    text = corpus(name).read_text()
     return yaml.safe_load(text.replace("{{ .driverRoot }}", ""))
 
 
@@ -96,9 +96,9 @@ def test_case5_wsl_spec_gives_cuda_only():
 
 
 def test_case6_trimmed_spec_has_nodes_but_no_driver(tmp_path: Path):
-    spec = _real("ramalama-testdata_nvml_trimmed.yaml")
+    spec = _corpus("nvidia-nvml-trimmed.yaml")
     root = make_host(tmp_path / "root", host_paths(spec), render={"renderD128": "0x10de"})
-    report = probe([spec_dir(tmp_path, real("ramalama-testdata_nvml_trimmed.yaml"))], root)
+    report = probe([spec_dir(tmp_path, corpus("nvidia-nvml-trimmed.yaml"))], root)
     assert report["containers"] == []
     assert report["evidence"]["cuda"].startswith("partial: ")
     assert "no libcuda.so.<driver version> is mounted (device nodes only" in report["evidence"]["cuda"]
@@ -108,36 +108,36 @@ def test_case6_trimmed_spec_has_nodes_but_no_driver(tmp_path: Path):
 
 
 def test_case7_disable_hook_all_leaves_libcuda_unloadable(tmp_path: Path):
-    spec = _real("nvidia-ctk-HEAD_testdata_nvml_disable-hook-all.yaml")
+    spec = _corpus("nvidia-ctk-nvml-disable-hook-all.tmpl.yaml")
     root = make_host(tmp_path / "root", host_paths(spec))
     specs = spec_dir(tmp_path, texts={"nvidia.yaml": yaml.safe_dump(spec)})
     report = probe([specs], root)
     assert report["containers"] == []
     cuda = report["evidence"]["cuda"]
     assert cuda.startswith("partial: ") and "example.com/device=0" in cuda
-    assert "nothing makes libcuda.so.999.88.77 loadable as libcuda.so.1" in cuda
+    assert "nothing makes libcuda.so.123.45.67 loadable as libcuda.so.1" in cuda
     assert "no /dev/nvidia-uvm" in cuda and "--disable-hook all" in cuda
     for api in ("rocm", "vulkan", "opencl", "directml"):
         assert report["evidence"][api].startswith("not provided: ")
 
 
 def test_case8_jetson_icd_comes_from_a_hook_link(tmp_path: Path):
-    spec = _real("lf-edge-eve_jetson-thor_jp7_csv-mode.yaml")
+    spec = _corpus("jetson-csv-jp7.yaml")
     icd = '{"file_format_version": "1.0.0", "ICD": {"library_path": "libGLX_nvidia.so.0", "api_version": "1.4.312"}}'
     root = make_host(
         tmp_path / "root", host_paths(spec), files={"/usr/lib/aarch64-linux-gnu/nvidia/nvidia_icd.json": icd}
     )
-    report = probe([spec_dir(tmp_path, real("lf-edge-eve_jetson-thor_jp7_csv-mode.yaml"))], root)
+    report = probe([spec_dir(tmp_path, corpus("jetson-csv-jp7.yaml"))], root)
     assert report["containers"] == ["cuda", "vulkan"]
     assert "libcuda.so.1.1" in report["evidence"]["cuda"]
     vulkan = report["evidence"]["vulkan"]
     assert "/etc/vulkan/icd.d/nvidia_icd.json naming libGLX_nvidia.so.0" in vulkan
     assert "libGLX_nvidia.so.0 (mounted as libGLX_nvidia.so.0" in vulkan
     assert "mounts no libnvidia-opencl" in report["evidence"]["opencl"]
-    xavier = _real("lf-edge-eve_jetson-xavier-nx_jp5_csv-mode.yaml")
+    xavier = _corpus("jetson-csv-jp5.yaml")
     assert xavier["kind"] == "nvidia.com/xavier-gpu"
     other = probe(
-        [spec_dir(tmp_path, real("lf-edge-eve_jetson-xavier-nx_jp5_csv-mode.yaml"), name="jp5")],
+        [spec_dir(tmp_path, corpus("jetson-csv-jp5.yaml"), name="jp5")],
         make_host(tmp_path / "jp5-root"),
         devices=["nvidia.com/gpu=all"],
     )
@@ -146,7 +146,7 @@ def test_case8_jetson_icd_comes_from_a_hook_link(tmp_path: Path):
 
 def test_case9_amd_gives_rocm_vulkan_opencl_from_the_image(tmp_path: Path):
     report = probe(
-        [spec_dir(tmp_path, real("DERIVED_amd-ctk_shape-from-source_NOT-PUBLISHED.json"))],
+        [spec_dir(tmp_path, corpus("amd-ctk.json"))],
         HOSTS / "amd",
         devices=["amd.com/gpu=0"],
     )

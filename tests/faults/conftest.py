@@ -1,7 +1,7 @@
 """The fault catalogue's tools: run the real CLI as a subprocess carrying an environment mark,
 put stand-in executables first on PATH, interrupt a run at the moment it waits on one, and
 fail any test that leaves a marked process or a temp file behind (the --verify tests also
-check for containers labelled cgpu.verify=1). Linux only: processes are found in /proc."""
+check for containers this run labelled). Linux only: processes are found in /proc."""
 
 from __future__ import annotations
 
@@ -17,6 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import validate_cli_output
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLES = REPO / "cdi-samples"
@@ -68,7 +70,9 @@ class Cli:
     def __call__(
         self, *args: str, env: dict[str, str] | None = None, timeout: float = 120, wrapper: tuple[str, ...] = ()
     ) -> tuple[int, str, str]:
-        return self._collect(self.popen(*args, env=env, wrapper=wrapper), timeout)
+        code, out, err = self._collect(self.popen(*args, env=env, wrapper=wrapper), timeout)
+        validate_cli_output(args, out)
+        return code, out, err
 
     def interrupt_when(
         self,
@@ -88,7 +92,9 @@ class Cli:
             time.sleep(0.05)
         time.sleep(0.2)  # let cgpu settle into waiting on it
         proc.send_signal(signum)
-        return self._collect(proc, 60)
+        code, out, err = self._collect(proc, 60)
+        validate_cli_output(args, out)
+        return code, out, err
 
     @staticmethod
     def _collect(proc: subprocess.Popen, timeout: float) -> tuple[int, str, str]:

@@ -112,6 +112,7 @@ def test_an_unlistable_spec_dir_is_a_warning(cli, nobody):
     assert "cannot list this spec dir (Permission denied)" in report["problems"][0]["message"]
 
 
+@pytest.mark.slow
 def test_a_hung_engine_is_stopped_at_the_timeout(cli, bin_dir):
     hung(bin_dir, "podman")
     hung(bin_dir, "docker")

@@ -14,41 +14,23 @@ def expected() -> list[str]:
     return reference_answers()
 
 
+@pytest.mark.slow
 def test_concurrent_cli_runs(expected):
     result = cli_load(procs=8, runs=16, seconds=60, expected=expected)
     assert result["runs"] == 16 and result["wrong"] == [] and result["left_running"] == []
 
 
+@pytest.mark.slow
 def test_concurrent_library_calls(expected):
     result = library_load(threads=8, calls=600, seconds=30, expected=expected)
     for figures in result.values():
         assert figures["calls"] == 600 and figures["wrong"] == []
 
 
-@pytest.fixture
-def probe_images_made_here():
-    """The runs build the probe image when it is missing (both at once: part of the test);
-    one they built is removed after."""
-    import shutil
-    import subprocess
-
-    def images() -> set[str]:
-        if shutil.which("podman") is None:
-            return set()
-        done = subprocess.run(
-            ["podman", "images", "-q", "localhost/cgpu-probe"], capture_output=True, text=True, timeout=60
-        )
-        return set(done.stdout.split())
-
-    before = images()
-    yield
-    made = images() - before
-    if made:
-        subprocess.run(["podman", "rmi", "-f", *made], capture_output=True, timeout=120)
-
-
 @pytest.mark.podman
-def test_concurrent_verify_runs_share_one_service(probe_images_made_here):
+def test_concurrent_verify_runs_share_one_service():
+    """Both runs build the probe image when it is missing (at once: part of the test); it is kept,
+    as another run on the host may be using it."""
     result = verify_load(runs=2, seconds=300)
     if "skipped" in result:
         pytest.skip(result["skipped"])

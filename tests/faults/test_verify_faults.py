@@ -1,6 +1,6 @@
 """`--verify` faults against real podman: the service dies mid-call, Ctrl-C while a probe
 container runs, an engine that is missing or never answers. Nothing may stay behind: no
-container labelled cgpu.verify=1, no podman service, no socket folder."""
+container this run labelled, no podman service, no socket folder."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import signal
 
 import pytest
 
+from tests.conftest import VERIFY_FILTER
 from tests.faults.conftest import STOPS, hung, marked_processes
 from tests.verify.conftest import cdi_spec, podman, stand_in_image  # noqa: F401 - fixtures
 from tests.verify.test_verify import _lvp_spec
@@ -26,8 +27,8 @@ def device(cdi_spec, tmp_path):
 
 
 def _probe_containers(image: str, *flags: str) -> list[str]:
-    """Containers labelled cgpu.verify=1 from this test's image (other runs on the host have their own)."""
-    return podman("ps", *flags, "-q", "--filter", "label=cgpu.verify=1", "--filter", f"ancestor={image}").stdout.split()
+    """Containers this run labelled, from this test's image (other runs on the host have their own)."""
+    return podman("ps", *flags, "-q", "--filter", VERIFY_FILTER, "--filter", f"ancestor={image}").stdout.split()
 
 
 def _probe_container_running(image: str) -> bool:
@@ -177,6 +178,13 @@ def test_an_engine_that_never_answers_is_bounded_by_timeout(cli, bin_dir, device
     assert time.monotonic() - started < 15, f"took {time.monotonic() - started:.0f} s with --timeout 2: {error}"
 
 
+def _fault_image_ref() -> str:
+    """The probe image cgpu would build from the packages `_fake_dpkg_query` names."""
+    from cgpu.backends.cdi.probe_image import OPTIONAL, REQUIRED, image_ref, python_packages
+
+    return image_ref(dict.fromkeys(python_packages() + REQUIRED + OPTIONAL, "0-cgpu-fault"))
+
+
 def _fake_dpkg_query(bin_dir, *, listing: str) -> None:
     """A `dpkg-query` that names every package at a version no image was built from (so cgpu
     builds one) and runs `listing` when asked for their files; other questions (podman asks too,
@@ -211,13 +219,13 @@ def test_a_package_listing_that_fails_builds_no_image(cli, bin_dir, device):
     """`dpkg-query -L` fails: no probe image is made (it would be kept and reused under the
     packages' versions), and --verify says why."""
     _fake_dpkg_query(bin_dir, listing="echo \"dpkg-query: package 'libc6' is not installed\" >&2; exit 1")
-    before = set(podman("images", "-q", "localhost/cgpu-probe").stdout.split())
+    ref = _fault_image_ref()  # only this one: another run on the host may build the real probe image meanwhile
     try:
         code, out, _ = cli("probe", "--backend", "cdi", "--json", "--verify", "--device", device)
     finally:
-        made = set(podman("images", "-q", "localhost/cgpu-probe").stdout.split()) - before
+        made = podman("image", "exists", ref).returncode == 0
         if made:
-            podman("rmi", "-f", *made)
+            podman("rmi", "-f", ref)
     assert not made
     report = json.loads(out)
     assert code == 0

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from cgpu.cli import ExitCode, image_exit_code
 from cgpu.image import check as image_check
 from cgpu.image.check import render_image_check
+from tests.conftest import validate_image_check
 from tests.image.trees import (
     STOCK_VENDOR,
     X86_64,
@@ -33,8 +34,9 @@ from tests.image.trees import (
 
 
 def check_image(ref: str, **options) -> tuple[dict, ExitCode]:
-    """The answer and the exit status the CLI gives it."""
+    """The answer (checked against `cgpu schema image-check`) and the exit status the CLI gives it."""
     result = image_check.check_image(ref, **options)
+    validate_image_check(result)
     return result, image_exit_code(result)
 
 
@@ -196,6 +198,7 @@ def test_absolute_symlinks_in_an_engine_image_stay_inside_it(tmp_path):
     )
 
 
+@pytest.mark.podman
 def test_a_missing_local_image_is_could_not_run_and_never_pulled():
     if shutil.which("podman") is None:
         pytest.skip("podman is not installed")
@@ -373,6 +376,7 @@ def test_cli_human_output_names_the_fix(run_cli, roots):
     assert max(len(line) for line in out.splitlines()) <= 80
 
 
+@pytest.mark.podman
 def test_machine_that_cannot_probe_keeps_the_file_verdict_and_exits_1(run_cli, roots):
     if shutil.which("podman") is None:
         pytest.skip("podman is not installed")

@@ -79,6 +79,7 @@ def test_booted_vm_runs_cgpus_probe_not_the_images_entry_point(bin_dir, disk, re
     assert FORGED_VENUS["name"] not in json.dumps(report)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("guest", "timeout", "expected", "in_logs"),
     [
@@ -203,6 +204,7 @@ def _is_zombie(pid: int) -> bool:
         return True
 
 
+@pytest.mark.slow
 def test_cli_json_and_exit_status(bin_dir, disk, run_cli):
     code, stdout, stderr = run_cli(
         "probe",

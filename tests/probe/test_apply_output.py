@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -68,7 +69,7 @@ GOOD = {
 
 
 def applied(data, source="container test-image"):
-    report = ReportBuilder("cdi")
+    report = ReportBuilder("local")
     apply_answer(report, check_answer(data, source=source))
     built = report.build()
     validate_report(built)
@@ -181,6 +182,7 @@ json_values = st.recursive(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(
     st.dictionaries(
@@ -210,3 +212,16 @@ def test_any_apis_object_gives_a_valid_report(apis):
 @given(json_values)
 def test_any_json_value_gives_a_valid_report(data):
     applied(data)
+
+
+def test_device_details_are_the_documented_ones_with_their_types():
+    data = copy.deepcopy(GOOD)
+    device = data["apis"]["cuda"]["devices"][0]
+    device.update({"index": "0", "total_memory": -1, "integrated": 1, "compute_capability": "9.0", "driver_id": None})
+    built = applied(data)
+    entry = built["devices"][0]
+    assert entry["compute_capability"] == "9.0" and entry["driver_id"] is None  # Vulkan's "no driver id" is kept
+    for key in ("index", "total_memory", "integrated"):  # of the wrong type: dropped
+        assert key not in entry
+    others = [d for d in built["devices"] if d is not entry]
+    assert others and all("driver_id" not in d for d in others if d["api"] != "vulkan")  # absent stays absent

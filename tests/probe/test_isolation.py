@@ -9,6 +9,8 @@ import time
 import uuid
 from pathlib import Path
 
+import pytest
+
 from tests.probe.conftest import PROBE, clean_env, needs_vulkan_loader, run_probe
 
 
@@ -37,6 +39,7 @@ def fake_env(fake_cuda, fake_icd, marker: str, **extra: str) -> dict[str, str]:
     )
 
 
+@pytest.mark.slow
 def test_hanging_driver_times_out_alone_and_is_killed(fake_cuda, fake_icd):
     marker = uuid.uuid4().hex
     started = time.monotonic()

@@ -6,7 +6,7 @@ import json
 import subprocess
 import sys
 
-from tests.conftest import REPO, validate_report
+from tests.conftest import REPO, validate_cli_output, validate_report
 from tests.probe.conftest import clean_env, lavapipe_manifest, needs_vulkan_loader
 
 
@@ -19,6 +19,7 @@ def cgpu(*args: str, env: dict[str, str]) -> tuple[int, str, str]:
         cwd=REPO,
         env=env,
     )
+    validate_cli_output(["probe", *args], proc.stdout)
     return proc.returncode, proc.stdout, proc.stderr
 
 

@@ -3,7 +3,6 @@ check that no container outlives a test."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import tarfile
@@ -12,9 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from cgpu.engines import LABELS
-
-LABEL_FILTER = "label=" + "=".join(next(iter(LABELS.items())))
+from tests.conftest import VERIFY_FILTER, VERIFY_LABEL
 
 
 def podman(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -22,7 +19,7 @@ def podman(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
 
 
 def labelled_containers() -> set[str]:
-    return set(podman("ps", "-a", "-q", "--filter", LABEL_FILTER).stdout.split())
+    return set(podman("ps", "-a", "-q", "--filter", VERIFY_FILTER).stdout.split())
 
 
 def _busybox_image(root: Path, python3_script: str) -> str:
@@ -97,7 +94,7 @@ def cdi_spec():
 
 @pytest.fixture
 def no_leftover_containers():
-    """Fails the test when a container labelled cgpu.verify=1 outlives it."""
+    """Fails the test when a container this run labelled (cgpu.verify=VERIFY_LABEL) outlives it."""
     before = labelled_containers()
     yield
     left = labelled_containers() - before
@@ -111,7 +108,7 @@ def podman_service(tmp_path):
     """A private `podman system service`, for talking to podman's Docker-compatible API."""
     from cgpu.engines import PodmanService
 
-    service = PodmanService.start(timeout=30)
+    service = PodmanService.start(timeout=120)
     try:
         yield service
     finally:
@@ -119,24 +116,34 @@ def podman_service(tmp_path):
 
 
 def service_processes() -> list[str]:
-    """`podman system service` processes cgpu started (their sockets live in cgpu-podman-*)."""
+    """`podman system service` processes cgpu started in this test run (their sockets live in
+    cgpu-podman-*; they inherit this run's CGPU_VERIFY_LABEL, which other runs on the host do not share)."""
     done = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True, timeout=10)
-    return [line for line in done.stdout.splitlines() if "system service" in line and "cgpu-podman-" in line]
+    mine = f"CGPU_VERIFY_LABEL={VERIFY_LABEL}".encode()
+    found = []
+    for line in done.stdout.splitlines():
+        if "system service" not in line or "cgpu-podman-" not in line:
+            continue
+        try:
+            environ = Path(f"/proc/{line.split()[0]}/environ").read_bytes().split(b"\0")
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+        if mine in environ:
+            found.append(line)
+    return found
 
 
 @pytest.fixture(scope="session")
 def probe_image(stand_in_image) -> str:
-    """The real probe image; built once for the session and removed after if the tests built it."""
+    """The real probe image, built when this host has none yet; never removed (it is shared)."""
     from cgpu.backends.cdi.probe_image import ImageBuildError, ensure_probe_image
     from cgpu.engines import open_engine
 
     try:
-        with open_engine("podman", timeout=30) as engine:
-            ref, seconds = ensure_probe_image(engine, timeout=120, progress=lambda _m: None)
+        with open_engine("podman", timeout=120) as engine:
+            ref, _seconds = ensure_probe_image(engine, timeout=120, progress=lambda _m: None)
     except ImageBuildError as exc:
         pytest.skip(str(exc))
-    try:
-        yield ref
-    finally:
-        if seconds is not None and not os.environ.get("CGPU_TEST_KEEP_PROBE_IMAGE"):
-            podman("rmi", "-f", ref)
+    # Kept after the session: its tag is a digest of this host's packages, so every run here
+    # (another test run at the same time, the user's own `--verify`) uses this same image.
+    return ref

@@ -14,16 +14,21 @@ import pytest
 
 from cgpu.engine_option import parse_engine
 from cgpu.engines import (
-    LABELS,
     ContainerTimeout,
     DockerEngine,
     EngineError,
     PodmanEngine,
     docker_create_options,
+    labels,
     open_engine,
 )
+from tests.conftest import VERIFY_LABEL
 
 from .conftest import podman, service_processes
+
+# Where a limit is not what a test checks: generous, as podman answers slowly while other runs on
+# the host hold its storage lock (image imports, container creation).
+API_TIMEOUT = 120
 
 
 @pytest.mark.parametrize(
@@ -61,7 +66,18 @@ def test_docker_request_is_a_cdi_device_request_not_a_host_device():
     ]
     assert "Devices" not in host_config
     assert host_config["NetworkMode"] == "none"
-    assert args["labels"] == LABELS
+    assert args["labels"] == {"cgpu.verify": VERIFY_LABEL}  # this run's value, from CGPU_VERIFY_LABEL
+
+
+def test_the_label_value_comes_from_the_environment(monkeypatch):
+    monkeypatch.delenv("CGPU_VERIFY_LABEL")
+    assert labels() == {"cgpu.verify": "1"}
+    monkeypatch.setenv("CGPU_VERIFY_LABEL", "agent-7.node_a")
+    assert labels() == {"cgpu.verify": "agent-7.node_a"}
+    for bad in ("a b", "x,y=z", "-lead", "é", "x" * 64):
+        monkeypatch.setenv("CGPU_VERIFY_LABEL", bad)
+        with pytest.raises(EngineError, match="CGPU_VERIFY_LABEL"):
+            labels()
 
 
 @pytest.mark.podman
@@ -75,14 +91,14 @@ def test_podman_container_gets_the_cdi_device_and_is_removed(
         "devices:\n  - name: dev0\n    containerEdits:\n      env: [CGPU_TEST_DEVICE=dev0]\n"
         f"      mounts:\n        - {{hostPath: {host_file}, containerPath: /mounted/file, options: [ro, bind]}}\n"
     )
-    with open_engine("podman", timeout=30) as engine:
+    with open_engine("podman", timeout=API_TIMEOUT) as engine:
         assert isinstance(engine, PodmanEngine) and engine.version
         result = engine.run_container(
             stand_in_image,
             ["sh", "-c", "cat /mounted/file /in/note; env; echo oops >&2; exit 3"],
             devices=[f"{kind}=dev0"],
             files={"/in/note": b"copied-in\n"},
-            timeout=30,
+            timeout=API_TIMEOUT,
         )
     assert result.exit_code == 3
     out = result.stdout.decode()
@@ -93,7 +109,7 @@ def test_podman_container_gets_the_cdi_device_and_is_removed(
 
 @pytest.mark.podman
 def test_podman_service_started_for_the_run_is_stopped(stand_in_image):
-    with open_engine("podman", timeout=30) as engine:
+    with open_engine("podman", timeout=API_TIMEOUT) as engine:
         started_here = engine._service is not None
         running = service_processes()
     if not started_here:
@@ -104,7 +120,7 @@ def test_podman_service_started_for_the_run_is_stopped(stand_in_image):
 
 @pytest.mark.podman
 def test_hung_container_is_killed_at_the_timeout(stand_in_image, no_leftover_containers):
-    with open_engine("podman", timeout=30) as engine:
+    with open_engine("podman", timeout=API_TIMEOUT) as engine:
         started = time.monotonic()
         with pytest.raises(ContainerTimeout, match="did not finish within 2 s"):
             engine.run_container(stand_in_image, ["sleep", "600"], devices=[], files={}, timeout=2)
@@ -138,7 +154,7 @@ def test_docker_py_against_podmans_compat_api(stand_in_image, podman_service, mo
     """docker-py's whole container life works on podman's Docker API, but podman before 5.4
     drops CDI device requests there: cgpu must say so instead of running a deviceless container."""
     monkeypatch.setenv("DOCKER_HOST", podman_service.url)
-    with open_engine("docker", timeout=30) as engine:
+    with open_engine("docker", timeout=API_TIMEOUT) as engine:
         assert isinstance(engine, DockerEngine)
         assert engine.podman_version
         result = engine.run_container(
@@ -146,7 +162,7 @@ def test_docker_py_against_podmans_compat_api(stand_in_image, podman_service, mo
             ["sh", "-c", "cat /in/note; exit 4"],
             devices=[],
             files={"/in/note": b"via-docker-py\n"},
-            timeout=30,
+            timeout=API_TIMEOUT,
         )
         assert (result.exit_code, result.stdout) == (4, b"via-docker-py\n")
         refusal = engine.cdi_refusal()
@@ -160,7 +176,7 @@ def test_docker_py_against_podmans_compat_api(stand_in_image, podman_service, mo
 @pytest.mark.podman
 def test_docker_timeout_kills_the_container(stand_in_image, podman_service, monkeypatch, no_leftover_containers):
     monkeypatch.setenv("DOCKER_HOST", podman_service.url)
-    with open_engine("docker", timeout=30) as engine, pytest.raises(ContainerTimeout):
+    with open_engine("docker", timeout=API_TIMEOUT) as engine, pytest.raises(ContainerTimeout):
         engine.run_container(stand_in_image, ["sleep", "600"], devices=[], files={}, timeout=2)
 
 
@@ -234,7 +250,7 @@ def test_no_docker_daemon_is_a_clear_error(tmp_path, monkeypatch):
 @pytest.mark.podman
 def test_a_listening_podman_socket_is_used_as_it_is(stand_in_image, podman_service, monkeypatch):
     monkeypatch.setenv("CONTAINER_HOST", podman_service.url)
-    with open_engine(None, timeout=30) as engine:
+    with open_engine(None, timeout=API_TIMEOUT) as engine:
         assert isinstance(engine, PodmanEngine)
         assert engine._service is None and engine.where == podman_service.url
     assert podman_service.proc.poll() is None  # not ours to stop

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -36,6 +37,7 @@ def test_json_that_is_not_a_probe_answer_is_a_reason(value):
     assert isinstance(result, str)
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(st.dictionaries(st.sampled_from(["cuda", "rocm", "vulkan", "opencl", "directml", "metal"]), api_entries))
 def test_probe_shaped_answers_give_canonical_apis_and_evidence_for_all(apis):

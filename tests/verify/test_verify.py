@@ -14,7 +14,7 @@ from cgpu.backends.cdi.verify import verify_devices
 from cgpu.cdi.versions import max_cdi_version
 from cgpu.engines import detect_engines, version_tuple
 from cgpu.report import ReportBuilder
-from tests.conftest import REPO, validate_report
+from tests.conftest import REPO, VERIFY_FILTER, validate_report
 
 from .conftest import labelled_containers, podman, service_processes
 
@@ -25,7 +25,7 @@ def _verify(devices, static, **options):
     messages: list[str] = []
     report = ReportBuilder("cdi", progress=messages.append)
     for name in devices:
-        report.device(name, static.get(name, []), status="ok")
+        report.device(name, static.get(name, []), status="ok", spec="/etc/cdi/test.yaml", checks={})
     verify_devices(report, devices, static, **options)
     built = report.build()
     validate_report(built)
@@ -199,7 +199,7 @@ def test_ctrl_c_removes_the_container_and_stops_the_service(stand_in_image, cdi_
                         "ps",
                         "-q",
                         "--filter",
-                        "label=cgpu.verify=1",
+                        VERIFY_FILTER,
                         "--filter",
                         f"ancestor={stand_in_image}",
                     ).stdout.split()

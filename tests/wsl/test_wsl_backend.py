@@ -354,6 +354,7 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
+@pytest.mark.slow
 def test_hung_wsl_is_killed_at_the_timeout(fake_wsl):
     distro = fake_wsl.distro("Ubuntu")
     # A session that never answers, with a child of its own that must not outlive the call.

@@ -146,7 +146,7 @@ def test_local_probe_adapters_and_warp():
                         "hardware": True,
                         "counted": True,
                     },
-                    {"name": "Remote Display Adapter", "vendor_id": 5140, "hardware": False, "counted": True},
+                    {"name": "Remote Display Adapter", "vendor_id": "0x1414", "hardware": False, "counted": True},
                     "not a device",
                 ],
             }

@@ -2,7 +2,7 @@
 per CDI device, through the engine's API, and compare its answer with the static one.
 
 The static answer is a prediction from the spec files; this is the check. Each device gets
-one container (no network, labelled `cgpu.verify=1`, removed on every path) that starts
+one container (no network, labelled `cgpu.verify=$CGPU_VERIFY_LABEL`, default 1; removed on every path) that starts
 from the probe image with only that device injected and runs `python3 /cgpu-probe.py`.
 Its live APIs go beside the static ones in the device entry, and every disagreement is a
 problem naming the device, the API and both answers.
