@@ -11,15 +11,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from cgpu.errors import CgpuError
+
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
     from cgpu.model import Report
 
-__all__ = ["ProbeError", "__version__", "probe"]
+__all__ = ["CgpuError", "ProbeError", "__version__", "probe"]
 
 
-class ProbeError(Exception):
+class ProbeError(CgpuError):
     """The backend could not run; `.report` still says why, in its problems."""
 
     def __init__(self, report: Report) -> None:

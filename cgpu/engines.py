@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from cgpu.errors import CgpuError
 from cgpu.run import CommandError, decode, kill_group, run
 
 # Every container cgpu starts carries this label, so a user (and the tests) can find one
@@ -62,7 +63,7 @@ def detect_engines(*, timeout: float = 10) -> tuple[list[EngineVersion], list[st
     return found, failures
 
 
-class EngineError(Exception):
+class EngineError(CgpuError):
     """The engine could not be reached or refused a request; str() is the user's message,
     with the engine's own words where it gave any."""
 

@@ -13,8 +13,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO
 
+from cgpu.errors import CgpuError
 
-class CommandError(Exception):
+
+class CommandError(CgpuError):
     """A command could not be run or did not finish; str() names the command."""
 
     def __init__(self, argv: Sequence[str], message: str) -> None:

@@ -20,10 +20,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO
 
+from cgpu.errors import CgpuError
+
 HEAD_BYTES = 64  # enough for an ELF header's class, endianness and machine
 
 
-class ImageReadError(Exception):
+class ImageReadError(CgpuError):
     """The image (or a file in it) could not be read; str() says what and where."""
 
 

@@ -27,9 +27,7 @@ def device(cdi_spec, tmp_path):
 
 def _probe_containers(image: str, *flags: str) -> list[str]:
     """Containers labelled cgpu.verify=1 from this test's image (other runs on the host have their own)."""
-    return podman(
-        "ps", *flags, "-q", "--filter", "label=cgpu.verify=1", "--filter", f"ancestor={image}"
-    ).stdout.split()
+    return podman("ps", *flags, "-q", "--filter", "label=cgpu.verify=1", "--filter", f"ancestor={image}").stdout.split()
 
 
 def _probe_container_running(image: str) -> bool:

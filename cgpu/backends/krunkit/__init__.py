@@ -36,6 +36,7 @@ from cgpu.backends.krunkit.vm import (
     machine_socket,
 )
 from cgpu.cache import default_cache_dir, key_digest
+from cgpu.errors import CgpuError
 from cgpu.report import ReportBuilder, current_platform
 from cgpu.run import CommandError, decode, run
 
@@ -55,7 +56,7 @@ VK_PHYSICAL_DEVICE_TYPE_CPU: Final = 4
 INSTANCE_FAILURES: Final = frozenset({"VK_ERROR_OUT_OF_HOST_MEMORY", "VK_ERROR_INITIALIZATION_FAILED"})
 
 
-class ProbeFailed(Exception):
+class ProbeFailed(CgpuError):
     """The probe could not give an answer (not cached: the next run tries again)."""
 
     def __init__(self, source: str, message: str) -> None:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from cgpu.errors import CgpuError
 from cgpu.files import open_regular
 from cgpu.run import CommandError, decode, kill_group, run
 
@@ -55,7 +56,7 @@ LOG_TAIL_LINES: Final = 15
 MAX_GUEST_OUTPUT: Final = 4 * 1024 * 1024  # of the probe's output or a log read back from the VM
 
 
-class VMError(Exception):
+class VMError(CgpuError):
     """Something about the VM failed; `message` says what and how to fix it, `log_tail` is
     the end of the VM's logs when there are any."""
 
