@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cgpu.errors import CgpuError
-from cgpu.run import CommandError, decode, kill_group, run
+from cgpu.run import CommandError, Completed, decode, kill_group, run
 
 # Every container cgpu starts carries this label, so a user (and the tests) can find one
 # that outlived its run: `podman ps -a --filter label=cgpu.verify=1`.
@@ -72,14 +72,6 @@ class ContainerTimeout(EngineError):
     pass
 
 
-@dataclass(frozen=True)
-class ContainerRun:
-    exit_code: int
-    stdout: bytes
-    stderr: bytes
-    seconds: float
-
-
 def version_tuple(version: str) -> tuple[int, ...]:
     return tuple(int(part) for part in re.findall(r"\d+", version)[:3])
 
@@ -106,7 +98,7 @@ class Engine:
 
     def run_container(
         self, image: str, command: list[str], *, devices: list[str], files: dict[str, bytes], timeout: float
-    ) -> ContainerRun:
+    ) -> Completed:
         started = time.monotonic()
         name = f"cgpu-verify-{uuid.uuid4().hex[:12]}"
         try:
@@ -134,7 +126,7 @@ class Engine:
             raise EngineError(self._message(exc)) from None
         finally:
             self._remove(container, kill=not exited)
-        return ContainerRun(exit_code, stdout, stderr, time.monotonic() - started)
+        return Completed(command, exit_code, stdout, stderr)
 
     def close(self) -> None:
         pass

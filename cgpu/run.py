@@ -39,7 +39,10 @@ class CommandTimeoutError(CommandError):
 
 @dataclass(frozen=True)
 class Completed:
-    argv: list[str]
+    """A finished command: its exit status and output. The one shape for every "it ran and
+    said this": a host command, the probe in a container, the probe in a VM."""
+
+    argv: list[str]  # what ran, as far as cgpu knows it
     returncode: int
     stdout: bytes
     stderr: bytes

@@ -83,7 +83,7 @@ def test_podman_container_gets_the_cdi_device_and_is_removed(
             files={"/in/note": b"copied-in\n"},
             timeout=30,
         )
-    assert result.exit_code == 3
+    assert result.returncode == 3
     out = result.stdout.decode()
     assert "hello-from-cdi" in out and "copied-in" in out
     assert "CGPU_TEST_GLOBAL=1" in out and "CGPU_TEST_DEVICE=dev0" in out
@@ -125,7 +125,7 @@ def test_docker_py_against_podmans_compat_api(stand_in_image, podman_service, mo
             files={"/in/note": b"via-docker-py\n"},
             timeout=30,
         )
-        assert (result.exit_code, result.stdout) == (4, b"via-docker-py\n")
+        assert (result.returncode, result.stdout) == (4, b"via-docker-py\n")
         refusal = engine.cdi_refusal()
     major_minor = tuple(int(p) for p in engine.podman_version.split(".")[:2])
     if major_minor < (5, 4):

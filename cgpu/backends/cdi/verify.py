@@ -144,13 +144,13 @@ def _verify_device(
         if "unresolvable CDI devices" in message:
             message += f" ({_unresolvable_hint(eng)})"
         return _failed(report, entry, name, message, started)
-    entry["live_seconds"] = round(result.seconds, 2)
+    entry["live_seconds"] = round(time.monotonic() - started, 2)
     live = _read_probe(report, name, result.stdout)
     if isinstance(live, str):
         tail = decode(result.stderr).strip()[-400:] or "nothing"
         message = (
             f"the probe in the container with {name} gave no usable answer: {live} "
-            f"(exit status {result.exit_code}; stderr: {tail})"
+            f"(exit status {result.returncode}; stderr: {tail})"
         )
         return _failed(report, entry, name, message, started)
     live_apis, live_evidence, live_devices = live

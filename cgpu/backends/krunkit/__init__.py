@@ -26,7 +26,6 @@ from cgpu.backends.krunkit.answer_cache import AnswerCache
 from cgpu.backends.krunkit.vm import (
     BREW_INSTALL,
     LIBKRUN_MACHINE_INIT,
-    GuestResult,
     Machine,
     VMError,
     boot_and_probe,
@@ -38,7 +37,7 @@ from cgpu.backends.krunkit.vm import (
 from cgpu.cache import default_cache_dir, key_digest
 from cgpu.errors import CgpuError
 from cgpu.report import ReportBuilder, current_platform
-from cgpu.run import CommandError, decode, run
+from cgpu.run import CommandError, Completed, decode, run
 
 DEFAULT_PROBE_IMAGE: Final = "localhost/cgpu-venus-probe:latest"
 BUILD_PROBE_IMAGE: Final = "podman build -t localhost/cgpu-venus-probe:latest -f krunkit/Containerfile ."
@@ -205,9 +204,7 @@ def _probe_machine(
         except BaseException:  # Ctrl-C
             _remove_container(connection, container, timeout=quick)
             raise
-        return judge(
-            GuestResult(done.returncode, done.stdout, done.stderr), where=f"podman machine {chosen.name}", image=ref
-        )
+        return judge(done, where=f"podman machine {chosen.name}", image=ref)
 
     _answer(report, key, compute, refresh=refresh, lock_timeout=(timeout or RUN_TIMEOUT_S) + 30)
 
@@ -426,7 +423,7 @@ def _apply(report: ReportBuilder, answer: dict[str, Any]) -> None:
 # --- judging the probe's output ---------------------------------------------------------
 
 
-def judge(result: GuestResult, *, where: str, image: str) -> dict[str, Any]:
+def judge(result: Completed, *, where: str, image: str) -> dict[str, Any]:
     """Turn one probe run (exit status, stdout, stderr) into the krunkit answer: vulkan in or
     out with its evidence, the devices, and every failure named with its fix.
 

@@ -24,7 +24,7 @@ from typing import Any, Final
 
 from cgpu.errors import CgpuError
 from cgpu.files import open_regular
-from cgpu.run import CommandError, decode, kill_group, run
+from cgpu.run import CommandError, Completed, decode, kill_group, run
 
 KRUNKIT_ENV: Final = "CGPU_KRUNKIT_EXE"
 BREW_INSTALL: Final = "brew tap slp/krun && brew trust slp/krun && brew install krunkit"
@@ -54,6 +54,8 @@ MAX_MEMORY_MIB: Final = 61440  # krunkit refuses more ("to leave room for VRAM")
 STOP_GRACE_S: Final = 5.0
 LOG_TAIL_LINES: Final = 15
 MAX_GUEST_OUTPUT: Final = 4 * 1024 * 1024  # of the probe's output or a log read back from the VM
+# What the guest runs (krunkit/guest/cgpu-probe.sh: `podman run` of the probe image), for its Completed.
+GUEST_PROBE: Final = ["cgpu-probe.sh"]
 
 
 class VMError(CgpuError):
@@ -175,15 +177,6 @@ def _str(value: Any) -> str:
 # --- booting a probe VM with krunkit ----------------------------------------------------
 
 
-@dataclass(frozen=True)
-class GuestResult:
-    """What the guest's probe run left in the shared directory."""
-
-    returncode: int
-    stdout: bytes
-    stderr: bytes
-
-
 def krunkit_argv(
     exe: str, disk: str, *, run_dir: Path, sock_dir: Path, shared: Path, cpus: int, memory_mib: int
 ) -> list[str]:
@@ -239,7 +232,7 @@ def boot_and_probe(
     progress: Callable[[str], None],
     cpus: int = VM_DEFAULTS["cpus"],
     memory_mib: int = VM_DEFAULTS["memory_mib"],
-) -> GuestResult:
+) -> Completed:
     """Boot `disk` with krunkit, wait for the guest's Ready on vsock and then for its probe
     answer in the shared directory, and stop the VM, whatever happens (timeout, crash, Ctrl-C).
 
@@ -357,7 +350,7 @@ def _wait_result(
     started: float,
     deadline: float,
     progress: Callable[[str], None],
-) -> GuestResult:
+) -> Completed:
     """The guest writes probe.out/probe.err, then probe.rc last (atomically, by rename)."""
     said = time.monotonic()
     while True:
@@ -388,7 +381,7 @@ def _wait_result(
         time.sleep(0.1)
 
 
-def _read_result(shared: Path) -> GuestResult | None:
+def _read_result(shared: Path) -> Completed | None:
     try:
         rc_text = (shared / "probe.rc").read_text(errors="replace").strip()
     except FileNotFoundError:
@@ -405,7 +398,7 @@ def _read_result(shared: Path) -> GuestResult | None:
         except FileNotFoundError:
             return b""
 
-    return GuestResult(returncode, read("probe.out"), read("probe.err"))
+    return Completed(GUEST_PROBE, returncode, read("probe.out"), read("probe.err"))
 
 
 def _stop(proc: subprocess.Popen, rest_sock: Path) -> None:
