@@ -11,8 +11,6 @@ import json
 import os
 import re
 import shutil
-import signal
-import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -21,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cgpu.errors import CgpuError
-from cgpu.run import CommandError, Completed, decode, kill_group, run
+from cgpu.run import CommandError, CommandTimeoutError, Completed, Helper, HelperExitedError, decode, run
 
 # Every container cgpu starts carries this label, so a user (and the tests) can find one
 # that outlived its run: `podman ps -a --filter label=cgpu.verify=1`.
@@ -491,11 +489,14 @@ def _listening(path: str) -> bool:
 
 
 class PodmanService:
-    """`podman system service` on a private socket, for one run. It runs in its own session
-    so Ctrl-C reaches only cgpu, which then removes its containers and stops the service."""
+    """`podman system service` on a private socket, for one run (a run.Helper: in its own
+    session, so Ctrl-C reaches only cgpu, which then removes its containers and stops it)."""
 
-    def __init__(self, proc: subprocess.Popen, directory: str) -> None:
-        self.proc = proc
+    # podman finishes its API calls on SIGTERM; one that takes longer is killed.
+    STOP_GRACE_S = 10.0
+
+    def __init__(self, helper: Helper, directory: str) -> None:
+        self.helper = helper
         self.directory = directory
         self.url = f"unix://{os.path.join(directory, 'podman.sock')}"
 
@@ -508,50 +509,27 @@ class PodmanService:
             raise EngineError("podman is not installed (no `podman` on PATH) and no podman API socket is listening")
         directory = tempfile.mkdtemp(prefix="cgpu-podman-")
         sock = os.path.join(directory, "podman.sock")
-        log = open(os.path.join(directory, "service.log"), "wb")
+        service = cls(
+            Helper([exe, "system", "service", "--time=0", f"unix://{sock}"], stop_grace=cls.STOP_GRACE_S), directory
+        )
         try:
-            proc = subprocess.Popen(
-                [exe, "system", "service", "--time=0", f"unix://{sock}"],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
-                start_new_session=True,
-            )
-        except OSError as exc:
-            shutil.rmtree(directory, ignore_errors=True)
-            raise EngineError(f"could not start `podman system service`: {exc}") from None
-        finally:
-            log.close()
-        service = cls(proc, directory)
-        deadline = time.monotonic() + timeout
-        try:
-            while not _listening(sock):
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    ended = proc.returncode is not None
-                    why = service._log_tail() or (
-                        f"exit status {proc.returncode}" if ended else f"no socket after {timeout:g} s"
-                    )
-                    raise EngineError(f"`podman system service` did not start: {why}")
-                time.sleep(0.05)
+            service.helper.start()
+            service.helper.wait_for(lambda: _listening(sock) or None, timeout=timeout)
+        except CommandError as exc:
+            service.stop()
+            said = decode(service.helper.output()[-500:]).strip()
+            if isinstance(exc, CommandTimeoutError):
+                why = said or f"no socket after {timeout:g} s"
+            elif isinstance(exc, HelperExitedError):
+                why = said or f"exit status {exc.returncode}"
+            else:
+                why = exc.reason
+            raise EngineError(f"`podman system service` did not start: {why}") from None
         except BaseException:  # Ctrl-C included
             service.stop()
             raise
         return service
 
-    def _log_tail(self) -> str:
-        try:
-            with open(os.path.join(self.directory, "service.log"), "rb") as log:
-                return decode(log.read()[-500:]).strip()
-        except OSError:
-            return ""
-
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGTERM)
-                self.proc.wait(timeout=10)
-            except (ProcessLookupError, PermissionError):
-                pass
-            except subprocess.TimeoutExpired:
-                kill_group(self.proc)
+        self.helper.stop()
         shutil.rmtree(self.directory, ignore_errors=True)

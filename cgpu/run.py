@@ -11,9 +11,11 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import IO
+from typing import IO, TypeVar
 
 from cgpu.errors import CgpuError
+
+T = TypeVar("T")
 
 
 class CommandError(CgpuError):
@@ -174,6 +176,132 @@ def kill_group(proc: subprocess.Popen) -> None:
     try:
         proc.wait(timeout=5)
     except subprocess.TimeoutExpired:
+        pass
+
+
+# What a helper's output keeps for messages: the end is what explains a failure.
+HELPER_OUTPUT_TAIL = 64 * 1024
+
+
+class HelperExitedError(CommandError):
+    def __init__(self, argv: Sequence[str], returncode: int) -> None:
+        super().__init__(argv, f"exited with status {returncode}")
+        self.returncode = returncode
+
+
+class Helper:
+    """A long-lived helper process (podman's API service, a krunkit VM) that cgpu starts, waits
+    on and stops, never leaving it running.
+
+    It runs in a process group (session) of its own, so Ctrl-C reaches cgpu alone, which then
+    stops it; its stdout and stderr are read into a buffer that keeps the last
+    HELPER_OUTPUT_TAIL bytes. `stop` asks it to end (SIGTERM to its group, or `ask_to_stop`),
+    gives it `stop_grace` seconds, then kills its group. As a context manager it is started on
+    entry and stopped on every way out: asked and given its grace when the block ended normally,
+    killed at once on an error, Ctrl-C included."""
+
+    def __init__(
+        self, argv: Sequence[str], *, stop_grace: float, ask_to_stop: Callable[[], None] | None = None
+    ) -> None:
+        self.argv = [os.fspath(a) for a in argv]
+        self._stop_grace = stop_grace
+        self._ask_to_stop = ask_to_stop
+        self._proc: subprocess.Popen | None = None
+        self._stopped = False
+        self._output = bytearray()
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> Helper:
+        if self._proc is None:  # a caller may start it first, to tell start-up errors apart
+            self.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
+        self.stop(graceful=exc_type is None)
+
+    def start(self) -> None:
+        try:
+            self._proc = subprocess.Popen(
+                self.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, **_new_group()
+            )
+        except FileNotFoundError as exc:
+            raise CommandNotFoundError(self.argv, "not found") from exc
+        except PermissionError as exc:
+            raise CommandNotFoundError(self.argv, "not executable (permission denied)") from exc
+        except OSError as exc:
+            raise CommandError(self.argv, f"could not start: {exc.strerror or exc}") from exc
+        _start(self._read, self._proc.stdout)
+
+    def _read(self, pipe: IO[bytes]) -> None:
+        with pipe:
+            while chunk := pipe.read1(65536):  # type: ignore[attr-defined]  # a BufferedReader
+                with self._lock:
+                    self._output += chunk
+                    del self._output[:-HELPER_OUTPUT_TAIL]
+
+    @property
+    def pid(self) -> int:
+        assert self._proc is not None, "not started"
+        return self._proc.pid
+
+    @property
+    def returncode(self) -> int | None:
+        """Its exit status once it has ended, else None."""
+        assert self._proc is not None, "not started"
+        return self._proc.poll()
+
+    def wait_for(self, ready: Callable[[], T | None], *, timeout: float, interval: float = 0.05) -> T:
+        """Call `ready` every `interval` seconds until it returns something other than None,
+        and return that. Raises HelperExitedError when the helper ends first (after one last
+        look: it may have answered just before it ended), CommandTimeoutError after `timeout`."""
+        deadline = time.monotonic() + timeout
+        while True:
+            answer = ready()
+            if answer is not None:
+                return answer
+            code = self.returncode
+            if code is not None:
+                answer = ready()
+                if answer is not None:
+                    return answer
+                raise HelperExitedError(self.argv, code)
+            if time.monotonic() >= deadline:
+                raise CommandTimeoutError(self.argv, timeout, self.output(), b"")
+            time.sleep(interval)
+
+    def output(self) -> bytes:
+        """The last HELPER_OUTPUT_TAIL bytes it printed so far (stdout and stderr together)."""
+        with self._lock:
+            return bytes(self._output)
+
+    def stop(self, *, graceful: bool = True) -> None:
+        """End it and whatever it left in its group; graceful: asked first and given its grace.
+        Safe to call again, and when it has already ended."""
+        proc = self._proc
+        if proc is None or self._stopped:
+            return
+        self._stopped = True
+        try:
+            if graceful and proc.poll() is None:
+                if self._ask_to_stop is not None:
+                    self._ask_to_stop()
+                else:
+                    _terminate_group(proc)
+                try:
+                    proc.wait(self._stop_grace)
+                except subprocess.TimeoutExpired:
+                    pass
+        finally:
+            kill_group(proc)
+
+
+def _terminate_group(proc: subprocess.Popen) -> None:
+    try:
+        if sys.platform == "win32":
+            proc.terminate()
+        else:
+            os.killpg(proc.pid, signal.SIGTERM)
+    except (ProcessLookupError, PermissionError):
         pass
 
 

@@ -214,7 +214,7 @@ def test_a_listening_podman_socket_is_used_as_it_is(stand_in_image, podman_servi
     with open_engine(None, timeout=30) as engine:
         assert isinstance(engine, PodmanEngine)
         assert engine._service is None and engine.where == podman_service.url
-    assert podman_service.proc.poll() is None  # not ours to stop
+    assert podman_service.helper.returncode is None  # not ours to stop
 
 
 def test_no_podman_api_at_container_host_is_a_clear_error(tmp_path, monkeypatch):
