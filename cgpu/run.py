@@ -208,6 +208,7 @@ class Helper:
         self._ask_to_stop = ask_to_stop
         self._proc: subprocess.Popen | None = None
         self._stopped = False
+        self._reader: threading.Thread | None = None
         self._output = bytearray()
         self._lock = threading.Lock()
 
@@ -230,7 +231,7 @@ class Helper:
             raise CommandNotFoundError(self.argv, "not executable (permission denied)") from exc
         except OSError as exc:
             raise CommandError(self.argv, f"could not start: {exc.strerror or exc}") from exc
-        _start(self._read, self._proc.stdout)
+        self._reader = _start(self._read, self._proc.stdout)
 
     def _read(self, pipe: IO[bytes]) -> None:
         with pipe:
@@ -264,6 +265,7 @@ class Helper:
                 answer = ready()
                 if answer is not None:
                     return answer
+                self._drain()  # its last words explain why it ended
                 raise HelperExitedError(self.argv, code)
             if time.monotonic() >= deadline:
                 raise CommandTimeoutError(self.argv, timeout, self.output(), b"")
@@ -293,6 +295,13 @@ class Helper:
                     pass
         finally:
             kill_group(proc)
+            self._drain()
+
+    def _drain(self) -> None:
+        """Let the reader take what is left in the pipe (bounded: a process that escaped the
+        group may hold it open)."""
+        if self._reader is not None:
+            self._reader.join(1)
 
 
 def _terminate_group(proc: subprocess.Popen) -> None:
