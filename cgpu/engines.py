@@ -11,6 +11,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -27,6 +28,9 @@ LABELS = {"cgpu.verify": "1"}
 
 # Largest probe output read back from a container; anything longer is not a probe answer.
 MAX_LOG_BYTES = 4 * 1024 * 1024
+# Removing a container after its time is up: about 0.3 s when the engine answers; the bound
+# when it does not (then the CLI is tried).
+CLEANUP_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -97,30 +101,44 @@ class Engine:
     def run_container(
         self, image: str, command: list[str], *, devices: list[str], files: dict[str, bytes], timeout: float
     ) -> Completed:
-        started = time.monotonic()
+        """Run `command` in a new container and return its exit status and output. The whole
+        life, from create to exit, has `timeout` seconds: every API call gets what is left of
+        it. A container that is still running or starting then (a hung probe, or a CDI hook the
+        runtime waits on) is killed, its processes included, and removed within CLEANUP_S."""
+        deadline = time.monotonic() + timeout
         name = f"cgpu-verify-{uuid.uuid4().hex[:12]}"
         try:
-            container = self._create(image, command, devices, name)
+            with self._until(deadline):
+                container = self._create(image, command, devices, name)
         except BaseException as exc:
-            if not isinstance(exc, EngineError):  # e.g. Ctrl-C while the engine may be creating it
+            late = time.monotonic() >= deadline
+            if late or not isinstance(exc, EngineError):  # Ctrl-C, or no answer: it may be created all the same
                 self._remove_named(name)
+            if late and isinstance(exc, EngineError):
+                raise ContainerTimeout(f"{self.name} did not create the container within {timeout:.3g} s") from None
             raise
         exited = False
+        doing = "start"
         try:
-            self._put_files(container, files)
-            container.start()
-            try:
-                exit_code = self._wait(container, timeout)
-            except self._errors():
-                if time.monotonic() - started >= timeout * 0.9:
-                    raise ContainerTimeout(
-                        f"the probe did not finish within {timeout:g} s; its container was killed and removed"
-                    ) from None
-                raise
+            with self._until(deadline):
+                self._put_files(container, files)
+                container.start()
+            doing = "finish"
+            exit_code = self._wait(container, max(0.001, deadline - time.monotonic()))
             exited = True
-            stdout = _joined(container.logs(stdout=True, stderr=False))
-            stderr = _joined(container.logs(stdout=False, stderr=True))
+            with self._until(time.monotonic() + CLEANUP_S):  # it has exited: reading its logs is quick
+                stdout = _joined(container.logs(stdout=True, stderr=False))
+                stderr = _joined(container.logs(stdout=False, stderr=True))
         except self._errors() as exc:
+            if not exited and time.monotonic() >= deadline - 0.1 * timeout:
+                if doing == "start":
+                    raise ContainerTimeout(
+                        f"the container did not start within {timeout:.3g} s (the engine was still setting it up: "
+                        "a CDI hook or the OCI runtime hung); it was killed and removed"
+                    ) from None
+                raise ContainerTimeout(
+                    f"the probe did not finish within {timeout:.3g} s; its container was killed and removed"
+                ) from None
             raise EngineError(self._message(exc)) from None
         finally:
             self._remove(container, kill=not exited)
@@ -142,6 +160,18 @@ class Engine:
     def _message(self, exc: BaseException) -> str:
         raise NotImplementedError
 
+    @contextmanager
+    def _until(self, deadline: float) -> Iterator[None]:
+        """API calls inside wait at most until `deadline` (podman-py and docker-py take one
+        timeout per client, read at each call)."""
+        api = self.client.api
+        default = api.timeout
+        api.timeout = max(0.001, deadline - time.monotonic())
+        try:
+            yield
+        finally:
+            api.timeout = default
+
     def _put_files(self, container: Any, files: dict[str, bytes]) -> None:
         if not files:
             return
@@ -160,34 +190,91 @@ class Engine:
             raise EngineError(f"{self.name} refused to copy {', '.join(files)} into the container")
 
     def _remove(self, container: Any, *, kill: bool) -> None:
-        """Remove the container; one that may still run is killed first (a forced remove
-        would give it the engine's stop timeout, 10 s, to end on its own)."""
+        """Remove the container within CLEANUP_S. One that may still run or be starting is
+        killed first: its processes on this host (while the runtime waits on a hung CDI hook the
+        engine holds the container's lock, so no API call would get through, and a forced remove
+        left conmon and `runc init` behind), then through the API (a forced remove would give it
+        the engine's stop timeout, 10 s, to end on its own)."""
+        deadline = time.monotonic() + CLEANUP_S
+        if kill:
+            kill_container_processes(container.id)
         try:
-            if kill:
-                try:
-                    container.kill(signal="SIGKILL")
-                except self._errors():
-                    pass  # not running (any more)
-            container.remove(force=True)
+            with self._until(deadline):
+                if kill:
+                    try:
+                        container.kill(signal="SIGKILL")
+                    except self._errors():
+                        pass  # not running (any more)
+                container.remove(force=True)
         except self._errors():
-            self._remove_with_cli(container.id)
+            if kill:
+                kill_container_processes(container.id)  # one the engine started since
+            self._remove_with_cli(container.id, deadline)
 
     def _remove_named(self, name: str) -> None:
+        deadline = time.monotonic() + CLEANUP_S
         try:
-            self.client.containers.get(name).remove(force=True)
+            with self._until(deadline):
+                self.client.containers.get(name).remove(force=True)
         except self._errors():
-            self._remove_with_cli(name)
+            self._remove_with_cli(name, deadline)
 
-    def _remove_with_cli(self, container: str) -> None:
-        """The API is gone (service stopped, Ctrl-C twice): the CLI can still remove it."""
+    def _remove_with_cli(self, container: str, deadline: float) -> None:
+        """The API is gone (service stopped, Ctrl-C twice) or stuck: the CLI can still remove it."""
         exe = shutil.which(self.name)
         if exe:
             # podman's --force stops a container with its 10 s timeout first; docker's kills it at once
             now = ["--time", "0"] if self.name == "podman" else []
             try:
-                run([exe, "rm", "--force", *now, container], timeout=30)
+                run([exe, "rm", "--force", *now, container], timeout=max(1.0, deadline - time.monotonic()))
             except CommandError:
                 pass
+
+
+def kill_container_processes(container_id: str) -> None:
+    """SIGKILL what runs in a container or is setting it up, on this host: the OCI runtime
+    processes whose command line names its full ID (`runc create`, `runc start`), the processes
+    in its cgroup, and their descendants (`runc init`, a CDI hook it runs). The monitor (conmon,
+    a containerd shim) is spared: it sees its child end and tells the engine, so the engine's
+    state stays true and the container can be removed. Engine clients (`podman logs ID`) are
+    spared too. Linux only (/proc); elsewhere, for another user's processes or a remote engine
+    it finds nothing, and the API's kill is all there is."""
+    if not container_id or not os.path.isdir("/proc"):
+        return
+    wanted = container_id.encode()
+    spared = (b"podman", b"docker", b"conmon")
+    children: dict[int, list[int]] = {}
+    roots = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as stat:
+                parent = int(stat.read().rpartition(b")")[2].split()[1])
+            with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
+                argv = cmdline.read().split(b"\0")
+            with open(f"/proc/{entry}/cgroup", "rb") as cgroup:
+                in_container = wanted in cgroup.read()
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile
+        pid = int(entry)
+        children.setdefault(parent, []).append(pid)
+        program = os.path.basename(argv[0])
+        if program in spared or program.startswith(b"containerd-shim") or pid == os.getpid():
+            continue
+        if in_container or wanted in argv:
+            roots.append(pid)
+    doomed = set()
+    while roots:
+        pid = roots.pop()
+        if pid not in doomed:
+            doomed.add(pid)
+            roots.extend(children.get(pid, []))
+    for pid in doomed:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:  # gone, or not ours to kill
+            pass
 
 
 def _joined(output: bytes | Iterator[bytes] | None) -> bytes:

@@ -8,6 +8,9 @@ import json
 import os
 import shutil
 import signal
+import time
+import uuid
+from pathlib import Path
 
 import pytest
 
@@ -130,6 +133,82 @@ def test_ctrl_c_while_the_service_starts(cli, bin_dir, device, signum, status, s
         lambda: cli.running("sleep 600"), "probe", "--backend", "cdi", "--verify", "--device", device, signum=signum
     )
     assert code == status and said in err
+
+
+def _process_tree_of(marker: str) -> dict[int, str]:
+    """The live process whose command line is `sleep MARKER` and its ancestors up to the
+    first one that is not conmon or the OCI runtime: pid -> command line."""
+    found = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and _cmdline(int(entry)) == f"sleep {marker}":
+            pid = int(entry)
+            while pid > 1 and (found == {} or any(n in _cmdline(pid) for n in ("conmon", "runc"))):
+                found[pid] = _cmdline(pid)
+                pid = _parent(pid)
+    return found
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def _parent(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (a zombie has ended; only its parent's wait is missing)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("hook", ["createContainer", "startContainer"])  # run by `runc create`, `runc start`
+def test_a_hung_cdi_hook_ends_at_the_timeout(cli, cdi_spec, stand_in_image, no_new_containers, hook):
+    """A CDI hook that sleeps 120 s: `--verify --timeout 6` ends within 8 s, and the container,
+    its conmon, `runc` and the hook are gone (a forced remove alone left conmon and `runc init`)."""
+    marker = f"120.{uuid.uuid4().int % 10**9}"  # a sleep of 120 s whose command line is this test's
+    kind = cdi_spec(
+        "devices:\n  - name: dev0\n    containerEdits:\n      hooks:\n"
+        f"        - {{hookName: {hook}, path: /bin/sleep, args: [sleep, '{marker}']}}\n"
+    )
+    started = time.monotonic()
+    proc = cli.popen(
+        "probe", "--backend", "cdi", "--json", "--verify", "--device", f"{kind}=dev0",
+        "--probe-image", stand_in_image, "--timeout", "6",
+    )  # fmt: skip
+    seen: dict[int, str] = {}
+    try:
+        while proc.poll() is None and time.monotonic() - started < 60:
+            seen.update(_process_tree_of(marker))
+            time.sleep(0.1)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    took = time.monotonic() - started
+    assert any(line.startswith("sleep") for line in seen.values()), f"the hook never ran: {err[-2000:]!r}"
+    assert any("conmon" in line for line in seen.values()) and any("runc" in line for line in seen.values()), seen
+    assert took < 6 + 2, f"{took:.1f} s with --timeout 6"
+    assert proc.returncode == 0, err
+    report = json.loads(out)
+    [entry] = report["devices"]
+    assert entry["live_status"] == "failed" and entry["live_seconds"] < 6 + 1
+    [error] = [p for p in report["problems"] if p["source"] == f"{kind}=dev0" and p["severity"] == "error"]
+    assert "the container did not start within" in error["message"], error  # podman's start waits for the hook
+    assert "killed and removed" in error["message"], error
+    deadline = time.monotonic() + 2  # SIGKILL lands asynchronously
+    while (left := [f"{pid}: {line}" for pid, line in seen.items() if _running(pid)]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not left, f"outlived cgpu: {left}"
 
 
 def test_no_engine_at_all(cli, bin_dir, device):
