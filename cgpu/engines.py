@@ -480,6 +480,7 @@ def open_engine(
 
 
 def _open_auto(timeout: float, progress: Callable[[str], None]) -> Engine:
+    _refuse_ssh("CONTAINER_HOST")  # it names the engine to use: no falling back to another one
     reasons = []
     if shutil.which("podman") or os.environ.get("CONTAINER_HOST"):
         try:
@@ -499,6 +500,7 @@ def _open_docker(timeout: float) -> DockerEngine:
         import requests
     except ImportError as exc:  # pragma: no cover - a dependency of cgpu
         raise EngineError(f"docker-py is not installed: {exc}") from None
+    _refuse_ssh("DOCKER_HOST")
     where = os.environ.get("DOCKER_HOST") or "the default Docker context"
     try:
         client = docker.from_env(timeout=timeout)
@@ -517,6 +519,7 @@ def _open_podman(timeout: float, progress: Callable[[str], None]) -> PodmanEngin
         import podman
     except ImportError as exc:  # pragma: no cover - a dependency of cgpu
         raise EngineError(f"podman-py is not installed: {exc}") from None
+    _refuse_ssh("CONTAINER_HOST")
     url = os.environ.get("CONTAINER_HOST")
     service = None
     if not url:
@@ -538,6 +541,25 @@ def _open_podman(timeout: float, progress: Callable[[str], None]) -> PodmanEngin
         explanation = getattr(exc, "explanation", None) or exc
         raise EngineError(f"the podman API did not answer at {url}: {explanation}") from None
     return PodmanEngine(client, version, url, service)
+
+
+def _refuse_ssh(variable: str) -> None:
+    """Engines are reached over a local socket or TCP only: the ssh transports of podman-py and
+    docker-py cannot be bounded by --timeout."""
+    url = os.environ.get(variable, "")
+    if url.split("://", 1)[0].strip().lower() not in ("ssh", "http+ssh"):
+        return
+    if variable == "CONTAINER_HOST":
+        why = (
+            "podman-py waits a fixed 300 s for its ssh tunnel whatever --timeout says, and runs ssh with "
+            "StrictHostKeyChecking=no (host keys unchecked)"
+        )
+    else:
+        why = "docker-py's ssh transport (paramiko, not installed with cgpu, or the ssh client) ignores --timeout"
+    raise EngineError(
+        f"{variable} is an ssh URL ({url}), which cgpu does not use: {why}; forward the engine's socket yourself "
+        f"(ssh -NL /tmp/engine.sock:/run/podman/podman.sock HOST) and set {variable}=unix:///tmp/engine.sock"
+    )
 
 
 def podman_socket_candidates(timeout: float) -> list[str]:

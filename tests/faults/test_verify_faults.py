@@ -211,6 +211,32 @@ def test_a_hung_cdi_hook_ends_at_the_timeout(cli, cdi_spec, stand_in_image, no_n
     assert not left, f"outlived cgpu: {left}"
 
 
+@pytest.mark.parametrize(
+    "variable, engine, why",
+    [
+        ("CONTAINER_HOST", "auto", "podman-py waits a fixed 300 s for its ssh tunnel"),
+        ("CONTAINER_HOST", "podman@4.3.1", "StrictHostKeyChecking=no"),
+        ("DOCKER_HOST", "docker@28.2.0", "docker-py's ssh transport"),
+    ],
+)
+def test_an_ssh_engine_url_is_refused_with_the_reason(cli, bin_dir, device, variable, engine, why):
+    """podman-py would wait 300 s for its ssh tunnel (with --timeout 5) and skip host key
+    checks: cgpu refuses the URL at once, starts no ssh, and the static answer stands. An
+    `ssh` that records being run proves it is never started."""
+    (bin_dir / "ssh").write_text(f"#!/bin/sh\ntouch {bin_dir}/ssh-ran\nexec sleep 600\n")
+    (bin_dir / "ssh").chmod(0o755)
+    started = time.monotonic()
+    code, out, _ = cli(
+        "probe", "--backend", "cdi", "--json", "--verify", "--device", device, "--engine", engine, "--timeout", "5",
+        env={variable: "ssh://cgpu@127.0.0.1:1/run/podman/podman.sock"},
+    )  # fmt: skip
+    assert time.monotonic() - started < 5
+    assert code == 0 and not (bin_dir / "ssh-ran").exists()
+    [error] = [p for p in json.loads(out)["problems"] if p["source"] == "--verify"]
+    assert f"{variable} is an ssh URL (ssh://cgpu@127.0.0.1:1/run/podman/podman.sock)" in error["message"], error
+    assert why in error["message"] and f"{variable}=unix://" in error["message"], error
+
+
 def test_no_engine_at_all(cli, bin_dir, device):
     """No podman, no Docker: the static answer stands and --verify says why it could not run."""
     code, out, _ = cli(
