@@ -282,7 +282,7 @@ def test_an_engine_that_never_answers_is_bounded_by_timeout(cli, bin_dir, device
     assert time.monotonic() - started < 15, f"took {time.monotonic() - started:.0f} s with --timeout 2: {error}"
 
 
-def _fake_dpkg_query(bin_dir, *, listing: str) -> None:
+def _fake_dpkg_query(bin_dir, *, listing: str, version: str = "0-cgpu-fault") -> None:
     """A `dpkg-query` that names every package at a version no image was built from (so cgpu
     builds one) and runs `listing` when asked for their files; other questions (podman asks too,
     for its own version report) go to the real one."""
@@ -291,7 +291,7 @@ def _fake_dpkg_query(bin_dir, *, listing: str) -> None:
         pytest.skip("dpkg-query is not installed: the probe image is built from Debian packages")
     (bin_dir / "dpkg-query").write_text(
         "#!/bin/sh\n"
-        'if [ "$1" = -W ]; then shift 3; for p in "$@"; do printf "%s\\t0-cgpu-fault\\tinstalled\\n" "$p"; done;'
+        f'if [ "$1" = -W ]; then shift 3; for p in "$@"; do printf "%s\\t{version}\\tinstalled\\n" "$p"; done;'
         " exit 0; fi\n"
         f'if [ "$1" = -L ]; then {listing}; fi\n'
         f'exec {real} "$@"\n'
@@ -328,3 +328,42 @@ def test_a_package_listing_that_fails_builds_no_image(cli, bin_dir, device):
     assert code == 0
     [error] = [p for p in report["problems"] if p["source"] == "--verify"]
     assert "`dpkg-query -L` failed (exit 1): dpkg-query: package 'libc6' is not installed" in error["message"]
+
+
+def test_concurrent_first_runs_build_the_probe_image_once(cli, bin_dir, device):
+    """Three `--verify` runs at once on a host without the probe image: one builds it (under
+    the lock in the cache dir), the others wait and reuse it; no untagged image is left. The
+    stand-in packages list one small program, so the image is small and its version unique."""
+    version = f"0-cgpu-lock-{uuid.uuid4().hex[:8]}"
+    _fake_dpkg_query(bin_dir, listing="echo /usr/bin/true; exit 0", version=version)
+    dangling_before = set(podman("images", "-q", "--no-trunc", "--filter", "dangling=true").stdout.split())
+    before = set(podman("images", "-q", "--no-trunc", "localhost/cgpu-probe").stdout.split())
+    procs = [
+        cli.popen("probe", "--backend", "cdi", "--verify", "--device", device, "--timeout", "60") for _ in range(3)
+    ]
+    try:
+        results = [cli._collect(proc, 120) for proc in procs]
+    finally:
+        made = set(podman("images", "-q", "--no-trunc", "localhost/cgpu-probe").stdout.split()) - before
+        ours = [
+            image
+            for image in set(podman("images", "-q", "--no-trunc", "--filter", "dangling=true").stdout.split())
+            - dangling_before
+            if _built_from_true(image)
+        ]
+        if made or ours:
+            podman("rmi", "-f", *made, *ours)
+    assert [code for code, _, _ in results] == [0, 0, 0], [err[-1000:] for _, _, err in results]
+    builds = [err for _, _, err in results if "cgpu: building the probe image localhost/cgpu-probe:" in err]
+    assert len(builds) == 1, [err[-1000:] for _, _, err in results]
+    assert len(made) == 1 and not ours, (made, ours)
+
+
+def _built_from_true(image: str) -> bool:
+    """An image made by the stand-in packages above: one small layer holding /usr/bin/true."""
+    size = podman("image", "inspect", "--format", "{{.Size}}", image).stdout.strip()
+    return (
+        size.isdigit()
+        and int(size) < 20_000_000
+        and "/usr/bin/python3" in podman("image", "inspect", "--format", "{{.Config.Cmd}}", image).stdout
+    )
