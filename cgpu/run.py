@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import IO, TypeVar
+from typing import IO, Any, TypeVar
 
 from cgpu.errors import CgpuError
 
@@ -70,22 +70,13 @@ def run(
     exited (a daemon it left behind) counts against the same timeout.
     """
     argv = [os.fspath(a) for a in argv]
-    try:
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=dict(env) if env is not None else None,
-            cwd=cwd,
-            **_new_group(),
-        )
-    except FileNotFoundError as exc:
-        raise CommandNotFoundError(argv, "not found") from exc
-    except PermissionError as exc:
-        raise CommandNotFoundError(argv, "not executable (permission denied)") from exc
-    except OSError as exc:
-        raise CommandError(argv, f"could not start: {exc.strerror or exc}") from exc
+    proc = _spawn(
+        argv,
+        stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=dict(env) if env is not None else None,
+        cwd=cwd,
+    )
     deadline = time.monotonic() + timeout
     stdout, stderr = _Capped(proc.stdout), _Capped(proc.stderr)
     workers = [stdout.start(), stderr.start()]
@@ -103,6 +94,18 @@ def run(
             worker.join(max(0.0, grace - time.monotonic()))
         raise CommandTimeoutError(argv, timeout, stdout.data(), stderr.data()) from None
     return Completed(argv, proc.returncode, stdout.data(), stderr.data())
+
+
+def _spawn(argv: list[str], **options: Any) -> subprocess.Popen:
+    """Start argv in a process group of its own, its stdout a pipe; CommandError when it cannot."""
+    try:
+        return subprocess.Popen(argv, stdout=subprocess.PIPE, **options, **_new_group())
+    except FileNotFoundError as exc:
+        raise CommandNotFoundError(argv, "not found") from exc
+    except PermissionError as exc:
+        raise CommandNotFoundError(argv, "not executable (permission denied)") from exc
+    except OSError as exc:
+        raise CommandError(argv, f"could not start: {exc.strerror or exc}") from exc
 
 
 def _wait(proc: subprocess.Popen, workers: list[threading.Thread], deadline: float) -> bool:
@@ -221,16 +224,7 @@ class Helper:
         self.stop(graceful=exc_type is None)
 
     def start(self) -> None:
-        try:
-            self._proc = subprocess.Popen(
-                self.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, **_new_group()
-            )
-        except FileNotFoundError as exc:
-            raise CommandNotFoundError(self.argv, "not found") from exc
-        except PermissionError as exc:
-            raise CommandNotFoundError(self.argv, "not executable (permission denied)") from exc
-        except OSError as exc:
-            raise CommandError(self.argv, f"could not start: {exc.strerror or exc}") from exc
+        self._proc = _spawn(self.argv, stdin=subprocess.DEVNULL, stderr=subprocess.STDOUT)
         self._reader = _start(self._read, self._proc.stdout)
 
     def _read(self, pipe: IO[bytes]) -> None:
