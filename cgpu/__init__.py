@@ -17,6 +17,8 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any, Literal, overload
 
+from cgpu.errors import CgpuError
+
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
@@ -24,12 +26,12 @@ if TYPE_CHECKING:
 
     from cgpu.model import ImageCheck, Report
 
-__all__ = ["ImageCheck", "ProbeError", "Report", "__version__", "check_image", "probe"]
+__all__ = ["CgpuError", "ImageCheck", "ProbeError", "Report", "__version__", "check_image", "probe"]
 
 PathArg = str | os.PathLike[str]  # a path option: a str or a pathlib.Path
 
 
-class ProbeError(Exception):
+class ProbeError(CgpuError):
     """The backend could not run; `.report` still says why, in its problems."""
 
     def __init__(self, report: Report) -> None:

@@ -13,6 +13,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from cgpu.errors import CgpuError
+
 
 def default_cache_dir() -> Path:
     """`CGPU_CACHE_DIR`, else the platform's per-user cache directory, `cgpu` inside it."""
@@ -40,7 +42,7 @@ def key_digest(key: Mapping[str, Any]) -> str:
 # --- the rules every cache keeps: only this user can change what cgpu reads back ---------------
 
 
-class UnsafeCacheError(OSError):
+class UnsafeCacheError(CgpuError, OSError):
     """A cache directory or entry that another user could have written (or a link, a FIFO, an
     oversized file): not used."""
 

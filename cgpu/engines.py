@@ -12,7 +12,6 @@ import os
 import re
 import shutil
 import signal
-import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -20,7 +19,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from cgpu.run import CommandError, decode, kill_group, run
+from cgpu.errors import CgpuError
+from cgpu.run import CommandError, CommandTimeoutError, Completed, Helper, HelperExitedError, decode, run
 
 # Every container cgpu starts carries the label cgpu.verify=VALUE, so a user (and the tests) can
 # find one that outlived its run: `podman ps -a --filter label=cgpu.verify=1`. VALUE is "1" unless
@@ -42,6 +42,9 @@ def labels() -> dict[str, str]:
 
 # Largest probe output read back from a container; anything longer is not a probe answer.
 MAX_LOG_BYTES = 4 * 1024 * 1024
+# Removing a container after its time is up: about 0.3 s when the engine answers; the bound
+# when it does not (then the CLI is tried).
+CLEANUP_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -76,21 +79,13 @@ def detect_engines(*, timeout: float = 10) -> tuple[list[EngineVersion], list[st
     return found, failures
 
 
-class EngineError(Exception):
+class EngineError(CgpuError):
     """The engine could not be reached or refused a request; str() is the user's message,
     with the engine's own words where it gave any."""
 
 
 class ContainerTimeout(EngineError):
     pass
-
-
-@dataclass(frozen=True)
-class ContainerRun:
-    exit_code: int
-    stdout: bytes
-    stderr: bytes
-    seconds: float
 
 
 def version_tuple(version: str) -> tuple[int, ...]:
@@ -119,35 +114,49 @@ class Engine:
 
     def run_container(
         self, image: str, command: list[str], *, devices: list[str], files: dict[str, bytes], timeout: float
-    ) -> ContainerRun:
-        started = time.monotonic()
+    ) -> Completed:
+        """Run `command` in a new container and return its exit status and output. The whole
+        life, from create to exit, has `timeout` seconds: every API call gets what is left of
+        it. A container that is still running or starting then (a hung probe, or a CDI hook the
+        runtime waits on) is killed, its processes included, and removed within CLEANUP_S."""
+        deadline = time.monotonic() + timeout
         name = f"cgpu-verify-{uuid.uuid4().hex[:12]}"
         try:
-            container = self._create(image, command, devices, name)
+            with self._until(deadline):
+                container = self._create(image, command, devices, name)
         except BaseException as exc:
-            if not isinstance(exc, EngineError):  # e.g. Ctrl-C while the engine may be creating it
+            late = time.monotonic() >= deadline
+            if late or not isinstance(exc, EngineError):  # Ctrl-C, or no answer: it may be created all the same
                 self._remove_named(name)
+            if late and isinstance(exc, EngineError):
+                raise ContainerTimeout(f"{self.name} did not create the container within {timeout:.3g} s") from None
             raise
         exited = False
+        doing = "start"
         try:
-            self._put_files(container, files)
-            container.start()
-            try:
-                exit_code = self._wait(container, timeout)
-            except self._errors():
-                if time.monotonic() - started >= timeout * 0.9:
-                    raise ContainerTimeout(
-                        f"the probe did not finish within {timeout:g} s; its container was killed and removed"
-                    ) from None
-                raise
+            with self._until(deadline):
+                self._put_files(container, files)
+                container.start()
+            doing = "finish"
+            exit_code = self._wait(container, max(0.001, deadline - time.monotonic()))
             exited = True
-            stdout = _joined(container.logs(stdout=True, stderr=False))
-            stderr = _joined(container.logs(stdout=False, stderr=True))
+            with self._until(time.monotonic() + CLEANUP_S):  # it has exited: reading its logs is quick
+                stdout = _joined(container.logs(stdout=True, stderr=False))
+                stderr = _joined(container.logs(stdout=False, stderr=True))
         except self._errors() as exc:
+            if not exited and time.monotonic() >= deadline - 0.1 * timeout:
+                if doing == "start":
+                    raise ContainerTimeout(
+                        f"the container did not start within {timeout:.3g} s (the engine was still setting it up: "
+                        "a CDI hook or the OCI runtime hung); it was killed and removed"
+                    ) from None
+                raise ContainerTimeout(
+                    f"the probe did not finish within {timeout:.3g} s; its container was killed and removed"
+                ) from None
             raise EngineError(self._message(exc)) from None
         finally:
             self._remove(container, kill=not exited)
-        return ContainerRun(exit_code, stdout, stderr, time.monotonic() - started)
+        return Completed(command, exit_code, stdout, stderr)
 
     def close(self) -> None:
         pass
@@ -164,6 +173,18 @@ class Engine:
 
     def _message(self, exc: BaseException) -> str:
         raise NotImplementedError
+
+    @contextmanager
+    def _until(self, deadline: float) -> Iterator[None]:
+        """API calls inside wait at most until `deadline` (podman-py and docker-py take one
+        timeout per client, read at each call)."""
+        api = self.client.api
+        default = api.timeout
+        api.timeout = max(0.001, deadline - time.monotonic())
+        try:
+            yield
+        finally:
+            api.timeout = default
 
     def _put_files(self, container: Any, files: dict[str, bytes]) -> None:
         if not files:
@@ -183,34 +204,91 @@ class Engine:
             raise EngineError(f"{self.name} refused to copy {', '.join(files)} into the container")
 
     def _remove(self, container: Any, *, kill: bool) -> None:
-        """Remove the container; one that may still run is killed first (a forced remove
-        would give it the engine's stop timeout, 10 s, to end on its own)."""
+        """Remove the container within CLEANUP_S. One that may still run or be starting is
+        killed first: its processes on this host (while the runtime waits on a hung CDI hook the
+        engine holds the container's lock, so no API call would get through, and a forced remove
+        left conmon and `runc init` behind), then through the API (a forced remove would give it
+        the engine's stop timeout, 10 s, to end on its own)."""
+        deadline = time.monotonic() + CLEANUP_S
+        if kill:
+            kill_container_processes(container.id)
         try:
-            if kill:
-                try:
-                    container.kill(signal="SIGKILL")
-                except self._errors():
-                    pass  # not running (any more)
-            container.remove(force=True)
+            with self._until(deadline):
+                if kill:
+                    try:
+                        container.kill(signal="SIGKILL")
+                    except self._errors():
+                        pass  # not running (any more)
+                container.remove(force=True)
         except self._errors():
-            self._remove_with_cli(container.id)
+            if kill:
+                kill_container_processes(container.id)  # one the engine started since
+            self._remove_with_cli(container.id, deadline)
 
     def _remove_named(self, name: str) -> None:
+        deadline = time.monotonic() + CLEANUP_S
         try:
-            self.client.containers.get(name).remove(force=True)
+            with self._until(deadline):
+                self.client.containers.get(name).remove(force=True)
         except self._errors():
-            self._remove_with_cli(name)
+            self._remove_with_cli(name, deadline)
 
-    def _remove_with_cli(self, container: str) -> None:
-        """The API is gone (service stopped, Ctrl-C twice): the CLI can still remove it."""
+    def _remove_with_cli(self, container: str, deadline: float) -> None:
+        """The API is gone (service stopped, Ctrl-C twice) or stuck: the CLI can still remove it."""
         exe = shutil.which(self.name)
         if exe:
             # podman's --force stops a container with its 10 s timeout first; docker's kills it at once
             now = ["--time", "0"] if self.name == "podman" else []
             try:
-                run([exe, "rm", "--force", *now, container], timeout=30)
+                run([exe, "rm", "--force", *now, container], timeout=max(1.0, deadline - time.monotonic()))
             except CommandError:
                 pass
+
+
+def kill_container_processes(container_id: str) -> None:
+    """SIGKILL what runs in a container or is setting it up, on this host: the OCI runtime
+    processes whose command line names its full ID (`runc create`, `runc start`), the processes
+    in its cgroup, and their descendants (`runc init`, a CDI hook it runs). The monitor (conmon,
+    a containerd shim) is spared: it sees its child end and tells the engine, so the engine's
+    state stays true and the container can be removed. Engine clients (`podman logs ID`) are
+    spared too. Linux only (/proc); elsewhere, for another user's processes or a remote engine
+    it finds nothing, and the API's kill is all there is."""
+    if not container_id or not os.path.isdir("/proc"):
+        return
+    wanted = container_id.encode()
+    spared = (b"podman", b"docker", b"conmon")
+    children: dict[int, list[int]] = {}
+    roots = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as stat:
+                parent = int(stat.read().rpartition(b")")[2].split()[1])
+            with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
+                argv = cmdline.read().split(b"\0")
+            with open(f"/proc/{entry}/cgroup", "rb") as cgroup:
+                in_container = wanted in cgroup.read()
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile
+        pid = int(entry)
+        children.setdefault(parent, []).append(pid)
+        program = os.path.basename(argv[0])
+        if program in spared or program.startswith(b"containerd-shim") or pid == os.getpid():
+            continue
+        if in_container or wanted in argv:
+            roots.append(pid)
+    doomed = set()
+    while roots:
+        pid = roots.pop()
+        if pid not in doomed:
+            doomed.add(pid)
+            roots.extend(children.get(pid, []))
+    for pid in doomed:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:  # gone, or not ours to kill
+            pass
 
 
 def _joined(output: bytes | Iterator[bytes] | None) -> bytes:
@@ -413,6 +491,7 @@ def open_engine(
 
 
 def _open_auto(timeout: float, progress: Callable[[str], None]) -> Engine:
+    _refuse_ssh("CONTAINER_HOST")  # it names the engine to use: no falling back to another one
     reasons = []
     if shutil.which("podman") or os.environ.get("CONTAINER_HOST"):
         try:
@@ -432,6 +511,7 @@ def _open_docker(timeout: float) -> DockerEngine:
         import requests
     except ImportError as exc:  # pragma: no cover - a dependency of cgpu
         raise EngineError(f"docker-py is not installed: {exc}") from None
+    _refuse_ssh("DOCKER_HOST")
     where = os.environ.get("DOCKER_HOST") or "the default Docker context"
     try:
         client = docker.from_env(timeout=timeout)
@@ -450,6 +530,7 @@ def _open_podman(timeout: float, progress: Callable[[str], None]) -> PodmanEngin
         import podman
     except ImportError as exc:  # pragma: no cover - a dependency of cgpu
         raise EngineError(f"podman-py is not installed: {exc}") from None
+    _refuse_ssh("CONTAINER_HOST")
     url = os.environ.get("CONTAINER_HOST")
     service = None
     if not url:
@@ -471,6 +552,25 @@ def _open_podman(timeout: float, progress: Callable[[str], None]) -> PodmanEngin
         explanation = getattr(exc, "explanation", None) or exc
         raise EngineError(f"the podman API did not answer at {url}: {explanation}") from None
     return PodmanEngine(client, version, url, service)
+
+
+def _refuse_ssh(variable: str) -> None:
+    """Engines are reached over a local socket or TCP only: the ssh transports of podman-py and
+    docker-py cannot be bounded by --timeout."""
+    url = os.environ.get(variable, "")
+    if url.split("://", 1)[0].strip().lower() not in ("ssh", "http+ssh"):
+        return
+    if variable == "CONTAINER_HOST":
+        why = (
+            "podman-py waits a fixed 300 s for its ssh tunnel whatever --timeout says, and runs ssh with "
+            "StrictHostKeyChecking=no (host keys unchecked)"
+        )
+    else:
+        why = "docker-py's ssh transport (paramiko, not installed with cgpu, or the ssh client) ignores --timeout"
+    raise EngineError(
+        f"{variable} is an ssh URL ({url}), which cgpu does not use: {why}; forward the engine's socket yourself "
+        f"(ssh -NL /tmp/engine.sock:/run/podman/podman.sock HOST) and set {variable}=unix:///tmp/engine.sock"
+    )
 
 
 def podman_socket_candidates(timeout: float) -> list[str]:
@@ -509,11 +609,14 @@ def _listening(path: str) -> bool:
 
 
 class PodmanService:
-    """`podman system service` on a private socket, for one run. It runs in its own session
-    so Ctrl-C reaches only cgpu, which then removes its containers and stops the service."""
+    """`podman system service` on a private socket, for one run (a run.Helper: in its own
+    session, so Ctrl-C reaches only cgpu, which then removes its containers and stops it)."""
 
-    def __init__(self, proc: subprocess.Popen, directory: str) -> None:
-        self.proc = proc
+    # podman finishes its API calls on SIGTERM; one that takes longer is killed.
+    STOP_GRACE_S = 10.0
+
+    def __init__(self, helper: Helper, directory: str) -> None:
+        self.helper = helper
         self.directory = directory
         self.url = f"unix://{os.path.join(directory, 'podman.sock')}"
 
@@ -526,50 +629,27 @@ class PodmanService:
             raise EngineError("podman is not installed (no `podman` on PATH) and no podman API socket is listening")
         directory = tempfile.mkdtemp(prefix="cgpu-podman-")
         sock = os.path.join(directory, "podman.sock")
-        log = open(os.path.join(directory, "service.log"), "wb")
+        service = cls(
+            Helper([exe, "system", "service", "--time=0", f"unix://{sock}"], stop_grace=cls.STOP_GRACE_S), directory
+        )
         try:
-            proc = subprocess.Popen(
-                [exe, "system", "service", "--time=0", f"unix://{sock}"],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
-                start_new_session=True,
-            )
-        except OSError as exc:
-            shutil.rmtree(directory, ignore_errors=True)
-            raise EngineError(f"could not start `podman system service`: {exc}") from None
-        finally:
-            log.close()
-        service = cls(proc, directory)
-        deadline = time.monotonic() + timeout
-        try:
-            while not _listening(sock):
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    ended = proc.returncode is not None
-                    why = service._log_tail() or (
-                        f"exit status {proc.returncode}" if ended else f"no socket after {timeout:g} s"
-                    )
-                    raise EngineError(f"`podman system service` did not start: {why}")
-                time.sleep(0.05)
+            service.helper.start()
+            service.helper.wait_for(lambda: _listening(sock) or None, timeout=timeout)
+        except CommandError as exc:
+            service.stop()
+            said = decode(service.helper.output()[-500:]).strip()
+            if isinstance(exc, CommandTimeoutError):
+                why = said or f"no socket after {timeout:g} s"
+            elif isinstance(exc, HelperExitedError):
+                why = said or f"exit status {exc.returncode}"
+            else:
+                why = exc.reason
+            raise EngineError(f"`podman system service` did not start: {why}") from None
         except BaseException:  # Ctrl-C included
             service.stop()
             raise
         return service
 
-    def _log_tail(self) -> str:
-        try:
-            with open(os.path.join(self.directory, "service.log"), "rb") as log:
-                return decode(log.read()[-500:]).strip()
-        except OSError:
-            return ""
-
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGTERM)
-                self.proc.wait(timeout=10)
-            except (ProcessLookupError, PermissionError):
-                pass
-            except subprocess.TimeoutExpired:
-                kill_group(self.proc)
+        self.helper.stop()
         shutil.rmtree(self.directory, ignore_errors=True)

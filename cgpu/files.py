@@ -8,8 +8,10 @@ import os
 import stat
 from typing import IO
 
+from cgpu.errors import CgpuError
 
-class NotRegularFileError(OSError):
+
+class NotRegularFileError(CgpuError, OSError):
     def __init__(self, path: str) -> None:
         super().__init__(errno.EINVAL, "not a regular file (a directory, FIFO, socket or device)", path)
 

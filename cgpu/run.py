@@ -11,10 +11,14 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import IO
+from typing import IO, Any, TypeVar
+
+from cgpu.errors import CgpuError
+
+T = TypeVar("T")
 
 
-class CommandError(Exception):
+class CommandError(CgpuError):
     """A command could not be run or did not finish; str() names the command."""
 
     def __init__(self, argv: Sequence[str], message: str) -> None:
@@ -37,7 +41,10 @@ class CommandTimeoutError(CommandError):
 
 @dataclass(frozen=True)
 class Completed:
-    argv: list[str]
+    """A finished command: its exit status and output. The one shape for every "it ran and
+    said this": a host command, the probe in a container, the probe in a VM."""
+
+    argv: list[str]  # what ran, as far as cgpu knows it
     returncode: int
     stdout: bytes
     stderr: bytes
@@ -66,22 +73,13 @@ def run(
     reading threads; what is kept is the same.
     """
     argv = [os.fspath(a) for a in argv]
-    try:
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=dict(env) if env is not None else None,
-            cwd=cwd,
-            **_new_group(),
-        )
-    except FileNotFoundError as exc:
-        raise CommandNotFoundError(argv, "not found") from exc
-    except PermissionError as exc:
-        raise CommandNotFoundError(argv, "not executable (permission denied)") from exc
-    except OSError as exc:
-        raise CommandError(argv, f"could not start: {exc.strerror or exc}") from exc
+    proc = _spawn(
+        argv,
+        stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=dict(env) if env is not None else None,
+        cwd=cwd,
+    )
     deadline = time.monotonic() + timeout
     stdout, stderr = _Capped(proc.stdout, tee), _Capped(proc.stderr, tee)
     workers = [stdout.start(), stderr.start()]
@@ -99,6 +97,18 @@ def run(
             worker.join(max(0.0, grace - time.monotonic()))
         raise CommandTimeoutError(argv, timeout, stdout.data(), stderr.data()) from None
     return Completed(argv, proc.returncode, stdout.data(), stderr.data())
+
+
+def _spawn(argv: list[str], **options: Any) -> subprocess.Popen:
+    """Start argv in a process group of its own, its stdout a pipe; CommandError when it cannot."""
+    try:
+        return subprocess.Popen(argv, stdout=subprocess.PIPE, **options, **_new_group())
+    except FileNotFoundError as exc:
+        raise CommandNotFoundError(argv, "not found") from exc
+    except PermissionError as exc:
+        raise CommandNotFoundError(argv, "not executable (permission denied)") from exc
+    except OSError as exc:
+        raise CommandError(argv, f"could not start: {exc.strerror or exc}") from exc
 
 
 def _wait(proc: subprocess.Popen, workers: list[threading.Thread], deadline: float) -> bool:
@@ -175,6 +185,132 @@ def kill_group(proc: subprocess.Popen) -> None:
     try:
         proc.wait(timeout=5)
     except subprocess.TimeoutExpired:
+        pass
+
+
+# What a helper's output keeps for messages: the end is what explains a failure.
+HELPER_OUTPUT_TAIL = 64 * 1024
+
+
+class HelperExitedError(CommandError):
+    def __init__(self, argv: Sequence[str], returncode: int) -> None:
+        super().__init__(argv, f"exited with status {returncode}")
+        self.returncode = returncode
+
+
+class Helper:
+    """A long-lived helper process (podman's API service, a krunkit VM) that cgpu starts, waits
+    on and stops, never leaving it running.
+
+    It runs in a process group (session) of its own, so Ctrl-C reaches cgpu alone, which then
+    stops it; its stdout and stderr are read into a buffer that keeps the last
+    HELPER_OUTPUT_TAIL bytes. `stop` asks it to end (SIGTERM to its group, or `ask_to_stop`),
+    gives it `stop_grace` seconds, then kills its group. As a context manager it is started on
+    entry and stopped on every way out: asked and given its grace when the block ended normally,
+    killed at once on an error, Ctrl-C included."""
+
+    def __init__(
+        self, argv: Sequence[str], *, stop_grace: float, ask_to_stop: Callable[[], None] | None = None
+    ) -> None:
+        self.argv = [os.fspath(a) for a in argv]
+        self._stop_grace = stop_grace
+        self._ask_to_stop = ask_to_stop
+        self._proc: subprocess.Popen | None = None
+        self._stopped = False
+        self._reader: threading.Thread | None = None
+        self._output = bytearray()
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> Helper:
+        if self._proc is None:  # a caller may start it first, to tell start-up errors apart
+            self.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
+        self.stop(graceful=exc_type is None)
+
+    def start(self) -> None:
+        self._proc = _spawn(self.argv, stdin=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        self._reader = _start(self._read, self._proc.stdout)
+
+    def _read(self, pipe: IO[bytes]) -> None:
+        with pipe:
+            while chunk := pipe.read1(65536):  # type: ignore[attr-defined]  # a BufferedReader
+                with self._lock:
+                    self._output += chunk
+                    del self._output[:-HELPER_OUTPUT_TAIL]
+
+    @property
+    def pid(self) -> int:
+        assert self._proc is not None, "not started"
+        return self._proc.pid
+
+    @property
+    def returncode(self) -> int | None:
+        """Its exit status once it has ended, else None."""
+        assert self._proc is not None, "not started"
+        return self._proc.poll()
+
+    def wait_for(self, ready: Callable[[], T | None], *, timeout: float, interval: float = 0.05) -> T:
+        """Call `ready` every `interval` seconds until it returns something other than None,
+        and return that. Raises HelperExitedError when the helper ends first (after one last
+        look: it may have answered just before it ended), CommandTimeoutError after `timeout`."""
+        deadline = time.monotonic() + timeout
+        while True:
+            answer = ready()
+            if answer is not None:
+                return answer
+            code = self.returncode
+            if code is not None:
+                answer = ready()
+                if answer is not None:
+                    return answer
+                self._drain()  # its last words explain why it ended
+                raise HelperExitedError(self.argv, code)
+            if time.monotonic() >= deadline:
+                raise CommandTimeoutError(self.argv, timeout, self.output(), b"")
+            time.sleep(interval)
+
+    def output(self) -> bytes:
+        """The last HELPER_OUTPUT_TAIL bytes it printed so far (stdout and stderr together)."""
+        with self._lock:
+            return bytes(self._output)
+
+    def stop(self, *, graceful: bool = True) -> None:
+        """End it and whatever it left in its group; graceful: asked first and given its grace.
+        Safe to call again, and when it has already ended."""
+        proc = self._proc
+        if proc is None or self._stopped:
+            return
+        self._stopped = True
+        try:
+            if graceful and proc.poll() is None:
+                if self._ask_to_stop is not None:
+                    self._ask_to_stop()
+                else:
+                    _terminate_group(proc)
+                try:
+                    proc.wait(self._stop_grace)
+                except subprocess.TimeoutExpired:
+                    pass
+        finally:
+            kill_group(proc)
+            self._drain()
+
+    def _drain(self) -> None:
+        """Let the reader take what is left in the pipe (bounded: a process that escaped the
+        group may hold it open)."""
+        if self._reader is not None:
+            self._reader.join(1)
+
+
+def _terminate_group(proc: subprocess.Popen) -> None:
+    try:
+        if sys.platform == "win32":
+            proc.terminate()
+        else:
+            os.killpg(proc.pid, signal.SIGTERM)
+    except (ProcessLookupError, PermissionError):
         pass
 
 

@@ -35,6 +35,7 @@ from typing import Any, Final
 
 from cgpu.cdi import names, versions
 from cgpu.cdi.model import ContainerEdits, DeviceNode, Hook, Mount, Spec, SpecDevice
+from cgpu.errors import CgpuError
 
 MAX_SPEC_BYTES: Final = 4 * 1024 * 1024
 # Nodes decoded a second time through an alias; go-yaml's own limit is a ratio that lets a
@@ -47,7 +48,7 @@ VALID_HOOK_NAMES: Final = frozenset(
 VALID_NODE_TYPES: Final = frozenset({"", "b", "c", "u", "p"})
 
 
-class SpecError(ValueError):
+class SpecError(CgpuError, ValueError):
     """A spec file the reference library rejects (by_library), or one cgpu refuses to read
     (over the size cap, an alias bomb, a YAML feature cgpu does not implement, unreadable)."""
 
@@ -58,7 +59,7 @@ class SpecError(ValueError):
         self.by_library = by_library
 
 
-class _Invalid(Exception):
+class _Invalid(CgpuError):
     """Raised inside the decoder; parse_spec turns it into a SpecError."""
 
     def __init__(self, message: str, *, by_library: bool = True) -> None:

@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass, field
 from typing import IO
 
+from cgpu.errors import CgpuError
 from cgpu.image.tarstream import PATH_MAX, READ_ERRORS, Member, TarReader, decompressed
 
 HEAD_BYTES = 64  # what Tree.head() gives: enough for an ELF header's class, endianness and machine
@@ -27,11 +28,11 @@ MAX_SYMLINK_HOPS = 40  # what the kernel follows before ELOOP
 _MAX_NOTES = 50  # per-member warnings kept; the rest are counted
 
 
-class ImageReadError(Exception):
+class ImageReadError(CgpuError):
     """The image (or a file in it) could not be read; str() says what and where."""
 
 
-class DeadlineExceeded(Exception):
+class DeadlineExceeded(CgpuError):
     """The check's --timeout passed: not an unreadable file but the end of the whole check."""
 
 

@@ -221,16 +221,35 @@ def _check_schema(connection: sqlite3.Connection) -> None:
 
 @contextmanager
 def _signals_held() -> Iterator[Callable[[], bool]]:
-    """SIGINT and SIGTERM held back (POSIX); yields 'is one of them pending?'."""
-    if not hasattr(signal, "pthread_sigmask"):
+    """SIGINT and SIGTERM recorded instead of raised; yields 'did one arrive?'. On the way out
+    the handler each had runs for the first that arrived, so it unwinds as anywhere else.
+
+    A handler, not a signal mask: a mask holds back only this thread, and the kernel hands a
+    process-wide signal to any thread that does not block it. Python runs handlers in the main
+    thread only; elsewhere nothing is held (the deadline still stops the query)."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
         yield lambda: False
         return
-    held = {signal.SIGINT, signal.SIGTERM}
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    arrived: list[int] = []
+    held = (signal.SIGINT, signal.SIGTERM)
+    previous: dict[int, Any] = {
+        signum: signal.signal(signum, lambda signum, _frame: arrived.append(signum)) for signum in held
+    }
     try:
-        yield lambda: bool(held & signal.sigpending())
+        yield lambda: bool(arrived)
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        if arrived:
+            handler = previous[arrived[0]]
+            if callable(handler):
+                handler(arrived[0], None)
+            elif handler == signal.SIG_DFL and arrived[0] == signal.SIGINT:
+                raise KeyboardInterrupt
+            elif handler == signal.SIG_DFL:
+                signal.raise_signal(arrived[0])
 
 
 def read_dpkg_status(text: str) -> list[Package]:

@@ -18,6 +18,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import IO
 
+from cgpu.errors import CgpuError
+
 BLOCK = 512
 PATH_MAX = 4096  # Linux's limit on a path; a longer name or link target cannot be in a real file system
 _PAX_MAX = 1024**2  # an extended header; real ones are a few hundred bytes
@@ -29,7 +31,7 @@ _NO_DATA = (b"1", b"2", b"3", b"4", b"5", b"6")
 _KINDS = {b"0": "file", b"\0": "file", b"7": "file", b"1": "hardlink", b"2": "symlink", b"5": "dir"}
 
 
-class TarFormatError(Exception):
+class TarFormatError(CgpuError):
     """The stream is not a well-formed tar archive; str() says what and where."""
 
 

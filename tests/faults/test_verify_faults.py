@@ -8,6 +8,9 @@ import json
 import os
 import shutil
 import signal
+import time
+import uuid
+from pathlib import Path
 
 import pytest
 
@@ -133,6 +136,108 @@ def test_ctrl_c_while_the_service_starts(cli, bin_dir, device, signum, status, s
     assert code == status and said in err
 
 
+def _process_tree_of(marker: str) -> dict[int, str]:
+    """The live process whose command line is `sleep MARKER` and its ancestors up to the
+    first one that is not conmon or the OCI runtime: pid -> command line."""
+    found = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and _cmdline(int(entry)) == f"sleep {marker}":
+            pid = int(entry)
+            while pid > 1 and (found == {} or any(n in _cmdline(pid) for n in ("conmon", "runc"))):
+                found[pid] = _cmdline(pid)
+                pid = _parent(pid)
+    return found
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def _parent(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (a zombie has ended; only its parent's wait is missing)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("hook", ["createContainer", "startContainer"])  # run by `runc create`, `runc start`
+def test_a_hung_cdi_hook_ends_at_the_timeout(cli, cdi_spec, stand_in_image, no_new_containers, hook):
+    """A CDI hook that sleeps 120 s: `--verify --timeout 6` ends within 8 s, and the container,
+    its conmon, `runc` and the hook are gone (a forced remove alone left conmon and `runc init`)."""
+    marker = f"120.{uuid.uuid4().int % 10**9}"  # a sleep of 120 s whose command line is this test's
+    kind = cdi_spec(
+        "devices:\n  - name: dev0\n    containerEdits:\n      hooks:\n"
+        f"        - {{hookName: {hook}, path: /bin/sleep, args: [sleep, '{marker}']}}\n"
+    )
+    started = time.monotonic()
+    proc = cli.popen(
+        "probe", "--backend", "cdi", "--json", "--verify", "--device", f"{kind}=dev0",
+        "--probe-image", stand_in_image, "--timeout", "6",
+    )  # fmt: skip
+    seen: dict[int, str] = {}
+    try:
+        while proc.poll() is None and time.monotonic() - started < 60:
+            seen.update(_process_tree_of(marker))
+            time.sleep(0.1)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    took = time.monotonic() - started
+    assert any(line.startswith("sleep") for line in seen.values()), f"the hook never ran: {err[-2000:]!r}"
+    assert any("conmon" in line for line in seen.values()) and any("runc" in line for line in seen.values()), seen
+    assert took < 6 + 2, f"{took:.1f} s with --timeout 6"
+    assert proc.returncode == 0, err
+    report = json.loads(out)
+    [entry] = report["devices"]
+    assert entry["live_status"] == "failed" and entry["live_seconds"] < 6 + 1
+    [error] = [p for p in report["problems"] if p["source"] == f"{kind}=dev0" and p["severity"] == "error"]
+    assert "the container did not start within" in error["message"], error  # podman's start waits for the hook
+    assert "killed and removed" in error["message"], error
+    deadline = time.monotonic() + 2  # SIGKILL lands asynchronously
+    while (left := [f"{pid}: {line}" for pid, line in seen.items() if _running(pid)]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not left, f"outlived cgpu: {left}"
+
+
+@pytest.mark.parametrize(
+    "variable, engine, why",
+    [
+        ("CONTAINER_HOST", "auto", "podman-py waits a fixed 300 s for its ssh tunnel"),
+        ("CONTAINER_HOST", "podman@4.3.1", "StrictHostKeyChecking=no"),
+        ("DOCKER_HOST", "docker@28.2.0", "docker-py's ssh transport"),
+    ],
+)
+def test_an_ssh_engine_url_is_refused_with_the_reason(cli, bin_dir, device, variable, engine, why):
+    """podman-py would wait 300 s for its ssh tunnel (with --timeout 5) and skip host key
+    checks: cgpu refuses the URL at once, starts no ssh, and the static answer stands. An
+    `ssh` that records being run proves it is never started."""
+    (bin_dir / "ssh").write_text(f"#!/bin/sh\ntouch {bin_dir}/ssh-ran\nexec sleep 600\n")
+    (bin_dir / "ssh").chmod(0o755)
+    started = time.monotonic()
+    code, out, _ = cli(
+        "probe", "--backend", "cdi", "--json", "--verify", "--device", device, "--engine", engine, "--timeout", "5",
+        env={variable: "ssh://cgpu@127.0.0.1:1/run/podman/podman.sock"},
+    )  # fmt: skip
+    assert time.monotonic() - started < 5
+    assert code == 0 and not (bin_dir / "ssh-ran").exists()
+    [error] = [p for p in json.loads(out)["problems"] if p["source"] == "--verify"]
+    assert f"{variable} is an ssh URL (ssh://cgpu@127.0.0.1:1/run/podman/podman.sock)" in error["message"], error
+    assert why in error["message"] and f"{variable}=unix://" in error["message"], error
+
+
 def test_no_engine_at_all(cli, bin_dir, device):
     """No podman, no Docker: the static answer stands and --verify says why it could not run."""
     code, out, _ = cli(
@@ -185,7 +290,7 @@ def _fault_image_ref() -> str:
     return image_ref(dict.fromkeys(python_packages() + REQUIRED + OPTIONAL, "0-cgpu-fault"))
 
 
-def _fake_dpkg_query(bin_dir, *, listing: str) -> None:
+def _fake_dpkg_query(bin_dir, *, listing: str, version: str = "0-cgpu-fault") -> None:
     """A `dpkg-query` that names every package at a version no image was built from (so cgpu
     builds one) and runs `listing` when asked for their files; other questions (podman asks too,
     for its own version report) go to the real one."""
@@ -194,7 +299,7 @@ def _fake_dpkg_query(bin_dir, *, listing: str) -> None:
         pytest.skip("dpkg-query is not installed: the probe image is built from Debian packages")
     (bin_dir / "dpkg-query").write_text(
         "#!/bin/sh\n"
-        'if [ "$1" = -W ]; then shift 3; for p in "$@"; do printf "%s\\t0-cgpu-fault\\tinstalled\\n" "$p"; done;'
+        f'if [ "$1" = -W ]; then shift 3; for p in "$@"; do printf "%s\\t{version}\\tinstalled\\n" "$p"; done;'
         " exit 0; fi\n"
         f'if [ "$1" = -L ]; then {listing}; fi\n'
         f'exec {real} "$@"\n'
@@ -231,3 +336,42 @@ def test_a_package_listing_that_fails_builds_no_image(cli, bin_dir, device):
     assert code == 0
     [error] = [p for p in report["problems"] if p["source"] == "--verify"]
     assert "`dpkg-query -L` failed (exit 1): dpkg-query: package 'libc6' is not installed" in error["message"]
+
+
+def test_concurrent_first_runs_build_the_probe_image_once(cli, bin_dir, device):
+    """Three `--verify` runs at once on a host without the probe image: one builds it (under
+    the lock in the cache dir), the others wait and reuse it; no untagged image is left. The
+    stand-in packages list one small program, so the image is small and its version unique."""
+    version = f"0-cgpu-lock-{uuid.uuid4().hex[:8]}"
+    _fake_dpkg_query(bin_dir, listing="echo /usr/bin/true; exit 0", version=version)
+    dangling_before = set(podman("images", "-q", "--no-trunc", "--filter", "dangling=true").stdout.split())
+    before = set(podman("images", "-q", "--no-trunc", "localhost/cgpu-probe").stdout.split())
+    procs = [
+        cli.popen("probe", "--backend", "cdi", "--verify", "--device", device, "--timeout", "60") for _ in range(3)
+    ]
+    try:
+        results = [cli._collect(proc, 120) for proc in procs]
+    finally:
+        made = set(podman("images", "-q", "--no-trunc", "localhost/cgpu-probe").stdout.split()) - before
+        ours = [
+            image
+            for image in set(podman("images", "-q", "--no-trunc", "--filter", "dangling=true").stdout.split())
+            - dangling_before
+            if _built_from_true(image)
+        ]
+        if made or ours:
+            podman("rmi", "-f", *made, *ours)
+    assert [code for code, _, _ in results] == [0, 0, 0], [err[-1000:] for _, _, err in results]
+    builds = [err for _, _, err in results if "cgpu: building the probe image localhost/cgpu-probe:" in err]
+    assert len(builds) == 1, [err[-1000:] for _, _, err in results]
+    assert len(made) == 1 and not ours, (made, ours)
+
+
+def _built_from_true(image: str) -> bool:
+    """An image made by the stand-in packages above: one small layer holding /usr/bin/true."""
+    size = podman("image", "inspect", "--format", "{{.Size}}", image).stdout.strip()
+    return (
+        size.isdigit()
+        and int(size) < 20_000_000
+        and "/usr/bin/python3" in podman("image", "inspect", "--format", "{{.Config.Cmd}}", image).stdout
+    )

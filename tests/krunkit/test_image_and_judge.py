@@ -11,8 +11,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cgpu.backends.krunkit import ProbeFailed, judge
-from cgpu.backends.krunkit.vm import VM_DEFAULTS, GuestResult
+from cgpu.backends.krunkit.vm import VM_DEFAULTS
 from cgpu.gpu_probe.answer import ProbeAnswer
+from cgpu.run import Completed
 from tests.conftest import REPO
 
 CONTAINERFILE = REPO / "krunkit" / "Containerfile"
@@ -98,7 +99,7 @@ json_values = st.recursive(
 )
 def test_judge_never_crashes(stdout, returncode, stderr):
     try:
-        answer = judge(GuestResult(returncode, stdout, stderr), where="the VM", image="img")
+        answer = judge(Completed(["probe"], returncode, stdout, stderr), where="the VM", image="img")
     except ProbeFailed as exc:
         assert exc.message
         return
@@ -112,7 +113,7 @@ def test_judge_never_crashes(stdout, returncode, stderr):
 
 
 def _judge(stdout: str, returncode: int = 0, stderr: bytes = b""):
-    return judge(GuestResult(returncode, stdout.encode(), stderr), where="the VM", image="img")
+    return judge(Completed(["probe"], returncode, stdout.encode(), stderr), where="the VM", image="img")
 
 
 def test_judge_reads_the_probe_through_the_local_checker():

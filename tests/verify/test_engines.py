@@ -100,7 +100,7 @@ def test_podman_container_gets_the_cdi_device_and_is_removed(
             files={"/in/note": b"copied-in\n"},
             timeout=API_TIMEOUT,
         )
-    assert result.exit_code == 3
+    assert result.returncode == 3
     out = result.stdout.decode()
     assert "hello-from-cdi" in out and "copied-in" in out
     assert "CGPU_TEST_GLOBAL=1" in out and "CGPU_TEST_DEVICE=dev0" in out
@@ -164,7 +164,7 @@ def test_docker_py_against_podmans_compat_api(stand_in_image, podman_service, mo
             files={"/in/note": b"via-docker-py\n"},
             timeout=API_TIMEOUT,
         )
-        assert (result.exit_code, result.stdout) == (4, b"via-docker-py\n")
+        assert (result.returncode, result.stdout) == (4, b"via-docker-py\n")
         refusal = engine.cdi_refusal()
     major_minor = tuple(int(p) for p in engine.podman_version.split(".")[:2])
     if major_minor < (5, 4):
@@ -253,7 +253,7 @@ def test_a_listening_podman_socket_is_used_as_it_is(stand_in_image, podman_servi
     with open_engine(None, timeout=API_TIMEOUT) as engine:
         assert isinstance(engine, PodmanEngine)
         assert engine._service is None and engine.where == podman_service.url
-    assert podman_service.proc.poll() is None  # not ours to stop
+    assert podman_service.helper.returncode is None  # not ours to stop
 
 
 def test_no_podman_api_at_container_host_is_a_clear_error(tmp_path, monkeypatch):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -115,15 +116,19 @@ def test_spec_newer_than_the_engine_accepts_is_unresolvable(stand_in_image, cdi_
 
 
 def test_hung_probe_is_killed_at_the_timeout_and_removed(stand_in_image, cdi_spec, tmp_path, no_leftover_containers):
+    """--verify ends at --timeout: connecting to the engine counts against it, the container
+    gets what is left, and is killed and removed then."""
     kind = cdi_spec(_lvp_spec(tmp_path))
     name = f"{kind}=dev0"
     started = time.monotonic()
-    report, _ = _verify([name], {name: []}, engine="podman", probe_image=stand_in_image, timeout=3)
-    assert time.monotonic() - started < 20
+    report, _ = _verify([name], {name: []}, engine="podman", probe_image=stand_in_image, timeout=5)
+    assert time.monotonic() - started < 5 + 1
     entry = _entry(report, name)
     assert entry["live_status"] == "failed" and "live_apis" not in entry
     error = next(p for p in report["problems"] if p["source"] == name)
-    assert "did not finish within 3 s" in error["message"] and "killed and removed" in error["message"]
+    assert re.search(
+        r"the probe did not finish within [\d.]+ s; its container was killed and removed", error["message"]
+    )
 
 
 @pytest.mark.parametrize(

@@ -21,8 +21,10 @@ import shutil
 import tarfile
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
+from cgpu.cache import default_cache_dir
 from cgpu.engines import Engine, EngineError
 from cgpu.run import CommandError, decode, run
 
@@ -100,20 +102,62 @@ def ensure_probe_image(engine: Engine, *, timeout: float, progress: Callable[[st
     ref = image_ref(versions)
     if engine.image_exists(ref):
         return ref, None
-    started = time.monotonic()
-    progress(f"building the probe image {ref} from this host's packages ({', '.join(sorted(versions))})")
-    with tempfile.TemporaryDirectory(prefix="cgpu-probe-image-") as work:
-        tar_path = os.path.join(work, "rootfs.tar")
-        try:
-            size = write_rootfs(tar_path, list(versions), timeout=timeout)
-        except CommandError as exc:
-            raise ImageBuildError(f"cannot build the probe image: {exc}") from None
-        except OSError as exc:
-            where = f"{exc.filename}: " if exc.filename else ""
-            raise ImageBuildError(f"cannot build the probe image: {where}{exc.strerror or exc}") from None
-        progress(f"importing the probe image ({size / 1e6:.0f} MB) into {engine.name}")
-        engine.import_image(tar_path, ref, IMAGE_CHANGES)
-    return ref, time.monotonic() - started
+    # Runs that build at once would each import an image under the same tag, leaving all but
+    # the last one untagged (342 MB each): one builds, the others wait and reuse its image.
+    with _build_lock(ref, timeout=timeout, progress=progress):
+        if engine.image_exists(ref):
+            return ref, None
+        started = time.monotonic()
+        progress(f"building the probe image {ref} from this host's packages ({', '.join(sorted(versions))})")
+        with tempfile.TemporaryDirectory(prefix="cgpu-probe-image-") as work:
+            tar_path = os.path.join(work, "rootfs.tar")
+            try:
+                size = write_rootfs(tar_path, list(versions), timeout=timeout)
+            except CommandError as exc:
+                raise ImageBuildError(f"cannot build the probe image: {exc}") from None
+            except OSError as exc:
+                where = f"{exc.filename}: " if exc.filename else ""
+                raise ImageBuildError(f"cannot build the probe image: {where}{exc.strerror or exc}") from None
+            progress(f"importing the probe image ({size / 1e6:.0f} MB) into {engine.name}")
+            engine.import_image(tar_path, ref, IMAGE_CHANGES)
+        return ref, time.monotonic() - started
+
+
+@contextmanager
+def _build_lock(ref: str, *, timeout: float, progress: Callable[[str], None]) -> Iterator[None]:
+    """Hold the host's probe-image build lock (a file lock in cgpu's cache dir, released by the
+    kernel when the holder exits, however it exits), waiting at most `timeout` seconds for it.
+    Where the lock file cannot be made, the build goes ahead without it."""
+    import fcntl  # the image is built from Debian packages: only ever on Linux
+
+    path = default_cache_dir() / "probe-image.lock"
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o600)
+    except OSError as exc:
+        progress(f"cannot create {path} ({exc.strerror or exc}): building the probe image without the lock")
+        yield
+        return
+    try:
+        deadline = time.monotonic() + timeout
+        said = False
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise ImageBuildError(
+                        f"another cgpu run is building the probe image {ref} and did not finish within "
+                        f"{timeout:g} s (the lock {path}); run again when it has, or with a longer --timeout"
+                    ) from None
+                if not said:
+                    progress(f"another cgpu run is building the probe image {ref}; waiting for it")
+                    said = True
+                time.sleep(0.1)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def write_rootfs(tar_path: str, packages: list[str], *, timeout: float) -> int:

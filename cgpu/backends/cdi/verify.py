@@ -20,7 +20,8 @@ from cgpu.report import ReportBuilder
 from cgpu.run import decode
 
 PROBE_PATH = "/cgpu-probe.py"
-DEFAULT_TIMEOUT = 60.0  # per container: the probe gives each API its own, shorter, limit
+DEFAULT_TIMEOUT = 60.0  # per device: the probe gives each API its own, shorter, limit
+MIN_CONTAINER_S = 0.5  # less time than this left for a device: its container is not even created
 API_TIMEOUT = 30.0  # per engine API call, unless --timeout asks for less
 SOURCE = "--verify"
 
@@ -39,6 +40,9 @@ def verify_devices(
         report.problem("info", SOURCE, "no CDI device that can start a container, so none was started")
         return
     container_timeout = timeout or DEFAULT_TIMEOUT
+    # The whole of --verify fits in the timeout per device: connecting to the engine counts
+    # against it, building the probe image (once per package change) does not.
+    deadline = time.monotonic() + container_timeout * len(devices)
     try:
         probe_source = _probe_source()
     except (OSError, ImportError) as exc:
@@ -49,7 +53,7 @@ def verify_devices(
     report.progress(f"verify: connecting to {choice or 'the container engine'}")
     try:
         with open_engine(choice, timeout=min(API_TIMEOUT, container_timeout), progress=report.progress) as eng:
-            _verify_with(report, eng, devices, static, probe_source, probe_image, container_timeout, option)
+            _verify_with(report, eng, devices, static, probe_source, probe_image, container_timeout, option, deadline)
     except EngineError as exc:
         report.problem("error", SOURCE, f"could not run: {exc}")
 
@@ -63,6 +67,7 @@ def _verify_with(
     probe_image: str | None,
     timeout: float,
     engine_option: EngineOption,
+    deadline: float,
 ) -> None:
     if isinstance(eng, DockerEngine):
         refusal = eng.cdi_refusal()
@@ -70,11 +75,21 @@ def _verify_with(
             report.problem("error", SOURCE, f"did not run: {refusal}")
             return
     _note_engine_mismatch(report, eng, engine_option)
-    image, how = _image(report, eng, probe_image, timeout)
+    image, how, building = _image(report, eng, probe_image, timeout)
+    deadline += building
     outcomes = []
     for index, name in enumerate(devices, 1):
+        budget = min(timeout, deadline - time.monotonic())
+        if budget < MIN_CONTAINER_S:
+            entry = _device_entry(report, name, static.get(name, []))
+            message = (
+                f"not run: --timeout {timeout:g} s per device was used up (connecting to {eng.describe()} "
+                "counts against it); run again with a longer --timeout"
+            )
+            outcomes.append(_failed(report, entry, name, message, time.monotonic()))
+            continue
         report.progress(f"verify [{index}/{len(devices)}]: running the probe in a {eng.name} container with {name}")
-        outcomes.append(_verify_device(report, eng, image, name, static.get(name, []), probe_source, timeout))
+        outcomes.append(_verify_device(report, eng, image, name, static.get(name, []), probe_source, budget))
     report.problem("info", SOURCE, _summary(eng, image, how, outcomes))
 
 
@@ -106,21 +121,21 @@ def _note_engine_mismatch(report: ReportBuilder, eng: Engine, engine_option: Eng
         )
 
 
-def _image(report: ReportBuilder, eng: Engine, probe_image: str | None, timeout: float) -> tuple[str, str]:
-    """The image to run and how it came to be (for the summary)."""
+def _image(report: ReportBuilder, eng: Engine, probe_image: str | None, timeout: float) -> tuple[str, str, float]:
+    """The image to run, how it came to be (for the summary) and the seconds spent building it."""
     if probe_image:
         if not eng.image_exists(probe_image):
             raise EngineError(
                 f"the probe image {probe_image} is not in {eng.name}'s local storage; cgpu does not pull images: "
                 f"`{eng.name} pull {probe_image}` first"
             )
-        return probe_image, "given with --probe-image"
+        return probe_image, "given with --probe-image", 0.0
     from cgpu.backends.cdi.probe_image import ensure_probe_image
 
     ref, seconds = ensure_probe_image(eng, timeout=timeout, progress=report.progress)
     if seconds is None:
-        return ref, "built earlier from this host's packages"
-    return ref, f"built from this host's packages in {seconds:.1f} s"
+        return ref, "built earlier from this host's packages", 0.0
+    return ref, f"built from this host's packages in {seconds:.1f} s", seconds
 
 
 def _verify_device(
@@ -145,13 +160,13 @@ def _verify_device(
         if "unresolvable CDI devices" in message:
             message += f" ({_unresolvable_hint(eng)})"
         return _failed(report, entry, name, message, started)
-    entry["live_seconds"] = round(result.seconds, 2)
+    entry["live_seconds"] = round(time.monotonic() - started, 2)
     live = _read_probe(report, name, result.stdout)
     if isinstance(live, str):
         tail = decode(result.stderr).strip()[-400:] or "nothing"
         message = (
             f"the probe in the container with {name} gave no usable answer: {live} "
-            f"(exit status {result.exit_code}; stderr: {tail})"
+            f"(exit status {result.returncode}; stderr: {tail})"
         )
         return _failed(report, entry, name, message, started)
     live_apis, live_evidence, live_devices = live

@@ -28,7 +28,6 @@ from cgpu.backends.krunkit.answer_cache import AnswerCache
 from cgpu.backends.krunkit.vm import (
     BREW_INSTALL,
     LIBKRUN_MACHINE_INIT,
-    GuestResult,
     Machine,
     VMError,
     boot_and_probe,
@@ -38,6 +37,7 @@ from cgpu.backends.krunkit.vm import (
     machine_socket,
 )
 from cgpu.cache import default_cache_dir, is_private, key_digest, open_private, private_directory
+from cgpu.errors import CgpuError
 from cgpu.gpu_probe import PROBE_SCRIPT, RUN_FROM_STDIN
 from cgpu.gpu_probe.answer import (
     NOT_JSON,
@@ -49,7 +49,7 @@ from cgpu.gpu_probe.answer import (
     read_answer,
 )
 from cgpu.report import ReportBuilder, current_platform
-from cgpu.run import CommandError, decode, run
+from cgpu.run import CommandError, Completed, decode, run
 
 DEFAULT_PROBE_IMAGE: Final = "localhost/cgpu-venus-probe:latest"
 BUILD_PROBE_IMAGE: Final = (
@@ -71,7 +71,7 @@ VK_PHYSICAL_DEVICE_TYPE_CPU: Final = 4
 INSTANCE_FAILURES: Final = frozenset({"VK_ERROR_OUT_OF_HOST_MEMORY", "VK_ERROR_INITIALIZATION_FAILED"})
 
 
-class ProbeFailed(Exception):
+class ProbeFailed(CgpuError):
     """The probe could not give an answer (not cached: the next run tries again)."""
 
     def __init__(self, source: str, message: str) -> None:
@@ -231,9 +231,7 @@ def _probe_machine(
         except BaseException:  # Ctrl-C
             _remove_container(connection, container, timeout=quick)
             raise
-        return judge(
-            GuestResult(done.returncode, done.stdout, done.stderr), where=f"podman machine {chosen.name}", image=ref
-        )
+        return judge(done, where=f"podman machine {chosen.name}", image=ref)
 
     _answer(report, key, compute, refresh=refresh, lock_timeout=(timeout or RUN_TIMEOUT_S) + 30)
 
@@ -458,7 +456,7 @@ def _from_cache(value: Any) -> ProbeAnswer | None:
 # --- judging the probe's output ---------------------------------------------------------
 
 
-def judge(result: GuestResult, *, where: str, image: str) -> ProbeAnswer:
+def judge(result: Completed, *, where: str, image: str) -> ProbeAnswer:
     """Turn one probe run (exit status, stdout, stderr) into the krunkit answer: Vulkan provided
     or absent with its evidence, the devices, and every failure named with its fix.
 

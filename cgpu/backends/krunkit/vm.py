@@ -14,7 +14,6 @@ import re
 import select
 import shutil
 import socket
-import subprocess
 import tempfile
 import time
 from collections.abc import Callable
@@ -22,9 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from cgpu.errors import CgpuError
 from cgpu.files import open_regular
 from cgpu.gpu_probe import PROBE_SCRIPT
-from cgpu.run import CommandError, decode, kill_group, run
+from cgpu.run import CommandError, CommandTimeoutError, Completed, Helper, HelperExitedError, decode, run
 
 KRUNKIT_ENV: Final = "CGPU_KRUNKIT_EXE"
 BREW_INSTALL: Final = "brew tap slp/krun && brew trust slp/krun && brew install krunkit"
@@ -54,9 +54,11 @@ MAX_MEMORY_MIB: Final = 61440  # krunkit refuses more ("to leave room for VRAM")
 STOP_GRACE_S: Final = 5.0
 LOG_TAIL_LINES: Final = 15
 MAX_GUEST_OUTPUT: Final = 4 * 1024 * 1024  # of the probe's output or a log read back from the VM
+# What the guest runs (krunkit/guest/cgpu-probe.sh: `podman run` of the probe image), for its Completed.
+GUEST_PROBE: Final = ["cgpu-probe.sh"]
 
 
-class VMError(Exception):
+class VMError(CgpuError):
     """Something about the VM failed; `message` says what and how to fix it, `log_tail` is
     the end of the VM's logs when there are any."""
 
@@ -175,15 +177,6 @@ def _str(value: Any) -> str:
 # --- booting a probe VM with krunkit ----------------------------------------------------
 
 
-@dataclass(frozen=True)
-class GuestResult:
-    """What the guest's probe run left in the shared directory."""
-
-    returncode: int
-    stdout: bytes
-    stderr: bytes
-
-
 def krunkit_argv(
     exe: str, disk: str, *, run_dir: Path, sock_dir: Path, shared: Path, cpus: int, memory_mib: int
 ) -> list[str]:
@@ -239,7 +232,7 @@ def boot_and_probe(
     progress: Callable[[str], None],
     cpus: int = VM_DEFAULTS["cpus"],
     memory_mib: int = VM_DEFAULTS["memory_mib"],
-) -> GuestResult:
+) -> Completed:
     """Boot `disk` with krunkit, wait for the guest's Ready on vsock and then for its probe
     answer in the shared directory, and stop the VM, whatever happens (timeout, crash, Ctrl-C).
 
@@ -252,7 +245,7 @@ def boot_and_probe(
     shared = run_dir / "shared"
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
-        for stale in ("console.log", "krunkit.log", "krunkit.out", "krunkit.pid"):
+        for stale in ("console.log", "krunkit.log", "krunkit.pid"):
             with contextlib.suppress(FileNotFoundError):
                 (run_dir / stale).unlink()
         shutil.rmtree(shared, ignore_errors=True)
@@ -262,41 +255,31 @@ def boot_and_probe(
     except OSError as exc:
         raise VMError(str(run_dir), f"could not prepare the VM's directory: {exc.strerror or exc}") from None
     sock_dir = Path(tempfile.mkdtemp(prefix="cgpu-vm-"))
-    listener = None
-    proc = None
     try:
         argv = krunkit_argv(
             exe, disk, run_dir=run_dir, sock_dir=sock_dir, shared=shared, cpus=cpus, memory_mib=memory_mib
         )
-        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        listener.bind(str(sock_dir / "ready.sock"))
-        listener.listen(1)
-        with open(run_dir / "krunkit.out", "wb") as out:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+            listener.bind(str(sock_dir / "ready.sock"))
+            listener.listen(1)
+            # Stopped as podman stops it: asked over its REST socket, killed when it does not end in time.
+            vm = Helper(argv, stop_grace=STOP_GRACE_S, ask_to_stop=lambda: _ask_to_stop(sock_dir / "rest.sock"))
             try:
-                proc = subprocess.Popen(
-                    argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-                )
-            except OSError as exc:
-                raise VMError(
-                    exe, f"could not start krunkit: {exc.strerror or exc}; install it: {BREW_INSTALL}"
-                ) from None
-        started = time.monotonic()
-        deadline = started + timeout
-        _wait_ready(proc, listener, run_dir, started=started, deadline=deadline, progress=progress)
-        progress(f"VM ready after {time.monotonic() - started:.1f} s; waiting for the probe's answer")
-        result = _wait_result(proc, shared, run_dir, started=started, deadline=deadline, progress=progress)
-        _stop(proc, sock_dir / "rest.sock")
-        return result
+                vm.start()
+            except CommandError as exc:
+                raise VMError(exe, f"could not start krunkit: {exc.reason}; install it: {BREW_INSTALL}") from None
+            with vm:
+                started = time.monotonic()
+                deadline = started + timeout
+                _wait_ready(vm, listener, run_dir, started=started, deadline=deadline, progress=progress)
+                progress(f"VM ready after {time.monotonic() - started:.1f} s; waiting for the probe's answer")
+                return _wait_result(vm, shared, run_dir, started=started, deadline=deadline, progress=progress)
     finally:
-        if proc is not None:
-            kill_group(proc)  # krunkit if _stop did not end it, and anything it left in its group
-        if listener is not None:
-            listener.close()
         shutil.rmtree(sock_dir, ignore_errors=True)
 
 
 def _wait_ready(
-    proc: subprocess.Popen,
+    vm: Helper,
     listener: socket.socket,
     run_dir: Path,
     *,
@@ -306,90 +289,99 @@ def _wait_ready(
 ) -> None:
     """Podman's readiness protocol: the guest connects to vsock port 1025 (our UNIX socket)
     and writes `Ready`; meanwhile krunkit must not exit."""
-    said = started
-    buffer = b""
-    conn: socket.socket | None = None
+    watch = _ReadyWatch(listener, started, progress)
     try:
-        while True:
-            now = time.monotonic()
-            if now >= deadline:
-                raise VMError(
-                    "krunkit",
-                    f"the VM did not report ready within {deadline - started:g} s "
-                    "(the guest never wrote `Ready` to vsock port "
-                    f"{VM_DEFAULTS['ready_vsock_port']}); it was stopped",
-                    log_tail=vm_log_tail(run_dir),
-                )
-            if now - said >= 5:
-                progress(f"booting the VM ({now - started:.0f} s)")
-                said = now
-            waiting = [conn] if conn is not None else [listener]
-            readable, _, _ = select.select(waiting, [], [], min(0.2, max(0.0, deadline - now)))
-            if not readable:
-                # Exited? Look once more first: the guest may have said Ready just before krunkit died.
-                if proc.poll() is not None and not select.select(waiting, [], [], 0)[0]:
-                    raise VMError(
-                        "krunkit",
-                        _exit_message(proc.returncode, "before the VM was ready"),
-                        log_tail=vm_log_tail(run_dir),
-                    )
-                continue
-            if conn is None:
-                conn, _ = listener.accept()
-                continue
-            chunk = conn.recv(256)
-            buffer += chunk
-            if b"Ready" in buffer:
-                return
-            if not chunk:  # the guest hung up without saying Ready; wait for another try
-                conn.close()
-                conn = None
-                buffer = b""
+        vm.wait_for(watch.poll, timeout=max(0.0, deadline - time.monotonic()), interval=0)
+    except HelperExitedError as exc:
+        raise VMError(
+            "krunkit", _exit_message(exc.returncode, "before the VM was ready"), log_tail=vm_log_tail(run_dir, vm)
+        ) from None
+    except CommandTimeoutError:
+        raise VMError(
+            "krunkit",
+            f"the VM did not report ready within {deadline - started:g} s "
+            "(the guest never wrote `Ready` to vsock port "
+            f"{VM_DEFAULTS['ready_vsock_port']}); it was stopped",
+            log_tail=vm_log_tail(run_dir, vm),
+        ) from None
     finally:
-        if conn is not None:
-            conn.close()
+        watch.close()
+
+
+class _ReadyWatch:
+    """One look at a time for the guest's `Ready` (each waits at most 0.2 s), saying every
+    5 s that the VM is still booting."""
+
+    def __init__(self, listener: socket.socket, started: float, progress: Callable[[str], None]) -> None:
+        self._listener = listener
+        self._started = self._said = started
+        self._progress = progress
+        self._conn: socket.socket | None = None
+        self._buffer = b""
+
+    def poll(self) -> bool | None:
+        now = time.monotonic()
+        if now - self._said >= 5:
+            self._progress(f"booting the VM ({now - self._started:.0f} s)")
+            self._said = now
+        waiting = self._conn or self._listener
+        if not select.select([waiting], [], [], 0.2)[0]:
+            return None
+        if self._conn is None:
+            self._conn, _ = self._listener.accept()
+            return None
+        chunk = self._conn.recv(256)
+        self._buffer += chunk
+        if b"Ready" in self._buffer:
+            return True
+        if not chunk:  # the guest hung up without saying Ready; wait for another try
+            self.close()
+        return None
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+        self._conn = None
+        self._buffer = b""
 
 
 def _wait_result(
-    proc: subprocess.Popen,
+    vm: Helper,
     shared: Path,
     run_dir: Path,
     *,
     started: float,
     deadline: float,
     progress: Callable[[str], None],
-) -> GuestResult:
+) -> Completed:
     """The guest writes probe.out/probe.err, then probe.rc last (atomically, by rename)."""
     said = time.monotonic()
-    while True:
-        result = _read_result(shared)
-        if result is not None:
-            return result
-        code = proc.poll()
-        if code is not None:
-            result = _read_result(shared)
-            if result is not None:
-                return result
-            raise VMError(
-                "krunkit",
-                _exit_message(code, "before the guest wrote the probe's answer"),
-                log_tail=vm_log_tail(run_dir),
-            )
+
+    def poll() -> Completed | None:
+        nonlocal said
         now = time.monotonic()
-        if now >= deadline:
-            raise VMError(
-                "krunkit",
-                f"the guest booted but wrote no probe answer to {shared} within "
-                f"{deadline - started:g} s; it was stopped",
-                log_tail=vm_log_tail(run_dir),
-            )
         if now - said >= 5:
             progress(f"waiting for the probe in the VM ({now - started:.0f} s)")
             said = now
-        time.sleep(0.1)
+        return _read_result(shared)
+
+    try:
+        return vm.wait_for(poll, timeout=max(0.0, deadline - time.monotonic()), interval=0.1)
+    except HelperExitedError as exc:
+        raise VMError(
+            "krunkit",
+            _exit_message(exc.returncode, "before the guest wrote the probe's answer"),
+            log_tail=vm_log_tail(run_dir, vm),
+        ) from None
+    except CommandTimeoutError:
+        raise VMError(
+            "krunkit",
+            f"the guest booted but wrote no probe answer to {shared} within {deadline - started:g} s; it was stopped",
+            log_tail=vm_log_tail(run_dir, vm),
+        ) from None
 
 
-def _read_result(shared: Path) -> GuestResult | None:
+def _read_result(shared: Path) -> Completed | None:
     try:
         rc_text = (shared / "probe.rc").read_text(errors="replace").strip()
     except FileNotFoundError:
@@ -406,12 +398,11 @@ def _read_result(shared: Path) -> GuestResult | None:
         except FileNotFoundError:
             return b""
 
-    return GuestResult(returncode, read("probe.out"), read("probe.err"))
+    return Completed(GUEST_PROBE, returncode, read("probe.out"), read("probe.err"))
 
 
-def _stop(proc: subprocess.Popen, rest_sock: Path) -> None:
-    """Ask krunkit to stop the VM over its REST socket, as podman does; the caller kills it
-    if it does not exit in time."""
+def _ask_to_stop(rest_sock: Path) -> None:
+    """Ask krunkit to stop the VM over its REST socket, as podman does."""
     body = b'{"state": "Stop"}'
     request = (
         b"POST /vm/state HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
@@ -422,8 +413,6 @@ def _stop(proc: subprocess.Popen, rest_sock: Path) -> None:
         conn.connect(str(rest_sock))
         conn.sendall(request)
         conn.recv(512)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=STOP_GRACE_S)
 
 
 def _exit_message(code: int, when: str) -> str:
@@ -437,10 +426,11 @@ def _exit_message(code: int, when: str) -> str:
     return f"krunkit exited with code {code} {when}"
 
 
-def vm_log_tail(run_dir: Path, lines: int = LOG_TAIL_LINES) -> str:
+def vm_log_tail(run_dir: Path, vm: Helper, lines: int = LOG_TAIL_LINES) -> str:
     """The last lines of krunkit's own output, its log file and the guest console."""
-    parts = []
-    for name in ("krunkit.out", "krunkit.log", "console.log"):
+    said = _tail(decode(vm.output()), lines)
+    parts = [f"krunkit: {said}"] if said else []
+    for name in ("krunkit.log", "console.log"):
         try:
             with open_regular(str(run_dir / name)) as handle:
                 handle.seek(max(0, os.fstat(handle.fileno()).st_size - MAX_GUEST_OUTPUT))  # the tail is shown

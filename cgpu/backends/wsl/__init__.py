@@ -20,6 +20,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cgpu.errors import CgpuError
 from cgpu.gpu_probe.answer import ApiAnswer, Device, Problem, read_child_answer
 from cgpu.report import ReportBuilder
 from cgpu.run import CommandError, CommandNotFoundError, CommandTimeoutError, run
@@ -104,7 +105,7 @@ CONTAINER_NOTE = (
 )
 
 
-class ProbeOutputError(ValueError):
+class ProbeOutputError(CgpuError, ValueError):
     """The probe's output is not format 1 (truncated, corrupted, or not ours)."""
 
 
