@@ -67,6 +67,7 @@ def probe(
     probe_image: str | None = None,
     timeout: float | None = None,
 ) -> None:
+    from cgpu.cache import default_cache_dir
     from cgpu.cdi.scan import DEFAULT_SPEC_DIRS, scan_spec_dirs
 
     dirs = list(spec_dirs) if spec_dirs else list(DEFAULT_SPEC_DIRS)
@@ -86,7 +87,7 @@ def probe(
         )
         scan = ScanResult(devices={}, specs=[], problems=[])
     else:
-        scan = scan_spec_dirs(dirs, max_version=max_version, engine_label=label)
+        scan = scan_spec_dirs(dirs, max_version=max_version, engine_label=label, cache_dir=default_cache_dir())
     answers = answer_scan(report, scan, HostFS(root), devices=devices, dirs=dirs)
     if verify and answers is not None:
         _verify(report, answers, dirs=dirs, engine=engine, probe_image=probe_image, timeout=timeout)
