@@ -573,6 +573,8 @@ def _struct(fields: dict[str, Decoder]) -> Decoder:
                 )
             if name != key:
                 state.case_variants.append(f"{where}.{key} (for {name})" if where else f"{key} (for {name})")
+            if entry is None and name in out and name not in _NULL_RESETS:
+                continue  # encoding/json ignores null for a string, number, bool or struct value
             decoded = fields[name](entry, f"{where}.{name}" if where else name, state)
             if isinstance(decoded, dict) and isinstance(out.get(name), dict):
                 decoded = {**out[name], **decoded}  # encoding/json decodes into the same struct or map
@@ -581,6 +583,14 @@ def _struct(fields: dict[str, Decoder]) -> Decoder:
 
     return decode
 
+
+# The spec structs' fields that are slices, maps or pointers (specs-go/config.go): null sets
+# them to nil; on any other field encoding/json ignores a null, keeping what an earlier key
+# in another case set.
+_NULL_RESETS: Final = frozenset(
+    {"annotations", "devices", "env", "deviceNodes", "hooks", "mounts", "intelRdt", "additionalGids", "netDevices"}
+    | {"fileMode", "uid", "gid", "options", "args", "timeout", "schemata"}
+)
 
 _device_node = _struct(
     {
@@ -782,14 +792,33 @@ def _edits_error(edits: ContainerEdits, where: str, library: str) -> str | None:
 
 
 def _version_checked_edits(spec: Spec) -> list[tuple[str, ContainerEdits]]:
-    """The edits specs-go/version.go requiresV050 and requiresV040 look at. They collect
-    `&d.ContainerEdits` of the range variable `d`, and specs-go declares go 1.19 (one variable
-    per loop), so every device's pointer is the last device's edits: only the last device's
-    and the spec-level edits count."""
+    """The edits specs-go/version.go requiresV050 and requiresV040 walk, in their order. They
+    collect `&d.ContainerEdits` of the range variable `d`, and specs-go declares go 1.19 (one
+    variable per loop), so every device's pointer is the last device's edits: only the last
+    device's and then the spec-level edits count."""
     out = [("containerEdits", spec.edits)]
     if spec.devices:
         out.insert(0, (f"devices[{len(spec.devices) - 1}].containerEdits", spec.devices[-1].edits))
     return out
+
+
+def _walk_checked(spec: Spec, field: str) -> tuple[bool, str | None]:
+    """requiresV050 (field "deviceNodes": a hostPath) or requiresV040 ("mounts": a type): True at
+    the first entry that has it; else where a null entry comes first (it panics there), or None."""
+    for where, edits in _version_checked_edits(spec):
+        entries = edits.device_nodes if field == "deviceNodes" else edits.mounts
+        for entry in entries:
+            if entry is None:
+                return False, f"{where}.{field}"
+            if entry.host_path if isinstance(entry, DeviceNode) else entry.type:
+                return True, None
+    return False, None
+
+
+def _digit_name(spec: Spec) -> bool:
+    """requiresV050 returns true at a device name starting with an ASCII digit, before it walks
+    any device node."""
+    return any(device.name[:1].isdigit() and device.name[0].isascii() for device in spec.devices)
 
 
 def minimum_version(spec: Spec) -> tuple[str, str]:
@@ -814,29 +843,23 @@ def minimum_version(spec: Spec) -> tuple[str, str]:
     for device in spec.devices:
         if device.name[:1].isdigit() and device.name[0].isascii():
             return "0.5.0", f"it uses device name {names.excerpt(device.name)}, which starts with a digit"
-    checked = _version_checked_edits(spec)
-    for _, edits in checked:
-        if any(node is not None and node.host_path for node in edits.device_nodes):
-            return "0.5.0", "it uses deviceNodes[].hostPath"
-    for _, edits in checked:
-        if any(mount is not None and mount.type for mount in edits.mounts):
-            return "0.4.0", "it uses mounts[].type"
+    if _walk_checked(spec, "deviceNodes")[0]:
+        return "0.5.0", "it uses deviceNodes[].hostPath"
+    if _walk_checked(spec, "mounts")[0]:
+        return "0.4.0", "it uses mounts[].type"
     return versions.EARLIEST, f"{versions.EARLIEST} is the earliest version the CDI library accepts"
 
 
 def _version_check_crash(spec: Spec, required: str) -> None:
-    """requiresV050 reads hostPath of each node, requiresV040 type of each mount, in the edits
-    _version_checked_edits names: a null entry there panics. requiresV050 returns first when a
-    device name starts with a digit. v1.1.0 calls the checks in Go's random map order and stops
-    once it has found 1.1.0, so with a 1.1.0 feature the panic happens only in some runs."""
-    digit_name = any(device.name[:1].isdigit() and device.name[0].isascii() for device in spec.devices)
-    for where, edits in _version_checked_edits(spec):
-        reader = ""
-        if not digit_name and any(node is None for node in edits.device_nodes):
-            where, reader = f"{where}.deviceNodes", "specs-go/version.go requiresV050"
-        elif any(mount is None for mount in edits.mounts):
-            where, reader = f"{where}.mounts", "specs-go/version.go requiresV040"
-        if reader:
+    """A null entry requiresV050 or requiresV040 reaches panics (_walk_checked). v1.1.0 calls
+    the checks in Go's random map order and stops once it has found 1.1.0, so with a 1.1.0
+    feature the panic happens only in some runs."""
+    checks = [("mounts", "specs-go/version.go requiresV040")]
+    if not _digit_name(spec):
+        checks.insert(0, ("deviceNodes", "specs-go/version.go requiresV050"))
+    for field, reader in checks:
+        where = _walk_checked(spec, field)[1]
+        if where is not None:
             crash = _null_entry_crash(where, reader)
             if required == "1.1.0":
                 crash.args = (f"{crash.args[0]} (in some runs only: Go's map order decides)",)

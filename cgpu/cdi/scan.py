@@ -320,7 +320,7 @@ def scan_spec_dirs(
     if crashes:
         problems.append(("error", crashes[0], _crash_loss(crashes, devices, engine)))
         devices = {}
-    return ScanResult(devices=devices, specs=specs, problems=problems, engine_dropped=engine_dropped)
+    return ScanResult(devices=devices, specs=specs, problems=problems, engine_dropped=engine_dropped, crashed=crashes)
 
 
 def _rejection(exc: SpecError, withhold: bool) -> str:

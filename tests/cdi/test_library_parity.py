@@ -90,7 +90,7 @@ def test_b2_a_one_character_vendor_crashes_even_in_a_file_invalid_for_another_re
     write(etc, "a.yaml", text)
     write(etc, "good.yaml", minimal())
     result = scan_spec_dirs([str(etc)])
-    assert result.devices == {}
+    assert result.devices == {} and result.crashed == [str(etc / "a.yaml")]
     messages = [message for _, _, message in result.problems]
     assert any("crashes (panics) on this file" in m for m in messages)
     assert any("load of every spec dir crashes" in m and "example.com/gpu=gpu0" in m for m in messages)
@@ -115,6 +115,18 @@ def test_c_null_entries_crash_the_library(tmp_path, edits, version, where):
     write(etc, "a-null.yaml", one_device(edits, version=version))
     write(etc, "b-good.yaml", minimal())
     assert scan_spec_dirs([str(etc)]).devices == {}
+
+
+@pytest.mark.parametrize(
+    "text",
+    [  # found by scripts/diff_cdi.py: requiresV050 returns at the first hostPath, before a later null
+        'cdiVersion: "0.3.0"\ncontainerEdits: {deviceNodes: [null]}\nkind: v.com/gpu\ndevices:\n'
+        "- containerEdits: {deviceNodes: [{hostPath: /dev/y}]}\n",
+        'cdiVersion: "0.5.0"\nkind: v.com/gpu\ndevices:\n- containerEdits: {deviceNodes: [{hostPath: /dev/y}, null]}\n',
+    ],
+)
+def test_c_a_null_entry_after_the_first_hostpath_is_not_reached_by_the_version_check(text):
+    assert not rejection(text).crash
 
 
 def test_c_an_earlier_error_wins_over_a_null_entry():
@@ -190,3 +202,19 @@ def test_nothing_is_quoted_from_a_symlink_out_of_a_dir_others_can_write(tmp_path
     assert "does not say why" in message
     os.chmod(shared, 0o755)  # only we can write it: the reason is given
     assert "secret-token-123" in scan_spec_dirs([str(shared)]).problems[0][2]
+
+
+# Found by scripts/diff_cdi.py: encoding/json ignores a null for a struct value (and a string,
+# number or bool), so a later `containerEdits: null` keeps what `CONTAINEREDITS` set.
+def test_a_later_null_keeps_a_value_set_in_another_case():
+    text = (
+        '{"cdiVersion": "0.3.0", "kind": "v.com/gpu", "devices": [{'
+        '"CONTAINEREDITS": {"deviceNodes": [{"path": "/dev/x"}]}, "containerEdits": null, "NAME": "a", "name": null}]}'
+    )
+    device = parse(text).devices[0]
+    assert device.edits.device_nodes[0].path == "/dev/x" and device.name == "a"
+    reset = (
+        '{"cdiVersion": "0.3.0", "kind": "v.com/gpu", '
+        '"devices": [{"name": "gpu0", "containerEdits": {"ENV": ["A=1"], "env": null}}]}'
+    )
+    assert "empty device edits" in rejection(reset).message  # a slice is set to nil
