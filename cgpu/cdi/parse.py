@@ -554,17 +554,21 @@ def _string_map(value: Any, where: str, state: _Decode) -> dict[str, str] | None
     return {key: _as_string(entry, f"{where}.{key}", state) for key, entry in value.items}
 
 
+_STRUCTS: set[Decoder] = set()  # the struct decoders: a second key decodes into the first's result
+
+
 def _struct(fields: dict[str, Decoder]) -> Decoder:
     """A Go struct: known keys (matched like encoding/json), decoded in json.Marshal's
-    sorted key order so the same key wins as in Go; absent keys are left out."""
+    sorted key order so the same key wins as in Go; absent keys are left out. Where two keys
+    name one field, the later decodes into what the earlier set, as encoding/json does."""
     folded = {_fold(name): name for name in fields}
 
-    def decode(value: Any, where: str, state: _Decode) -> dict[str, Any] | None:
+    def decode(value: Any, where: str, state: _Decode, into: dict[str, Any] | None = None) -> dict[str, Any] | None:
         if value is None:
             return None
         if not isinstance(value, _Mapping):
             raise _Invalid(f"{where or 'the document'}: expected a mapping, found {_describe(value)}")
-        out: dict[str, Any] = {}
+        out: dict[str, Any] = dict(into or {})
         for key, entry in sorted(value.items, key=_first):  # code point order is UTF-8 byte order
             name = key if key in fields else folded.get(_fold(key))
             if name is None:
@@ -573,14 +577,28 @@ def _struct(fields: dict[str, Decoder]) -> Decoder:
                 )
             if name != key:
                 state.case_variants.append(f"{where}.{key} (for {name})" if where else f"{key} (for {name})")
-            if entry is None and name in out and name not in _NULL_RESETS:
+            field = f"{where}.{name}" if where else name
+            earlier = out.get(name)
+            if name not in out or (entry is None and name in _NULL_RESETS):
+                out[name] = fields[name](entry, field, state)
+            elif entry is None:
                 continue  # encoding/json ignores null for a string, number, bool or struct value
-            decoded = fields[name](entry, f"{where}.{name}" if where else name, state)
-            if isinstance(decoded, dict) and isinstance(out.get(name), dict):
-                decoded = {**out[name], **decoded}  # encoding/json decodes into the same struct or map
-            out[name] = decoded
+            elif fields[name] in _STRUCTS:
+                out[name] = fields[name](entry, field, state, earlier)  # type: ignore[call-arg]
+            elif isinstance(earlier, dict):  # a map: the later keys are added to it
+                out[name] = {**earlier, **(fields[name](entry, field, state) or {})}
+            elif isinstance(earlier, list) and earlier:
+                raise _Invalid(
+                    f"{field} is set twice, by keys in different case; the CDI library (encoding/json) decodes "
+                    "the later list into the earlier one element by element (a null element keeps the earlier "
+                    "one, a mapping is merged into it), which cgpu does not model. Use one key",
+                    by_library=False,
+                )
+            else:
+                out[name] = fields[name](entry, field, state)
         return out
 
+    _STRUCTS.add(decode)
     return decode
 
 

@@ -218,3 +218,19 @@ def test_a_later_null_keeps_a_value_set_in_another_case():
         '"devices": [{"name": "gpu0", "containerEdits": {"ENV": ["A=1"], "env": null}}]}'
     )
     assert "empty device edits" in rejection(reset).message  # a slice is set to nil
+
+
+# Found by scripts/diff_cdi.py: encoding/json decodes a list into the list an earlier key in
+# another case set, element by element. cgpu does not model that, and says so.
+def test_a_list_set_twice_by_keys_in_different_case_is_declined_with_the_reason():
+    text = one_device('{ENV: ["A=1"], env: [null]}')
+    error = rejection(text)
+    assert not error.by_library and "element by element" in error.message
+    assert parse(one_device('{ENV: [], env: ["A=1"]}')).devices[0].edits.env == ("A=1",)
+    nested = (
+        '{"cdiVersion": "0.3.0", "kind": "v.com/gpu", "devices": [{"name": "foo", '
+        '"CONTAINEREDITS": {"env": ["FOO=1"]}, "containerEdits": {"env": [null]}}]}'
+    )
+    assert "element by element" in rejection(nested).message
+    rdt = one_device("{INTELRDT: {closID: x}, intelRdt: {closID: null, memBwSchema: m}}", version="0.7.0")
+    assert parse(rdt).devices[0].edits.intel_rdt == {"closID": "x", "memBwSchema": "m"}
