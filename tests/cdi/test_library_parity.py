@@ -161,6 +161,17 @@ def test_m_a_spec_dir_that_is_a_yaml_file_is_read(tmp_path):
     assert scan_spec_dirs([str(other)]).devices == {}
 
 
+def test_spec_dirs_as_the_main_branch_reads_them(tmp_path):
+    real = tmp_path / "real"
+    write(real, "a.yaml", minimal())
+    (tmp_path / "link").symlink_to(real)
+    assert scan_spec_dirs([str(tmp_path / "link")]).devices == {}  # v1.1.0: Walk does not enter it
+    assert list(scan_spec_dirs([str(tmp_path / "link")], library="main").devices) == ["example.com/gpu=gpu0"]
+    single = write(tmp_path, "single.yaml", minimal(kind="example.com/other"))
+    stopped = scan_spec_dirs([str(single), str(real)], library="main")  # os.ReadDir fails: the scan stops
+    assert stopped.devices == {} and "stops its scan here" in stopped.problems[0][2]
+
+
 # N: the library's messages: a name starting with "-" is an invalid name (not a version
 # matter), names are sliced in bytes, and requiresV060 splits kind at "/" whatever the vendor.
 @pytest.mark.parametrize(
