@@ -35,7 +35,7 @@ from cgpu.cdi.parse import SpecError, parse_spec  # noqa: E402
 from cgpu.cdi.scan import scan_spec_dirs  # noqa: E402
 
 SAMPLES = sorted(p for p in (REPO / "cdi-samples").glob("*/spec/*") if p.is_file()) + sorted(
-    (REPO / "cdi-samples" / "broken").iterdir()
+    p for p in (REPO / "cdi-samples" / "broken").rglob("*") if p.is_file()
 )
 SEEDS = [p.read_bytes() for p in SAMPLES]
 TOKENS = [

@@ -145,3 +145,5 @@ class ScanResult:
     # Valid specs the engine ignores: their cdiVersion is above its maximum. Their devices are
     # not in `devices`; a resolver can report them as blocked.
     engine_dropped: list[Spec] = field(default_factory=list)
+    # Files the library panics on: the engine's whole load dies, so `devices` is empty.
+    crashed: list[str] = field(default_factory=list)

@@ -47,12 +47,34 @@ def go_quote(text: str) -> str:
     return "".join(out)
 
 
-def _is_letter(ch: str) -> bool:
+EXCERPT_CHARS: Final = 60
+
+
+def excerpt(text: str) -> str:
+    """`text` quoted as go_quote does, cut to EXCERPT_CHARS characters: what messages quote of a
+    file's content (a symlinked spec can be any file; an error must not print it whole)."""
+    if len(text) <= EXCERPT_CHARS:
+        return go_quote(text)
+    return f'{go_quote(text[:EXCERPT_CHARS])[:-1]}..." ({len(text):,} characters)'
+
+
+def is_letter(ch: str) -> bool:
     return ("A" <= ch <= "Z") or ("a" <= ch <= "z")
 
 
 def _is_alnum(ch: str) -> bool:
-    return _is_letter(ch) or ("0" <= ch <= "9")
+    return is_letter(ch) or ("0" <= ch <= "9")
+
+
+def _middle(name: str) -> str:
+    """name[1:len(name)-1] as Go slices it, in bytes: a multi-byte first or last character is
+    cut, and Go's range reads each broken piece as U+FFFD."""
+    return name.encode("utf-8", "surrogateescape")[1:-1].decode("utf-8", "replace")
+
+
+def _edge(name: str, index: int) -> str:
+    """rune(name[index]) in Go: one byte, read as the character of that code (0xC3 -> "Ã")."""
+    return chr(name.encode("utf-8", "surrogateescape")[index])
 
 
 def _vendor_or_class_error(name: str) -> str | None:
@@ -60,13 +82,13 @@ def _vendor_or_class_error(name: str) -> str | None:
         return None
     if name == "":
         return "empty name"
-    if not _is_letter(name[0]):
-        return f"{go_quote(name)}, should start with letter"
-    for ch in name[1:-1]:
+    if not is_letter(_edge(name, 0)):
+        return f"{excerpt(name)}, should start with letter"
+    for ch in _middle(name):
         if not (_is_alnum(ch) or ch in "_-."):
-            return f"invalid character '{ch}' in name {go_quote(name)}"
-    if not _is_alnum(name[-1]):
-        return f"{go_quote(name)}, should end with a letter or digit"
+            return f"invalid character '{ch}' in name {excerpt(name)}"
+    if not _is_alnum(_edge(name, -1)):
+        return f"{excerpt(name)}, should end with a letter or digit"
     return None
 
 
@@ -88,16 +110,16 @@ def device_name_error(name: str) -> str | None:
         return None
     if name == "":
         return "invalid (empty) device name"
-    if not _is_alnum(name[0]):
+    if not _is_alnum(_edge(name, 0)):
         # sic: the library says "class" here
-        return f"invalid class {go_quote(name)}, should start with a letter or digit"
-    if len(name) == 1:
+        return f"invalid class {excerpt(name)}, should start with a letter or digit"
+    if len(name.encode("utf-8", "surrogateescape")) == 1:
         return None
-    for ch in name[1:-1]:
+    for ch in _middle(name):
         if not (_is_alnum(ch) or ch in "_-.:"):
-            return f"invalid character '{ch}' in device name {go_quote(name)}"
-    if not _is_alnum(name[-1]):
-        return f"invalid name {go_quote(name)}, should end with a letter or digit"
+            return f"invalid character '{ch}' in device name {excerpt(name)}"
+    if not _is_alnum(_edge(name, -1)):
+        return f"invalid name {excerpt(name)}, should end with a letter or digit"
     return None
 
 

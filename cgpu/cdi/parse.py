@@ -13,11 +13,13 @@ from that, and what this module reproduces:
   byte order wins, as json.Marshal sorts them; unknown keys are an error;
 - then the library's validation: versions, names, edits, devices (reference/cdi.md §1-2).
 
-Guards the library lacks: a size cap, a budget for nodes reached through YAML aliases (an
-alias bomb), libyaml's nesting limit, and every failure becomes a SpecError.
+Where the library panics (a null hook, a one-character vendor on <= v1.1.0), parse_spec
+raises SpecError with `crash` set: the engine's whole spec-dir load dies, not just this file.
 
-Known gaps (rare in practice, reported rather than guessed): YAML merge keys (`<<`) are
-rejected; a null list entry in deviceNodes or mounts is rejected (it crashes the library).
+Guards the library lacks: a size cap, a cap on nodes reached through YAML aliases on top of
+go-yaml's own ratio rule, libyaml's nesting limit, and every failure becomes a SpecError.
+Deliberate gap: YAML merge keys (`<<`) are refused (the library merges them). Messages quote
+at most an excerpt of any value (names.excerpt).
 """
 
 from __future__ import annotations
@@ -38,9 +40,12 @@ from cgpu.cdi.model import ContainerEdits, DeviceNode, Hook, Mount, Spec, SpecDe
 from cgpu.errors import CgpuError
 
 MAX_SPEC_BYTES: Final = 4 * 1024 * 1024
-# Nodes decoded a second time through an alias; go-yaml's own limit is a ratio that lets a
-# few million through, far more than any real spec (which has no aliases at all).
-MAX_ALIAS_NODES: Final = 10_000
+# Nodes decoded through an alias. go-yaml's own limit is a ratio (ALIAS_RATIO_*), which cgpu
+# applies too; this cap on top only bounds cgpu's memory (real specs have no aliases at all).
+MAX_ALIAS_NODES: Final = 250_000
+# go-yaml v2 decode.go: allowedAliasRatio and the check in (*decoder).unmarshal
+ALIAS_RATIO_LOW: Final = 400_000
+ALIAS_RATIO_HIGH: Final = 4_000_000
 
 VALID_HOOK_NAMES: Final = frozenset(
     {"prestart", "createRuntime", "createContainer", "startContainer", "poststart", "poststop"}
@@ -50,21 +55,31 @@ VALID_NODE_TYPES: Final = frozenset({"", "b", "c", "u", "p"})
 
 class SpecError(CgpuError, ValueError):
     """A spec file the reference library rejects (by_library), or one cgpu refuses to read
-    (over the size cap, an alias bomb, a YAML feature cgpu does not implement, unreadable)."""
+    (over the size cap, too many alias nodes, a YAML feature cgpu does not implement,
+    unreadable). `crash`: the library panics on it, taking the engine's whole load with it."""
 
-    def __init__(self, path: str, message: str, *, by_library: bool = True) -> None:
+    def __init__(self, path: str, message: str, *, by_library: bool = True, crash: bool = False) -> None:
         super().__init__(f"{path}: {message}")
         self.path = path
         self.message = message
         self.by_library = by_library
+        self.crash = crash
 
 
 class _Invalid(CgpuError):
     """Raised inside the decoder; parse_spec turns it into a SpecError."""
 
-    def __init__(self, message: str, *, by_library: bool = True) -> None:
+    def __init__(self, message: str, *, by_library: bool = True, crash: bool = False) -> None:
         super().__init__(message)
         self.by_library = by_library
+        self.crash = crash
+
+
+def _null_entry_crash(where: str, reader: str) -> _Invalid:
+    return _Invalid(
+        f"a null entry in {where}: the CDI library (v1.1.0 and main) dereferences it in {reader} and panics",
+        crash=True,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -159,7 +174,7 @@ def _describe(value: Any) -> str:
         return f"the boolean {str(value).lower()}"
     if isinstance(value, (int, float)):
         return f"the number {value}"
-    return f"the string {names.go_quote(str(value))}"
+    return f"the string {names.excerpt(str(value))}"
 
 
 class _Mapping:
@@ -173,20 +188,51 @@ class _Mapping:
 
 class _Reader:
     """Turns PyYAML nodes into plain values, with go-yaml v2's scalar rules, strict duplicate
-    keys, and a budget for alias expansion."""
+    keys, and go-yaml's alias rule: it counts decoded nodes as (*decoder).unmarshal does (every
+    node and key; those under an alias also as alias decodes) and stops on the same ratio."""
 
     def __init__(self) -> None:
         self.seen: set[int] = set()
         self.open: set[int] = set()  # the collections being read, to catch an alias to an ancestor
         self.alias_depth = 0
-        self.alias_nodes = 0
+        self.decodes = 1  # go-yaml counts the document node
+        self.aliases = 0
 
     def value(self, node: Any) -> Any:
+        self.decodes += 1
         key = id(node)
-        if key in self.seen or self.alias_depth:
+        if self.alias_depth:
+            self.aliases += 1
+            self.check_aliasing()
+            return self.node_value(node)
+        if key in self.seen:  # PyYAML shares an anchored node: reaching it again is an alias
             return self.aliased(node)
         self.seen.add(key)
+        if self.aliases > 100 and self.decodes > ALIAS_RATIO_LOW:
+            self.check_aliasing()
         return self.node_value(node)
+
+    def check_aliasing(self) -> None:
+        decodes, aliases = self.decodes, self.aliases
+        if aliases > MAX_ALIAS_NODES:
+            raise _Invalid(
+                f"YAML aliases expand to more than {MAX_ALIAS_NODES:,} nodes; cgpu stops there. The CDI "
+                "library's own limit is a ratio of alias to all decoded nodes (go-yaml v2 decode.go "
+                "allowedAliasRatio), which this file has not reached: the engine may read it",
+                by_library=False,
+            )
+        if aliases > 100 and decodes > 1000:
+            if decodes <= ALIAS_RATIO_LOW:
+                allowed = 0.99
+            elif decodes >= ALIAS_RATIO_HIGH:
+                allowed = 0.10
+            else:
+                allowed = 0.99 - 0.89 * ((decodes - ALIAS_RATIO_LOW) / (ALIAS_RATIO_HIGH - ALIAS_RATIO_LOW))
+            if aliases / decodes > allowed:
+                raise _Invalid(
+                    f"document contains excessive aliasing (go-yaml v2 stops when more than {allowed:.0%} "
+                    f"of the nodes decoded come through aliases: {aliases:,} of {decodes:,})"
+                )
 
     def node_value(self, node: Any) -> Any:
         kind = node.id  # PyYAML's node kinds: "scalar", "sequence", "mapping"
@@ -204,18 +250,11 @@ class _Reader:
             self.open.discard(key)
 
     def aliased(self, node: Any) -> Any:
-        """A node reached through an alias (PyYAML shares the anchored node), counted."""
-        self.alias_nodes += 1
-        if self.alias_nodes > MAX_ALIAS_NODES:
-            raise _Invalid(
-                f"YAML aliases expand to more than {MAX_ALIAS_NODES:,} nodes (an alias "
-                'bomb; the CDI library stops such files with "document contains '
-                'excessive aliasing")',
-                by_library=False,
-            )
+        """A node reached through an alias: the alias node, then its target, counted as go-yaml's
+        (*decoder).alias does."""
         self.alias_depth += 1
         try:
-            return self.node_value(node)
+            return self.value(node)
         finally:
             self.alias_depth -= 1
 
@@ -243,24 +282,29 @@ class _Reader:
             return float(value)
         if type(value) is not expected:
             short = "!!" + tag.rsplit(":", 1)[-1]
-            raise _Invalid(f"line {_line(node)}: cannot decode `{text}` as a {short}")
+            raise _Invalid(f"line {_line(node)}: cannot decode {names.excerpt(text)} as a {short}")
         return value
 
     def mapping(self, node: Any) -> _Mapping:
         items: list[tuple[str, Any]] = []
         seen_keys: dict[tuple[type, Any], Any] = {}
+        self.decodes += len(node.value)  # go-yaml decodes each key as a node too
+        if self.alias_depth:
+            self.aliases += len(node.value)
         for key_node, value_node in node.value:
             if key_node.id != "scalar":
                 raise _Invalid(f"line {_line(key_node)}: a mapping key must be a plain value, not a list or mapping")
             if key_node.tag == _PLAIN and key_node.value == "<<":
                 raise _Invalid(
-                    f"line {_line(key_node)}: YAML merge keys (<<) are not supported by cgpu", by_library=False
+                    f"line {_line(key_node)}: YAML merge keys (<<) are not supported by cgpu; the CDI library "
+                    "merges them (go-yaml v2 decode.go merge), so the engine reads this file",
+                    by_library=False,
                 )
             key = self.scalar(key_node)
             marker = (type(key), key)
             if marker in seen_keys:
                 raise _Invalid(
-                    f"line {_line(key_node)}: key {names.go_quote(str(key_node.value))} is already "
+                    f"line {_line(key_node)}: key {names.excerpt(str(key_node.value))} is already "
                     f"set on line {_line(seen_keys[marker])} (duplicate keys are an error)"
                 )
             seen_keys[marker] = key_node
@@ -278,17 +322,12 @@ class _Reader:
         return str(key)
 
 
-@functools.cache
-def _loader_class() -> type:
-    """CSafeLoader (SafeLoader without a safe libyaml) whose untagged plain scalars keep their text
-    under the _PLAIN tag, for resolve_plain; quoted and block scalars are strings."""
+def _plain_tags(base: type) -> type:
+    """`base` whose untagged plain scalars keep their text under the _PLAIN tag, for
+    resolve_plain; quoted and block scalars are strings."""
     import yaml
 
-    base: type[yaml.SafeLoader] | type[yaml.CSafeLoader] = yaml.SafeLoader
-    if getattr(yaml, "CSafeLoader", None) is not None and yaml._yaml.get_version() >= (0, 2, 6):
-        base = yaml.CSafeLoader  # libyaml before 0.2.6 has no nesting limit: a deep spec crashes it
-
-    class Loader(base):  # type: ignore[misc, valid-type]
+    class Loader(base):
         def resolve(self, kind: Any, value: Any, implicit: Any) -> str:
             if kind is yaml.ScalarNode and implicit[0]:
                 return _PLAIN
@@ -299,12 +338,107 @@ def _loader_class() -> type:
     return Loader
 
 
-def _first_document(data: bytes) -> Any:
-    """The first YAML document's node graph (aliases shared, not expanded), or None."""
+@functools.cache
+def _loader_class() -> type:
+    """The fast loader: CSafeLoader (SafeLoader without a safe libyaml). libyaml and go-yaml v2
+    disagree on a few inputs; _goyaml_loader_class reads those."""
     import yaml
 
-    loader = _loader_class()(data)
+    base: type[yaml.SafeLoader] | type[yaml.CSafeLoader] = yaml.SafeLoader
+    if getattr(yaml, "CSafeLoader", None) is not None and yaml._yaml.get_version() >= (0, 2, 6):
+        base = yaml.CSafeLoader  # libyaml before 0.2.6 has no nesting limit: a deep spec crashes it
+    return _plain_tags(base)
+
+
+@functools.cache
+def _goyaml_loader_class() -> type:
+    """PyYAML's pure-Python loader with go-yaml v2's scanner rules where libyaml's differ
+    (scannerc.go): the escapes of double-quoted scalars (`\\'` yes, `\\/` no), and a plain scalar
+    ends at ":" only before a blank, also inside [] and {} (`[PATH=/usr/bin:]` is one scalar)."""
+    import yaml
+    from yaml.tokens import ScalarToken
+
+    class GoScanner(yaml.SafeLoader):
+        ESCAPE_REPLACEMENTS = {  # type: ignore[misc]
+            key: value for key, value in yaml.SafeLoader.ESCAPE_REPLACEMENTS.items() if key != "/"
+        } | {"'": "'"}
+
+        def scan_plain(self) -> Any:  # PyYAML's scan_plain, with go-yaml's rule for ":"
+            chunks: list[str] = []
+            start_mark = self.get_mark()
+            end_mark = start_mark
+            indent = self.indent + 1
+            spaces: list[str] | None = []
+            breaks = "\0 \t\r\n\x85\u2028\u2029"
+            while True:
+                length = 0
+                if self.peek() == "#":
+                    break
+                while True:
+                    ch = self.peek(length)
+                    if (
+                        ch in breaks
+                        or (ch == ":" and self.peek(length + 1) in breaks)
+                        or (self.flow_level and ch in ",?[]{}")
+                    ):
+                        break
+                    length += 1
+                if length == 0:
+                    break
+                self.allow_simple_key = False
+                chunks.extend(spaces or ())
+                chunks.append(self.prefix(length))
+                self.forward(length)
+                end_mark = self.get_mark()
+                spaces = self.scan_plain_spaces(indent, start_mark)
+                if not spaces or self.peek() == "#" or (not self.flow_level and self.column < indent):
+                    break
+            return ScalarToken("".join(chunks), True, start_mark, end_mark)
+
+    return _plain_tags(GoScanner)
+
+
+_DIRECTIVE: Final = re.compile(rb"%YAML[ \t]+([0-9]+)\.([0-9]+)")
+
+
+def _check_yaml_directive(data: bytes) -> None:
+    """go-yaml v2 reads only `%YAML 1.1` documents (parserc.go yaml_parser_process_directives);
+    PyYAML and libyaml also take 1.2."""
+    for line in data.removeprefix(b"\xef\xbb\xbf").splitlines():
+        text = line.strip()
+        if not text or text.startswith(b"#"):
+            continue
+        if not line.startswith(b"%"):
+            return  # the directives end where the document starts
+        match = _DIRECTIVE.match(line)
+        if match and (int(match[1]), int(match[2])) != (1, 1):
+            raise _Invalid(
+                f"found incompatible YAML document: %YAML {int(match[1])}.{int(match[2])} "
+                "(the CDI library's YAML parser, go-yaml v2, reads only %YAML 1.1)"
+            )
+
+
+def _first_document(data: bytes) -> Any:
+    """The first YAML document's node graph (aliases shared, not expanded), or None. The fast
+    loader first; where it fails, or the input holds `\\/`, go-yaml's rules decide."""
+
+    if b"%YAML" in data:
+        _check_yaml_directive(data)
+    if b"\\/" not in data:
+        try:
+            return _load_first(_loader_class(), data)
+        except _Invalid as exc:
+            if not exc.by_library:
+                raise
+    return _load_first(_goyaml_loader_class(), data)
+
+
+def _load_first(loader_class: type, data: bytes) -> Any:
+    import yaml
+
+    loader = None
     try:
+        loader = loader_class(data)  # the pure-Python reader decodes here already
         return loader.get_node() if loader.check_node() else None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
@@ -325,7 +459,8 @@ def _first_document(data: bytes) -> Any:
     except Exception as exc:  # libyaml's binding has raised odd errors (UnboundLocalError) on bad input
         raise _Invalid(f"the YAML parser failed: {type(exc).__name__}: {exc}", by_library=False) from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -398,7 +533,7 @@ def _as_bool(value: Any, where: str, _: _Decode) -> bool:
     return value
 
 
-def _list_of(item: Decoder, *, null_items: bool = True) -> Decoder:
+def _list_of(item: Decoder) -> Decoder:
     def decode(value: Any, where: str, state: _Decode) -> list[Any] | None:
         if value is None:
             return None
@@ -406,8 +541,6 @@ def _list_of(item: Decoder, *, null_items: bool = True) -> Decoder:
             raise _Invalid(f"{where}: expected a list, found {_describe(value)}")
         out = []
         for index, entry in enumerate(value):
-            if entry is None and not null_items:
-                raise _Invalid(f"{where}[{index}] is null (the CDI library <= 1.1.0 crashes on this)")
             out.append(item(entry, f"{where}[{index}]", state))
         return out
 
@@ -422,33 +555,61 @@ def _string_map(value: Any, where: str, state: _Decode) -> dict[str, str] | None
     return {key: _as_string(entry, f"{where}.{key}", state) for key, entry in value.items}
 
 
+_STRUCTS: set[Decoder] = set()  # the struct decoders: a second key decodes into the first's result
+
+
 def _struct(fields: dict[str, Decoder]) -> Decoder:
     """A Go struct: known keys (matched like encoding/json), decoded in json.Marshal's
-    sorted key order so the same key wins as in Go; absent keys are left out."""
+    sorted key order so the same key wins as in Go; absent keys are left out. Where two keys
+    name one field, the later decodes into what the earlier set, as encoding/json does."""
     folded = {_fold(name): name for name in fields}
 
-    def decode(value: Any, where: str, state: _Decode) -> dict[str, Any] | None:
+    def decode(value: Any, where: str, state: _Decode, into: dict[str, Any] | None = None) -> dict[str, Any] | None:
         if value is None:
             return None
         if not isinstance(value, _Mapping):
             raise _Invalid(f"{where or 'the document'}: expected a mapping, found {_describe(value)}")
-        out: dict[str, Any] = {}
+        out: dict[str, Any] = dict(into or {})
         for key, entry in sorted(value.items, key=_first):  # code point order is UTF-8 byte order
             name = key if key in fields else folded.get(_fold(key))
             if name is None:
                 raise _Invalid(
-                    f"unknown field {names.go_quote(key)}" + (f" in {where}" if where else " at the top level")
+                    f"unknown field {names.excerpt(key)}" + (f" in {where}" if where else " at the top level")
                 )
             if name != key:
                 state.case_variants.append(f"{where}.{key} (for {name})" if where else f"{key} (for {name})")
-            decoded = fields[name](entry, f"{where}.{name}" if where else name, state)
-            if isinstance(decoded, dict) and isinstance(out.get(name), dict):
-                decoded = {**out[name], **decoded}  # encoding/json decodes into the same struct or map
-            out[name] = decoded
+            field = f"{where}.{name}" if where else name
+            earlier = out.get(name)
+            if name not in out or (entry is None and name in _NULL_RESETS):
+                out[name] = fields[name](entry, field, state)
+            elif entry is None:
+                continue  # encoding/json ignores null for a string, number, bool or struct value
+            elif fields[name] in _STRUCTS:
+                out[name] = fields[name](entry, field, state, earlier)  # type: ignore[call-arg]
+            elif isinstance(earlier, dict):  # a map: the later keys are added to it
+                out[name] = {**earlier, **(fields[name](entry, field, state) or {})}
+            elif isinstance(earlier, list) and earlier:
+                raise _Invalid(
+                    f"{field} is set twice, by keys in different case; the CDI library (encoding/json) decodes "
+                    "the later list into the earlier one element by element (a null element keeps the earlier "
+                    "one, a mapping is merged into it), which cgpu does not model. Use one key",
+                    by_library=False,
+                )
+            else:
+                out[name] = fields[name](entry, field, state)
         return out
 
+    _STRUCTS.add(decode)
     return decode
 
+
+# The spec structs' fields that are slices, maps or pointers (specs-go/config.go): null sets
+# them to nil; on any other field encoding/json ignores a null, keeping what an earlier key
+# in another case set.
+_NULL_RESETS: Final = frozenset(
+    {"annotations", "devices", "env", "deviceNodes", "hooks", "mounts", "intelRdt", "additionalGids", "netDevices"}
+    | {"fileMode", "uid", "gid", "options", "args", "timeout", "schemata"}
+)
 
 _device_node = _struct(
     {
@@ -488,9 +649,9 @@ _net_device = _struct({"hostInterfaceName": _as_string, "name": _as_string})
 _edits = _struct(
     {
         "env": _list_of(_as_string),
-        "deviceNodes": _list_of(_device_node, null_items=False),
+        "deviceNodes": _list_of(_device_node),
         "hooks": _list_of(_hook),
-        "mounts": _list_of(_mount, null_items=False),
+        "mounts": _list_of(_mount),
         "intelRdt": _intel_rdt,
         "additionalGids": _list_of(_uint32),
         "netDevices": _list_of(_net_device),
@@ -515,7 +676,11 @@ _spec = _struct(
 def _edits_model(raw: dict[str, Any] | None) -> ContainerEdits:
     raw = raw or {}
 
-    def node(entry: dict[str, Any]) -> DeviceNode:
+    # A null entry stays None: it never reaches a valid Spec (the library panics on it), but
+    # where it sits decides whether an earlier error wins.
+    def node(entry: dict[str, Any] | None) -> DeviceNode | None:
+        if entry is None:
+            return None
         return DeviceNode(
             path=entry.get("path") or "",
             host_path=entry.get("hostPath") or None,
@@ -528,7 +693,9 @@ def _edits_model(raw: dict[str, Any] | None) -> ContainerEdits:
             gid=entry.get("gid"),
         )
 
-    def mount(entry: dict[str, Any]) -> Mount:
+    def mount(entry: dict[str, Any] | None) -> Mount | None:
+        if entry is None:
+            return None
         return Mount(
             host_path=entry.get("hostPath") or "",
             container_path=entry.get("containerPath") or "",
@@ -549,8 +716,8 @@ def _edits_model(raw: dict[str, Any] | None) -> ContainerEdits:
 
     return ContainerEdits(
         env=tuple(raw.get("env") or ()),
-        device_nodes=tuple(node(entry) for entry in raw.get("deviceNodes") or ()),
-        mounts=tuple(mount(entry) for entry in raw.get("mounts") or ()),
+        device_nodes=tuple(node(entry) for entry in raw.get("deviceNodes") or ()),  # type: ignore[misc]
+        mounts=tuple(mount(entry) for entry in raw.get("mounts") or ()),  # type: ignore[misc]
         hooks=tuple(hook(entry) for entry in raw.get("hooks") or ()),  # type: ignore[misc]
         additional_gids=tuple(raw.get("additionalGids") or ()),
         intel_rdt=raw.get("intelRdt"),
@@ -569,34 +736,45 @@ def _device_model(raw: dict[str, Any]) -> SpecDevice:
 def _env_error(env: tuple[str, ...]) -> str | None:
     for entry in env:
         if entry.find("=") <= 0:
-            return f"invalid environment variable {names.go_quote(entry)}"
+            return f"invalid environment variable {names.excerpt(entry)}"
     return None
 
 
-def _edits_error(edits: ContainerEdits) -> str | None:
-    """The first problem pkg/cdi's ContainerEdits.Validate finds, in its words."""
+def _permissions_error(permissions: str, library: str) -> bool:
+    """(*DeviceNode).Validate: v1.1.0 takes only r, w and m; main also takes "none"."""
+    if library == versions.LIBRARY_MAIN and permissions == "none":
+        return False
+    return permissions.strip("rwm") != ""
+
+
+def _edits_error(edits: ContainerEdits, where: str, library: str) -> str | None:
+    """The first problem pkg/cdi's (*ContainerEdits).Validate finds, in its words; raises a
+    crash where it dereferences a null entry."""
     error = _env_error(edits.env)
     if error:
         return f"invalid container edits: {error}"
     for node in edits.device_nodes:
+        if node is None:
+            raise _null_entry_crash(f"{where}.deviceNodes", "pkg/cdi/container-edits.go (*DeviceNode).Validate")
         if node.path == "":
             return "invalid (empty) device path"
         if (node.type or "") not in VALID_NODE_TYPES:
-            return f"device {names.go_quote(node.path)}: invalid type {names.go_quote(node.type or '')}"
-        permissions = node.permissions or ""
-        if permissions not in ("", "none") and permissions.strip("rwm") != "":
-            return f"device {names.go_quote(node.path)}: invalid permissions {names.go_quote(permissions)}"
+            return f"device {names.excerpt(node.path)}: invalid type {names.excerpt(node.type or '')}"
+        if _permissions_error(node.permissions or "", library):
+            return f"device {names.excerpt(node.path)}: invalid permissions {names.excerpt(node.permissions or '')}"
     for hook in edits.hooks:
         if hook is None:
-            return "invalid (nil) hook"
+            raise _null_entry_crash(f"{where}.hooks", "pkg/cdi/container-edits.go (*Hook).Validate")
         if hook.hook_name not in VALID_HOOK_NAMES:
-            return f"invalid hook name {names.go_quote(hook.hook_name)}"
+            return f"invalid hook name {names.excerpt(hook.hook_name)}"
         if hook.path == "":
-            return f"invalid hook {names.go_quote(hook.hook_name)} with empty path"
+            return f"invalid hook {names.excerpt(hook.hook_name)} with empty path"
         error = _env_error(hook.env)
         if error:
-            return f"invalid hook {names.go_quote(hook.hook_name)}: {error}"
+            return f"invalid hook {names.excerpt(hook.hook_name)}: {error}"
     for mount in edits.mounts:
+        if mount is None:
+            raise _null_entry_crash(f"{where}.mounts", "pkg/cdi/container-edits.go (*Mount).Validate")
         if mount.host_path == "":
             return "invalid mount, empty host path"
         if mount.container_path == "":
@@ -609,7 +787,9 @@ def _edits_error(edits: ContainerEdits) -> str | None:
     name_seen: dict[str, str] = {}
     for net in edits.net_devices:
         if net is None:
-            return "invalid (nil) linux net device"
+            raise _null_entry_crash(
+                f"{where}.netDevices", "pkg/cdi/container-edits.go ValidateNetDevices ((*LinuxNetDevice).Validate)"
+            )
         host, name = net.get("hostInterfaceName") or "", net.get("name") or ""
         if host == "":
             return "invalid linux net device, empty HostInterfaceName"
@@ -617,22 +797,52 @@ def _edits_error(edits: ContainerEdits) -> str | None:
             return "invalid linux net device, empty Name"
         if host in host_seen:
             return (
-                f"invalid linux net device, duplicate HostInterfaceName {names.go_quote(host)} "
-                f"with names {names.go_quote(name)} and {names.go_quote(host_seen[host])}"
+                f"invalid linux net device, duplicate HostInterfaceName {names.excerpt(host)} "
+                f"with names {names.excerpt(name)} and {names.excerpt(host_seen[host])}"
             )
         host_seen[host] = name
         if name in name_seen:
             return (
-                f"invalid linux net device, duplicate Name {names.go_quote(name)} "
-                f"with HostInterfaceName {names.go_quote(host)} and {names.go_quote(name_seen[name])}"
+                f"invalid linux net device, duplicate Name {names.excerpt(name)} "
+                f"with HostInterfaceName {names.excerpt(host)} and {names.excerpt(name_seen[name])}"
             )
         name_seen[name] = host
     return None
 
 
+def _version_checked_edits(spec: Spec) -> list[tuple[str, ContainerEdits]]:
+    """The edits specs-go/version.go requiresV050 and requiresV040 walk, in their order. They
+    collect `&d.ContainerEdits` of the range variable `d`, and specs-go declares go 1.19 (one
+    variable per loop), so every device's pointer is the last device's edits: only the last
+    device's and then the spec-level edits count."""
+    out = [("containerEdits", spec.edits)]
+    if spec.devices:
+        out.insert(0, (f"devices[{len(spec.devices) - 1}].containerEdits", spec.devices[-1].edits))
+    return out
+
+
+def _walk_checked(spec: Spec, field: str) -> tuple[bool, str | None]:
+    """requiresV050 (field "deviceNodes": a hostPath) or requiresV040 ("mounts": a type): True at
+    the first entry that has it; else where a null entry comes first (it panics there), or None."""
+    for where, edits in _version_checked_edits(spec):
+        entries = edits.device_nodes if field == "deviceNodes" else edits.mounts
+        for entry in entries:
+            if entry is None:
+                return False, f"{where}.{field}"
+            if entry.host_path if isinstance(entry, DeviceNode) else entry.type:
+                return True, None
+    return False, None
+
+
+def _digit_name(spec: Spec) -> bool:
+    """requiresV050 returns true at a device name starting with an ASCII digit, before it walks
+    any device node."""
+    return any(device.name[:1].isdigit() and device.name[0].isascii() for device in spec.devices)
+
+
 def minimum_version(spec: Spec) -> tuple[str, str]:
-    """The lowest cdiVersion the spec's fields allow (specs-go/version.go), and why (a clause
-    such as "it uses deviceNodes[].hostPath")."""
+    """The lowest cdiVersion the library computes for the spec's fields (specs-go/version.go,
+    with its quirks), and why (a clause such as "it uses deviceNodes[].hostPath")."""
     all_edits = [device.edits for device in spec.devices] + [spec.edits]
     for edits in all_edits:
         rdt = edits.intel_rdt
@@ -647,66 +857,96 @@ def minimum_version(spec: Spec) -> tuple[str, str]:
             return "0.7.0", "it uses additionalGids"
     if spec.annotations or any(device.annotations for device in spec.devices):
         return "0.6.0", "it uses annotations"
-    vendor, device_class = names.parse_qualifier(spec.kind)
-    if vendor and "." in device_class:
-        return "0.6.0", f"it uses a dot in the class of kind {names.go_quote(spec.kind)}"
+    if "." in spec.kind.partition("/")[2]:  # requiresV060 splits at "/" whatever the vendor
+        return "0.6.0", f"it uses a dot in the class of kind {names.excerpt(spec.kind)}"
     for device in spec.devices:
-        if device.name and not ("A" <= device.name[0] <= "Z" or "a" <= device.name[0] <= "z"):
-            return "0.5.0", f"it uses device name {names.go_quote(device.name)}, which does not start with a letter"
-    for edits in all_edits:
-        if any(node.host_path for node in edits.device_nodes):
-            return "0.5.0", "it uses deviceNodes[].hostPath"
-    for edits in all_edits:
-        if any(mount.type for mount in edits.mounts):
-            return "0.4.0", "it uses mounts[].type"
+        if device.name[:1].isdigit() and device.name[0].isascii():
+            return "0.5.0", f"it uses device name {names.excerpt(device.name)}, which starts with a digit"
+    if _walk_checked(spec, "deviceNodes")[0]:
+        return "0.5.0", "it uses deviceNodes[].hostPath"
+    if _walk_checked(spec, "mounts")[0]:
+        return "0.4.0", "it uses mounts[].type"
     return versions.EARLIEST, f"{versions.EARLIEST} is the earliest version the CDI library accepts"
 
 
-def _validate(spec: Spec, declared: str) -> None:
-    """pkg/cdi Spec.validate, in its order; raises _Invalid with the library's words."""
+def _version_check_crash(spec: Spec, required: str) -> None:
+    """A null entry requiresV050 or requiresV040 reaches panics (_walk_checked). v1.1.0 calls
+    the checks in Go's random map order and stops once it has found 1.1.0, so with a 1.1.0
+    feature the panic happens only in some runs."""
+    checks = [("mounts", "specs-go/version.go requiresV040")]
+    if not _digit_name(spec):
+        checks.insert(0, ("deviceNodes", "specs-go/version.go requiresV050"))
+    for field, reader in checks:
+        where = _walk_checked(spec, field)[1]
+        if where is not None:
+            crash = _null_entry_crash(where, reader)
+            if required == "1.1.0":
+                crash.args = (f"{crash.args[0]} (in some runs only: Go's map order decides)",)
+            raise crash
+
+
+def _name_crash(name: str, what: str, library: str) -> None:
+    """pkg/parser validateVendorOrClassName slices name[1:len(name)-1] unguarded in every release
+    up to v1.1.0: a one-letter vendor or class panics (fixed on main)."""
+    if library != versions.LIBRARY_MAIN and len(name) == 1 and names.is_letter(name):
+        raise _Invalid(
+            f"{what} {names.go_quote(name)} has one character: valid on CDI main, but the CDI library "
+            f"{versions.LIBRARY} (pkg/parser validateVendorOrClassName) panics on it",
+            crash=True,
+        )
+
+
+def _validate(spec: Spec, declared: str, library: str = versions.LIBRARY) -> None:
+    """pkg/cdi (*Spec).validate, in its order; raises _Invalid with the library's words."""
     known = versions.normalize_version(declared)
     if known is None:
         raise _Invalid(
-            f"invalid version {names.go_quote(declared)} (cdiVersion must be one of "
+            f"invalid version {names.excerpt(declared)} (cdiVersion must be one of "
             f'{", ".join(versions.KNOWN_VERSIONS[2:])}, optionally with a leading "v")'
         )
     required, reason = minimum_version(spec)
+    _version_check_crash(spec, required)
     if versions.version_key(required) > versions.version_key(known):
         raise _Invalid(f"the spec version must be at least v{required} ({reason}) but declares {declared}")
     vendor, device_class = names.parse_qualifier(spec.kind)
-    error = names.vendor_error(vendor) or names.class_error(device_class)
+    _name_crash(vendor, "vendor", library)
+    error = names.vendor_error(vendor)
+    if error is None:
+        _name_crash(device_class, "class", library)
+        error = names.class_error(device_class)
     if error:
-        raise _Invalid(f"{error} (kind {names.go_quote(spec.kind)} must be vendor/class)")
-    error = _edits_error(spec.edits)
+        raise _Invalid(f"{error} (kind {names.excerpt(spec.kind)} must be vendor/class)")
+    error = _edits_error(spec.edits, "containerEdits", library)
     if error:
         raise _Invalid(f"spec-level containerEdits: {error}")
     seen: set[str] = set()
-    for device in spec.devices:
+    for index, device in enumerate(spec.devices):
         error = names.device_name_error(device.name)
         if error is None and device.edits.is_empty():
             error = "invalid device, empty device edits"
         if error is None:
-            edits_error = _edits_error(device.edits)
-            error = edits_error and f"invalid device {names.go_quote(device.name)}: {edits_error}"
+            edits_error = _edits_error(device.edits, f"devices[{index}].containerEdits", library)
+            error = edits_error and f"invalid device {names.excerpt(device.name)}: {edits_error}"
         if error:
-            raise _Invalid(f"failed add device {names.go_quote(device.name)}: {error}")
+            raise _Invalid(f"failed add device {names.excerpt(device.name)}: {error}")
         if device.name in seen:
-            raise _Invalid(f"invalid spec, multiple device {names.go_quote(device.name)}")
+            raise _Invalid(f"invalid spec, multiple device {names.excerpt(device.name)}")
         seen.add(device.name)
     if not seen:
         raise _Invalid("invalid spec, no devices")
 
 
-def parse_spec(data: bytes, *, path: str, priority: int = 0) -> Spec:
+def parse_spec(data: bytes, *, path: str, priority: int = 0, library: str = versions.LIBRARY) -> Spec:
     """Parse and validate one spec file's bytes as the reference library would.
 
-    Raises SpecError(path, message) for anything the library rejects, and for what cgpu
-    refuses to read (over MAX_SPEC_BYTES, an alias bomb); never anything else.
+    Raises SpecError(path, message) for anything the library rejects (`crash` where it panics),
+    and for what cgpu refuses to read (over MAX_SPEC_BYTES, too many alias nodes); never
+    anything else. library: versions.LIBRARY (what engines ship) or versions.LIBRARY_MAIN.
     """
     if len(data) > MAX_SPEC_BYTES:
         raise SpecError(
             path,
-            f"the file is {len(data):,} bytes; cgpu reads spec files up to {MAX_SPEC_BYTES // (1024 * 1024)} MiB",
+            too_big_message(len(data)),
             by_library=False,
         )
     # The cyclic GC would rescan the many young objects a parse makes, again and again:
@@ -730,11 +970,11 @@ def parse_spec(data: bytes, *, path: str, priority: int = 0) -> Spec:
             edits=_edits_model(raw.get("containerEdits")),
             annotations=raw.get("annotations") or {},
             priority=priority,
-            warnings=_warnings(raw, state),
+            warnings=_warnings(raw, state, library),
         )
-        _validate(spec, declared)
+        _validate(spec, declared, library)
     except _Invalid as exc:
-        raise SpecError(path, str(exc), by_library=exc.by_library) from None
+        raise SpecError(path, str(exc), by_library=exc.by_library, crash=exc.crash) from None
     except RecursionError:
         raise SpecError(path, "not valid YAML: nested too deeply") from None
     finally:
@@ -743,16 +983,23 @@ def parse_spec(data: bytes, *, path: str, priority: int = 0) -> Spec:
     return spec
 
 
-def revalidate(spec: Spec) -> None:
+def too_big_message(size: int) -> str:
+    return (
+        f"the file is {size:,} bytes; cgpu reads spec files up to {MAX_SPEC_BYTES // (1024 * 1024)} MiB, "
+        "but the engine reads files of any size (os.ReadFile) and may define devices here"
+    )
+
+
+def revalidate(spec: Spec, library: str = versions.LIBRARY) -> None:
     """Validate a spec built elsewhere (read back from the disk cache) as parse_spec does;
     raises SpecError."""
     try:
-        _validate(spec, spec.version)
+        _validate(spec, spec.version, library)
     except _Invalid as exc:
-        raise SpecError(spec.path, str(exc), by_library=exc.by_library) from None
+        raise SpecError(spec.path, str(exc), by_library=exc.by_library, crash=exc.crash) from None
 
 
-def _warnings(raw: dict[str, Any], state: _Decode) -> tuple[str, ...]:
+def _warnings(raw: dict[str, Any], state: _Decode, library: str) -> tuple[str, ...]:
     out = []
     if state.case_variants:
         out.append(
@@ -762,7 +1009,7 @@ def _warnings(raw: dict[str, Any], state: _Decode) -> tuple[str, ...]:
             "but other readers may not"
         )
     kind = raw.get("kind") or ""
-    if names.crashes_old_libraries(kind):
+    if library == versions.LIBRARY_MAIN and names.crashes_old_libraries(kind):
         out.append(
             f"kind {names.go_quote(kind)} has a one-character vendor or class: valid on CDI main, "
             f"but it {names.OLD_LIBRARY_CRASH} (a slice-bounds panic when the spec dir is loaded)"

@@ -2,14 +2,20 @@
 (pkg/cdi/spec-dirs.go `scanSpecDirs`, pkg/cdi/cache.go `refresh`).
 
 What cgpu decided where the library's behaviour is an accident rather than a rule:
-- A spec dir that is itself a symlink is skipped with a warning, as filepath.Walk in every
-  released library (<= 1.1.0) skips it; Docker resolves such links itself and would read it.
-  Symlinked spec *files* are followed, as the library does.
+- A spec dir is walked as filepath.Walk walks it in every released library (<= v1.1.0): a
+  symlinked dir is not entered (skipped with a warning; Docker resolves such links itself and
+  would read it), and a spec dir that is itself a *.json or *.yaml file is read as a spec.
+  Symlinked spec *files* are followed, as the library does. LIBRARY_MAIN reads dirs with
+  os.ReadDir instead: a symlinked dir is followed, and a spec dir it cannot list ends the scan.
+- A file the library panics on (SpecError.crash) takes the engine's whole load with it: the
+  scan reports the crash and what is lost, and resolves no device at all.
 - A name defined twice in one dir is removed even if a later dir also defines it: the
   library deletes conflicting names after reading every dir (reference/cdi.md §3.1). We
   mimic that and say so on the later file.
 - An unreadable dir, which the library skips silently, is a warning here: an engine running
   as root may see specs there that cgpu cannot.
+- Messages quote at most an excerpt of a file's content, and none of a file reached through a
+  symlink out of a spec dir other users can write (it may be a file only this user can read).
 - A spec path that is a FIFO, socket or device is reported, never opened (the library would
   block on a FIFO).
 """
@@ -25,7 +31,8 @@ from collections.abc import Sequence
 from cgpu.cdi import spec_cache, versions
 from cgpu.cdi.model import ResolvedDevice, ScanResult, Spec
 from cgpu.cdi.names import go_quote
-from cgpu.cdi.parse import MAX_SPEC_BYTES, SpecError, parse_spec
+from cgpu.cdi.parse import MAX_SPEC_BYTES, SpecError, parse_spec, too_big_message
+from cgpu.errors import CgpuError
 from cgpu.files import open_regular
 
 DEFAULT_SPEC_DIRS = ("/etc/cdi", "/var/run/cdi")
@@ -35,28 +42,24 @@ SPEC_EXTENSIONS = (".json", ".yaml")  # exactly these, case-sensitive: not .yml,
 # of unchanged specs re-reads only directory listings and stat results. Behind it, the disk
 # cache (spec_cache) serves a new process.
 PARSE_CACHE_SIZE = 256
-_parse_cache: OrderedDict[str, tuple[tuple[int, int, int, int], Spec | SpecError]] = OrderedDict()
+_parse_cache: OrderedDict[str, tuple[tuple[int, int, int, int, str], Spec | SpecError]] = OrderedDict()
 
 
 def clear_parse_cache() -> None:
     _parse_cache.clear()
 
 
-def _read_spec(path: str, info: os.stat_result, priority: int) -> Spec:
-    """Parse one spec file (through the cache); raises SpecError."""
-    key = (info.st_size, info.st_mtime_ns, info.st_ino, info.st_ctime_ns)
+def _read_spec(path: str, info: os.stat_result, priority: int, cache: _DiskCache) -> Spec:
+    """Parse one spec file (through the caches); raises SpecError."""
+    key = (info.st_size, info.st_mtime_ns, info.st_ino, info.st_ctime_ns, cache.library)
     cached = _parse_cache.get(path)
     if cached is not None and cached[0] == key:
         _parse_cache.move_to_end(path)
         result = cached[1]
     elif info.st_size > MAX_SPEC_BYTES:
-        raise SpecError(
-            path,
-            f"the file is {info.st_size:,} bytes; cgpu reads spec files up to {MAX_SPEC_BYTES // (1024 * 1024)} MiB",
-            by_library=False,
-        )
+        raise SpecError(path, too_big_message(info.st_size), by_library=False)
     else:
-        result = spec_cache.load(path, info, priority) or _parse_file(path, info, priority)
+        result = cache.load(path, info, priority) or _parse_file(path, info, priority, cache)
         _parse_cache[path] = (key, result)
         if len(_parse_cache) > PARSE_CACHE_SIZE:
             _parse_cache.popitem(last=False)
@@ -65,7 +68,25 @@ def _read_spec(path: str, info: os.stat_result, priority: int) -> Spec:
     return result if result.priority == priority else dataclasses.replace(result, priority=priority)
 
 
-def _parse_file(path: str, info: os.stat_result, priority: int) -> Spec | SpecError:
+class _DiskCache:
+    """The disk cache of one scan (none without a cache dir), and whether it stored anything."""
+
+    def __init__(self, cache_dir: str | os.PathLike[str] | None, library: str) -> None:
+        self.directory = None if cache_dir is None else os.fspath(cache_dir)
+        self.library = library
+        self.stored = False
+
+    def load(self, path: str, info: os.stat_result, priority: int) -> Spec | SpecError | None:
+        if self.directory is None or self.library != versions.LIBRARY:
+            return None
+        return spec_cache.load(self.directory, path, info, priority)
+
+    def store(self, path: str, info: os.stat_result, read_info: os.stat_result, result: Spec | SpecError) -> None:
+        if self.directory is not None and self.library == versions.LIBRARY:
+            self.stored |= spec_cache.store(self.directory, path, info, read_info, result)
+
+
+def _parse_file(path: str, info: os.stat_result, priority: int, cache: _DiskCache) -> Spec | SpecError:
     """Read and parse one file, and keep the result on disk for the next process."""
     try:
         with open_regular(path) as handle:  # swapped for a FIFO since the scan looked: refuse, don't hang
@@ -74,22 +95,65 @@ def _parse_file(path: str, info: os.stat_result, priority: int) -> Spec | SpecEr
     except OSError as exc:
         raise SpecError(path, exc.strerror or str(exc), by_library=False) from None
     try:
-        result: Spec | SpecError = parse_spec(data, path=path, priority=priority)
+        result: Spec | SpecError = parse_spec(data, path=path, priority=priority, library=cache.library)
     except SpecError as exc:
         result = exc
-    spec_cache.store(path, info, read_info, result)
+    cache.store(path, info, read_info, result)
     return result
 
 
-def _spec_files(directory: str, problems: list[tuple[str, str, str]]) -> list[tuple[str, os.stat_result]]:
-    """The spec files of one dir in name order, each with its (followed) stat result."""
+def _others_can_write(info: os.stat_result) -> bool:
+    """A dir another user can write: group or world write, or another owner than us or root."""
+    if os.name != "posix":
+        return False
+    return bool(info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)) or info.st_uid not in (os.geteuid(), 0)
+
+
+def _leaves_open_dir(directory: str, path: str, dir_info: os.stat_result) -> bool:
+    """`path` is a symlink out of `directory`, which other users can write: whoever planted it
+    may have pointed it at a file only we can read, so no message may quote its content."""
+    if not _others_can_write(dir_info):
+        return False
+    return os.path.dirname(os.path.realpath(path)) != os.path.realpath(directory)
+
+
+class _StopScan(CgpuError):
+    """LIBRARY_MAIN: scanSpecDirs returns at a spec dir os.ReadDir cannot read."""
+
+
+def _spec_files(
+    directory: str, problems: list[tuple[str, str, str]], library: str
+) -> list[tuple[str, os.stat_result, bool]]:
+    """The spec files of one dir in name order, each with its (followed) stat result and
+    whether no message may quote its content (_leaves_open_dir)."""
+    main = library == versions.LIBRARY_MAIN
     try:
-        dir_info = os.lstat(directory)
+        dir_info = (os.stat if main else os.lstat)(directory)
     except FileNotFoundError:
         return []  # a missing dir is normal (/var/run/cdi often is)
     except OSError as exc:
         problems.append(("warning", directory, f"cannot read this spec dir: {exc.strerror or exc}"))
+        if main:
+            raise _StopScan from None
         return []
+    if main and not stat.S_ISDIR(dir_info.st_mode):
+        problems.append(
+            (
+                "error",
+                directory,
+                "this spec dir is not a directory: the CDI library (main) stops its scan here, "
+                "so no later spec dir is read",
+            )
+        )
+        raise _StopScan
+    if not stat.S_ISDIR(dir_info.st_mode) and directory.endswith(SPEC_EXTENSIONS):
+        # filepath.Walk calls its function for a root that is not a dir, and the library reads
+        # it as a spec (following a symlink)
+        try:
+            parent_info = os.stat(os.path.dirname(directory) or ".")
+        except OSError:
+            parent_info = dir_info
+        return _spec_file(os.path.dirname(directory) or ".", directory, dir_info, problems, parent_info)
     if stat.S_ISLNK(dir_info.st_mode):
         problems.append(
             (
@@ -119,6 +183,8 @@ def _spec_files(directory: str, problems: list[tuple[str, str, str]]) -> list[tu
                 ),
             )
         )
+        if main:
+            raise _StopScan from None
         return []
     files = []
     for name in entries:
@@ -127,41 +193,62 @@ def _spec_files(directory: str, problems: list[tuple[str, str, str]]) -> list[tu
         path = os.path.join(directory, name)
         try:
             info = os.lstat(path)
-            if stat.S_ISDIR(info.st_mode):
-                continue  # subdirectories are skipped, even if named *.yaml
-            if stat.S_ISLNK(info.st_mode):
-                info = os.stat(path)
+        except OSError as exc:
+            problems.append(("error", path, f"cannot read the file: {exc.strerror or exc}"))
+            continue
+        if not stat.S_ISDIR(info.st_mode):  # subdirectories are skipped, even if named *.yaml
+            files.extend(_spec_file(directory, path, info, problems, dir_info))
+    return files
+
+
+def _spec_file(
+    directory: str, path: str, info: os.stat_result, problems: list[tuple[str, str, str]], dir_info: os.stat_result
+) -> list[tuple[str, os.stat_result, bool]]:
+    """One spec path (its lstat in `info`) as a list of what to read: empty, with a problem,
+    when it is nothing the scan can read."""
+    withhold = False
+    if stat.S_ISLNK(info.st_mode):
+        try:
+            info = os.stat(path)
         except FileNotFoundError:
             problems.append(
                 ("error", path, "a symlink to a missing file; the CDI library reports it as a spec it cannot load")
             )
-            continue
+            return []
         except OSError as exc:
             problems.append(("error", path, f"cannot read the file: {exc.strerror or exc}"))
-            continue
-        if stat.S_ISDIR(info.st_mode):
-            problems.append(("error", path, "a symlink to a directory; the CDI library fails to read it as a spec"))
-        elif not stat.S_ISREG(info.st_mode):
-            problems.append(
-                (
-                    "error",
-                    path,
-                    "not a regular file (a FIFO, socket or device); cgpu does not "
-                    "open it, and an engine reading it could block",
-                )
+            return []
+        withhold = _leaves_open_dir(directory, path, dir_info)
+    if stat.S_ISDIR(info.st_mode):
+        problems.append(("error", path, "a symlink to a directory; the CDI library fails to read it as a spec"))
+        return []
+    if not stat.S_ISREG(info.st_mode):
+        problems.append(
+            (
+                "error",
+                path,
+                "not a regular file (a FIFO, socket or device); cgpu does not "
+                "open it, and an engine reading it could block",
             )
-        else:
-            files.append((path, info))
-    return files
+        )
+        return []
+    return [(path, info, withhold)]
 
 
 def scan_spec_dirs(
-    spec_dirs: Sequence[str] = DEFAULT_SPEC_DIRS, *, max_version: str | None = None, engine_label: str | None = None
+    spec_dirs: Sequence[str] = DEFAULT_SPEC_DIRS,
+    *,
+    max_version: str | None = None,
+    engine_label: str | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
+    library: str = versions.LIBRARY,
 ) -> ScanResult:
     """Read every spec in the dirs (lowest priority first) with the reference library's rules.
 
     max_version: the highest cdiVersion the engine accepts (None: newest rules); specs above it
     are dropped with a problem naming both versions and `engine_label` ("podman 4.3.1").
+    cache_dir: where parse results are kept between processes (spec_cache; None: not kept).
+    library: versions.LIBRARY (what engines ship) or versions.LIBRARY_MAIN.
     """
     if isinstance(spec_dirs, str):
         raise TypeError("spec_dirs is a list of directories, not one string")
@@ -170,15 +257,22 @@ def scan_spec_dirs(
     engine_dropped: list[Spec] = []
     devices: dict[str, ResolvedDevice] = {}
     conflicts: dict[str, int] = {}  # qualified name -> priority of the dir where two files clash
+    crashes: list[str] = []
     engine = engine_label or "the engine"
+    cache = _DiskCache(cache_dir, library)
     for priority, directory in enumerate(spec_dirs):
         directory = os.path.normpath(directory)
-        for path, info in _spec_files(directory, problems):
+        try:
+            files = _spec_files(directory, problems, library)
+        except _StopScan:
+            break
+        for path, info, withhold in files:
             try:
-                spec = _read_spec(path, info, priority)
+                spec = _read_spec(path, info, priority, cache)
             except SpecError as exc:
-                prefix = "the CDI library rejects this file" if exc.by_library else "cgpu cannot read this file"
-                problems.append(("error", path, f"{prefix}: {exc.message}"))
+                if exc.crash:
+                    crashes.append(path)
+                problems.append(("error", path, _rejection(exc, withhold)))
                 continue
             problems.extend(("warning", path, warning) for warning in spec.warnings)
             if max_version is not None and (versions.version_key(spec.version) > versions.version_key(max_version)):
@@ -210,6 +304,8 @@ def scan_spec_dirs(
                         conflicts[qualified] = priority
                     continue
                 devices[qualified] = ResolvedDevice(qualified, spec, device)
+    if cache.stored and cache.directory is not None:
+        spec_cache.prune(cache.directory)
     for qualified, conflict_priority in conflicts.items():
         survivor = devices.pop(qualified, None)
         if survivor is not None and survivor.spec.priority > conflict_priority:
@@ -224,4 +320,34 @@ def scan_spec_dirs(
                     ),
                 )
             )
-    return ScanResult(devices=devices, specs=specs, problems=problems, engine_dropped=engine_dropped)
+    if crashes:
+        problems.append(("error", crashes[0], _crash_loss(crashes, devices, engine)))
+        devices = {}
+    return ScanResult(devices=devices, specs=specs, problems=problems, engine_dropped=engine_dropped, crashed=crashes)
+
+
+def _rejection(exc: SpecError, withhold: bool) -> str:
+    if exc.crash:
+        prefix = "the CDI library crashes (panics) on this file"
+    elif exc.by_library:
+        prefix = "the CDI library rejects this file"
+    else:
+        prefix = "cgpu cannot read this file"
+    if withhold:
+        return (
+            f"{prefix}; cgpu does not say why: the file is reached through a symlink out of a spec dir other "
+            "users can write, so the reason could quote a file that is not theirs to read"
+        )
+    return f"{prefix}: {exc.message}"
+
+
+def _crash_loss(crashes: list[str], devices: dict[str, ResolvedDevice], engine: str) -> str:
+    """What a panic of the library costs: the engine's load of every spec dir dies with it."""
+    lost = sorted(devices)
+    shown = ", ".join(lost[:10]) + (f" and {len(lost) - 10} more" if len(lost) > 10 else "")
+    what = f"none of the {len(lost)} devices the other files define resolve there ({shown})" if lost else ""
+    files = " and ".join(go_quote(path) for path in crashes[:3]) + (" and others" if len(crashes) > 3 else "")
+    return (
+        f"the CDI library panics on {files}, so {engine}'s load of every spec dir crashes: no CDI device "
+        f"resolves there{'; ' + what if what else ''}. Fix or remove the file"
+    )

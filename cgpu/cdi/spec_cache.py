@@ -2,8 +2,8 @@
 specs back as JSON (about 0.1 ms for an 8-GPU spec) instead of parsing YAML (about 4 ms).
 
 An entry is the *validated* parse result of one file (the parsed spec, or the error the
-file gets), stored under the user's cache dir (`cgpu.cache.default_cache_dir()`, i.e.
-`CGPU_CACHE_DIR`) in `cdi-specs/`, one entry per spec path. It is used only when its key
+file gets), stored under the cache dir the caller passes (the CDI backend passes cgpu's
+per-user cache dir) in `cdi-specs/`, one entry per spec path. It is used only when its key
 matches exactly: the path, the file's identity and timestamps (st_dev, st_ino, st_size,
 st_mtime_ns, st_ctime_ns), cgpu's version, and the size and mtime of the modules that decide a
 parse (so an edited parser or model never reads entries of the old one). A spec read back
@@ -17,10 +17,15 @@ edit that keeps size, mtime *and* ctime (ctime cannot be set; only a clock set b
 filesystem without it) is not detected, as with the in-memory cache.
 
 An optimisation never adds a problem or changes an answer: any failure (no home, read-only or
-full disk, a corrupt, truncated or foreign entry) means "parse the file". The directory is
-created 0700 and used only when it is a real directory owned by this user and writable by no
-one else, and an entry only when it is a regular file owned by this user, so another user
-cannot plant a parse result.
+full disk, a corrupt, truncated or foreign entry) means "parse the file". The directory and
+its parent (the cache dir) are created 0700 and used only when each is a real directory owned
+by this user and writable by no one else, and an entry only when it is a regular file owned by
+this user, opened without following a symlink and without blocking (a FIFO swapped in is
+refused, not waited on), so another user cannot plant a parse result or hang a scan.
+
+Pruning: an entry's mtime is its last use (refreshed on a hit at most once a day). After a
+scan that stored entries, those unused for PRUNE_DAYS are removed, then the least recently
+used beyond MAX_ENTRIES, and temporary files a killed writer left.
 """
 
 from __future__ import annotations
@@ -39,9 +44,13 @@ from cgpu.cdi import model, names, parse, versions
 from cgpu.cdi.model import ContainerEdits, DeviceNode, Hook, Mount, Spec, SpecDevice
 from cgpu.cdi.parse import SpecError
 
-FORMAT = 2
+FORMAT = 3
 RACY_SECONDS = 2.0
 SUBDIR = "cdi-specs"
+MAX_ENTRIES = 1024
+PRUNE_DAYS = 30
+_DAY_NS = 86_400 * 10**9
+_OPEN_ENTRY = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
 
 _code_identity: list[list[int]] = []
 
@@ -76,22 +85,33 @@ def _private(info: os.stat_result) -> bool:
     return info.st_uid == os.getuid() and not info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
 
 
-def _directory(create: bool) -> str | None:
-    """The entries' directory when it is safe to use (created when `create`), else None."""
-    from cgpu.cache import default_cache_dir
-
+def _private_dir(directory: str, create: bool) -> bool:
+    """`directory` is a real directory (not a symlink), ours and writable by no one else;
+    created 0700 (its parents as makedirs makes them) when missing and `create`."""
     try:
-        directory = os.path.join(default_cache_dir(), SUBDIR)
         try:
             info = os.lstat(directory)
         except FileNotFoundError:
             if not create:
-                return None
-            os.makedirs(directory, mode=0o700, exist_ok=True)
+                return False
+            parent = os.path.dirname(directory)
+            if parent:
+                os.makedirs(parent, exist_ok=True)
+            os.mkdir(directory, 0o700)  # not makedirs' mode: that applies the umask to the parents only
             info = os.lstat(directory)
-    except (OSError, RuntimeError):  # RuntimeError: Path.home() without a home
-        return None
-    return directory if stat.S_ISDIR(info.st_mode) and _private(info) else None
+    except OSError:
+        return False
+    return stat.S_ISDIR(info.st_mode) and _private(info)
+
+
+def _directory(cache_dir: str, create: bool) -> str | None:
+    """The entries' directory when it and the cache dir above it are safe to use (created when
+    `create`), else None. Another user who could write the cache dir could swap the entries'
+    directory for theirs between the check and the use."""
+    directory = os.path.join(cache_dir, SUBDIR)
+    if _private_dir(cache_dir, create) and _private_dir(directory, create):
+        return directory
+    return None
 
 
 def _entry_path(directory: str, path: str) -> str:
@@ -100,13 +120,13 @@ def _entry_path(directory: str, path: str) -> str:
     return os.path.join(directory, f"{binascii.crc32(path.encode('utf-8', 'surrogateescape')):08x}.json")
 
 
-def load(path: str, info: os.stat_result, priority: int) -> Spec | SpecError | None:
+def load(cache_dir: str, path: str, info: os.stat_result, priority: int) -> Spec | SpecError | None:
     """The stored parse result of the file `info` describes, or None (no usable entry)."""
-    directory = _directory(create=False)
+    directory = _directory(cache_dir, create=False)
     if directory is None:
         return None
     try:
-        fd = os.open(_entry_path(directory, path), os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        fd = os.open(_entry_path(directory, path), _OPEN_ENTRY)
     except OSError:
         return None
     try:
@@ -115,14 +135,16 @@ def load(path: str, info: os.stat_result, priority: int) -> Spec | SpecError | N
             if not stat.S_ISREG(entry_info.st_mode) or not _private(entry_info):
                 return None
             entry = json.loads(handle.read(parse.MAX_SPEC_BYTES * 2))
-        if entry["key"] != _key(path, info):
-            return None
+            if entry["key"] != _key(path, info):
+                return None
+            if time.time_ns() - entry_info.st_mtime_ns > _DAY_NS and os.utime in os.supports_fd:
+                os.utime(handle.fileno())  # in use: pruning goes by mtime
         if "error" in entry:
             error = entry["error"]
-            message, by_library = error["message"], error["by_library"]
-            if type(message) is not str or type(by_library) is not bool:
+            message, by_library, crash = error["message"], error["by_library"], error["crash"]
+            if type(message) is not str or type(by_library) is not bool or type(crash) is not bool:
                 return None
-            return SpecError(path, message, by_library=by_library)
+            return SpecError(path, message, by_library=by_library, crash=crash)
         spec = _decode(entry["spec"], path, priority)
         parse.revalidate(spec)
         return spec
@@ -132,9 +154,9 @@ def load(path: str, info: os.stat_result, priority: int) -> Spec | SpecError | N
         return None
 
 
-def store(path: str, info: os.stat_result, read_info: os.stat_result, result: Spec | SpecError) -> None:
+def store(cache_dir: str, path: str, info: os.stat_result, read_info: os.stat_result, result: Spec | SpecError) -> bool:
     """Keep the parse result of a file read from a handle whose fstat is `read_info`; silently
-    skipped when that is not the file `info` describes, or it changed too recently."""
+    skipped (False) when that is not the file `info` describes, or it changed too recently."""
     if (read_info.st_ino, read_info.st_dev, read_info.st_size, read_info.st_mtime_ns, read_info.st_ctime_ns) != (
         info.st_ino,
         info.st_dev,
@@ -142,15 +164,15 @@ def store(path: str, info: os.stat_result, read_info: os.stat_result, result: Sp
         info.st_mtime_ns,
         info.st_ctime_ns,
     ):
-        return
+        return False
     if time.time_ns() - max(info.st_mtime_ns, info.st_ctime_ns) < RACY_SECONDS * 1e9:
-        return
-    directory = _directory(create=True)
+        return False
+    directory = _directory(cache_dir, create=True)
     if directory is None:
-        return
+        return False
     entry: dict[str, Any] = {"key": _key(path, info)}
     if isinstance(result, SpecError):
-        entry["error"] = {"message": result.message, "by_library": result.by_library}
+        entry["error"] = {"message": result.message, "by_library": result.by_library, "crash": result.crash}
     else:
         entry["spec"] = _encode(result)
     target = _entry_path(directory, path)
@@ -158,11 +180,11 @@ def store(path: str, info: os.stat_result, read_info: os.stat_result, result: Sp
     try:
         data = json.dumps(entry, separators=(",", ":")).encode()
     except ValueError:  # defensive: parsed specs hold only JSON values, and the cache must never break a scan
-        return
+        return False
     try:
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
     except OSError:
-        return
+        return False
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
@@ -170,6 +192,39 @@ def store(path: str, info: os.stat_result, read_info: os.stat_result, result: Sp
     except OSError:
         with contextlib.suppress(OSError):
             os.unlink(temporary)
+        return False
+    return True
+
+
+def prune(cache_dir: str) -> None:
+    """Remove entries unused for PRUNE_DAYS, then the least recently used beyond MAX_ENTRIES,
+    and temporary files older than a minute (a writer killed between write and rename)."""
+    directory = _directory(cache_dir, create=False)
+    if directory is None:
+        return
+    now = time.time_ns()
+    entries: list[tuple[int, str]] = []
+    try:
+        with os.scandir(directory) as listing:
+            for item in listing:
+                info = item.stat(follow_symlinks=False)
+                if item.name.endswith(".tmp"):
+                    if now - info.st_mtime_ns > 60 * 10**9:
+                        _remove(item.path)
+                elif now - info.st_mtime_ns > PRUNE_DAYS * _DAY_NS:
+                    _remove(item.path)
+                else:
+                    entries.append((info.st_mtime_ns, item.path))
+    except OSError:
+        return
+    entries.sort(reverse=True)
+    for _, path in entries[MAX_ENTRIES:]:
+        _remove(path)
+
+
+def _remove(path: str) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(path)
 
 
 # --- the model as JSON: rows in the dataclasses' field order (model.py is part of the key).

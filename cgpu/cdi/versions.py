@@ -11,6 +11,14 @@ from typing import Final
 KNOWN_VERSIONS: Final = ("0.1.0", "0.2.0", "0.3.0", "0.4.0", "0.5.0", "0.6.0", "0.7.0", "0.8.0", "1.0.0", "1.1.0")
 EARLIEST: Final = "0.3.0"
 
+# The library release whose behaviour (quirks and crashes included) cgpu models: every engine
+# in ENGINE_MAX_VERSION vendors a release up to it, and the quirks modelled are those of every
+# release up to it. LIBRARY_MAIN: the library's main branch (no engine ships it yet), for the
+# differential check against it; it takes `permissions: none` and one-character vendors and
+# classes, and reads a symlinked spec dir.
+LIBRARY: Final = "v1.1.0"
+LIBRARY_MAIN: Final = "main"
+
 
 def normalize_version(declared: str) -> str | None:
     """The known version a declared cdiVersion names ("v0.5.0" -> "0.5.0"), else None."""

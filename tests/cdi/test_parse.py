@@ -209,7 +209,7 @@ def test_pre_release_versions_need_0_3_0(version):
     [
         (device_spec("    mounts: [{hostPath: /a, containerPath: /a, type: bind}]\n"), "0.4.0", "mounts[].type"),
         (device_spec("    deviceNodes: [{path: /dev/x, hostPath: /dev/x}]\n"), "0.5.0", "deviceNodes[].hostPath"),
-        (device_spec("    env: [A=1]\n", name="0"), "0.5.0", 'device name "0", which does not start with a letter'),
+        (device_spec("    env: [A=1]\n", name="0"), "0.5.0", 'device name "0", which starts with a digit'),
         (device_spec("    env: [A=1]\n", extra="annotations: {a: b}\n"), "0.6.0", "annotations"),
         (
             device_spec("    env: [A=1]\n", kind="nvidia.com/gpu.coherent"),
@@ -344,9 +344,7 @@ def test_duplicate_keys_reject_the_file(text, message):
         ),
         ("- a\n- b\n", "the document: expected a mapping, found a list"),
         ("just text\n", 'the document: expected a mapping, found the string "just text"'),
-        (device_spec("    deviceNodes: [~]\n"), "devices[0].containerEdits.deviceNodes[0] is null"),
-        (device_spec("    mounts: [~]\n"), "devices[0].containerEdits.mounts[0] is null"),
-        (device_spec("    env: [A=1]\n") + "x: !!int abc\n", "cannot decode `abc` as a !!int"),
+        (device_spec("    env: [A=1]\n") + "x: !!int abc\n", 'cannot decode "abc" as a !!int'),
     ],
 )
 def test_type_errors(text, message):
@@ -382,8 +380,11 @@ def test_bad_device_names_reject_the_file(name, message):
 
 
 @pytest.mark.parametrize("kind", ["a/gpu", "nvidia.com/g"])
-def test_one_character_vendor_or_class_is_read_with_a_warning(kind):  # cdi.md §8 case 30
-    spec = parse(minimal(kind=kind))
+def test_one_character_vendor_or_class_crashes_v110_and_is_read_on_main(kind):  # cdi.md §8 case 30
+    with pytest.raises(SpecError) as caught:
+        parse(minimal(kind=kind))
+    assert caught.value.crash and "panics" in caught.value.message
+    spec = parse_spec(minimal(kind=kind).encode(), path="/etc/cdi/x.yaml", library="main")
     assert spec.kind == kind
     assert spec.warnings and "crashes engines whose CDI library is <= 1.1.0" in spec.warnings[0]
 
@@ -405,7 +406,6 @@ def test_one_character_vendor_or_class_is_read_with_a_warning(kind):  # cdi.md �
             "    hooks: [{hookName: poststop, path: /x, env: [BAD]}]\n",
             'invalid hook "poststop": invalid environment variable "BAD"',
         ),
-        ("    hooks: [~]\n", "invalid (nil) hook"),
         ("    mounts: [{hostPath: '', containerPath: /x}]\n", "invalid mount, empty host path"),
         ("    mounts: [{hostPath: /x, containerPath: ''}]\n", "invalid mount, empty container path"),
         ("    intelRdt: {closID: ..}\n", "invalid ClosID"),
@@ -442,7 +442,6 @@ def test_invalid_net_devices(edits, message):
     "edits",
     [
         "    deviceNodes: [{path: /dev/x, permissions: rrw}]\n",
-        "    deviceNodes: [{path: /dev/x, permissions: none}]\n",
         "    deviceNodes: [{path: dev/relative, type: p}]\n",
         "    env: ['A B=1', 'LD_PRELOAD=/x.so']\n",
         "    mounts: [{hostPath: /, containerPath: ../../etc}]\n",
@@ -509,7 +508,7 @@ def test_alias_bomb_stops_fast():
     lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, 9)]
     with pytest.raises(SpecError) as caught:
         parse_spec(("\n".join(lines) + "\n" + minimal()).encode(), path="/x.yaml", priority=0)
-    assert "alias bomb" in caught.value.message and not caught.value.by_library
+    assert "document contains excessive aliasing" in caught.value.message and caught.value.by_library
 
 
 @pytest.mark.parametrize(

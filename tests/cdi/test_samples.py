@@ -1,4 +1,5 @@
-"""cdi-samples/broken: each file shows one defect; a bad file hides nothing else."""
+"""cdi-samples/broken: each file shows one defect; a bad file hides nothing else.
+cdi-samples/crash: a file the library panics on hides everything."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from pathlib import Path
 from cgpu.cdi.scan import scan_spec_dirs
 
 BROKEN = Path(__file__).resolve().parents[2] / "cdi-samples" / "broken"
+CRASH = BROKEN / "crash"  # a subdir: the scan of broken/ skips it
 
 RESOLVABLE = [
     "example.com/case-variant=gpu0",
@@ -14,13 +16,12 @@ RESOLVABLE = [
     "example.com/gpu=0",
     "example.com/gpu=all",
     "example.com/venus=venus",
-    "example.net/g=gpu0",
     "example.org/accel=a",
     "example.org/accel=b",
 ]
 # file -> a piece of the error message it gets
 ERRORS = {
-    "alias-bomb.yaml": "alias bomb",
+    "alias-bomb.yaml": "document contains excessive aliasing",
     "bad-device-name-with-space.yaml": "invalid character ' ' in device name",
     "bad-kind-no-class.yaml": "invalid vendor. empty name",
     "conflict-a.yaml": 'conflicting device "example.org/accel=all"',
@@ -41,7 +42,6 @@ ERRORS = {
 }
 WARNINGS = {
     "case-variant-hostpath-accepted.yaml": "matches keys case-insensitively",
-    "one-character-class-crashes-old-engines.yaml": "crashes engines whose CDI library is <= 1.1.0",
 }
 
 
@@ -67,3 +67,13 @@ def test_every_sample_is_named_in_this_test():
     }
     assert on_disk == set(ERRORS) | set(WARNINGS) | accepted
     assert (BROKEN / "ignored-extension.yml").is_file()
+
+
+def test_a_crash_sample_takes_the_whole_load_with_it():
+    result = scan_spec_dirs([str(CRASH)])
+    assert result.devices == {}
+    panics = [message for _, path, message in result.problems if path.endswith("panics-v1.1.0.yaml")]
+    assert any("crashes (panics) on this file" in message for message in panics)
+    assert any('"example.com/gpu=0"' not in m and "example.com/gpu=0" in m for m in panics)  # what is lost
+    main = scan_spec_dirs([str(CRASH)], library="main")
+    assert "example.net/g=gpu0" in main.devices and "example.com/gpu=0" in main.devices

@@ -125,7 +125,7 @@ def test_dropped_spec_cannot_conflict(tmp_path):
 def test_warnings_of_valid_specs_are_reported(tmp_path):
     etc = tmp_path / "etc"
     path = write(etc, "g.yaml", minimal(kind="example.net/g"))
-    result = scan_spec_dirs([str(etc)])
+    result = scan_spec_dirs([str(etc)], library="main")
     assert list(result.devices) == ["example.net/g=gpu0"]
     assert [(s, p) for s, p, _ in result.problems] == [("warning", str(path))]
 
@@ -187,7 +187,8 @@ def test_oversized_file_is_not_read(tmp_path):
         handle.truncate(5 * 1024 * 1024)
     result = scan_spec_dirs([str(etc)])
     assert errors_for(result, path) == [
-        "cgpu cannot read this file: the file is 5,242,880 bytes; cgpu reads spec files up to 4 MiB"
+        "cgpu cannot read this file: the file is 5,242,880 bytes; cgpu reads spec files up to 4 MiB, "
+        "but the engine reads files of any size (os.ReadFile) and may define devices here"
     ]
 
 

@@ -44,7 +44,7 @@ def parses(monkeypatch) -> list[str]:
 def fresh_scan(dirs: list[Path]):
     """A scan as a new process does it: nothing parsed in memory."""
     clear_parse_cache()
-    return scan_spec_dirs([str(d) for d in dirs])
+    return scan_spec_dirs([str(d) for d in dirs], cache_dir=os.environ["CGPU_CACHE_DIR"])
 
 
 def entries(cache_dir: Path) -> list[Path]:
@@ -185,7 +185,10 @@ def test_a_read_only_cache_dir_changes_nothing(tmp_path, cache_dir, parses):
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX permissions")
-@pytest.mark.parametrize("setup", ["group-writable dir", "symlinked dir", "another user's dir", "another user's entry"])
+@pytest.mark.parametrize(
+    "setup",
+    ["group-writable dir", "symlinked dir", "another user's dir", "another user's entry", "world-writable parent"],
+)
 def test_a_cache_someone_else_could_write_is_ignored(tmp_path, cache_dir, parses, setup):
     etc = tmp_path / "etc"
     write(etc, "a.yaml", minimal())
@@ -194,6 +197,8 @@ def test_a_cache_someone_else_could_write_is_ignored(tmp_path, cache_dir, parses
     [entry] = entries(cache_dir)
     if setup == "group-writable dir":
         specs_dir.chmod(0o770)
+    elif setup == "world-writable parent":  # another user could swap cdi-specs for their own dir
+        cache_dir.chmod(0o777)
     elif setup == "symlinked dir":
         specs_dir.rename(cache_dir / "elsewhere")
         specs_dir.symlink_to(cache_dir / "elsewhere")
@@ -218,8 +223,8 @@ def _write_many(path: str, rounds: int) -> None:
     info = os.stat(path)
     spec = parse_spec(Path(path).read_bytes(), path=path)
     for _ in range(rounds):
-        spec_cache.store(path, info, info, spec)
-        loaded = spec_cache.load(path, info, 0)
+        spec_cache.store(os.environ["CGPU_CACHE_DIR"], path, info, info, spec)
+        loaded = spec_cache.load(os.environ["CGPU_CACHE_DIR"], path, info, 0)
         assert loaded is None or loaded == spec
 
 
@@ -235,7 +240,7 @@ def test_concurrent_writers_leave_one_good_entry(tmp_path, cache_dir):
     for writer in writers:
         writer.join(60)
     assert [writer.exitcode for writer in writers] == [0] * 6
-    assert spec_cache.load(str(path), path.stat(), 0) == parse_spec(path.read_bytes(), path=str(path))
+    assert spec_cache.load(str(cache_dir), str(path), path.stat(), 0) == parse_spec(path.read_bytes(), path=str(path))
     assert [p.name for p in (cache_dir / spec_cache.SUBDIR).iterdir() if not p.name.endswith(".json")] == []
 
 
@@ -267,3 +272,47 @@ def test_the_cli_with_a_warm_cache_does_not_import_yaml(tmp_path, cache_dir):
     for report in reports:
         del report["checked_at"]  # the two runs may straddle a second
     assert reports[0] == reports[1]
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+def test_a_fifo_swapped_in_for_an_entry_does_not_hang_the_scan(tmp_path, cache_dir, parses):
+    etc = tmp_path / "etc"
+    write(etc, "a.yaml", minimal())
+    fresh_scan([etc])
+    [entry] = entries(cache_dir)
+    entry.unlink()
+    os.mkfifo(entry)  # opened blocking, this waits for a writer for ever
+    done = subprocess.run(
+        [sys.executable, "-c", f"from tests.cdi.test_spec_cache import fresh_scan; fresh_scan([{str(etc)!r}])"],
+        cwd=REPO,
+        env={**os.environ, "CGPU_CACHE_DIR": str(cache_dir)},
+        timeout=30,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def test_entries_no_longer_used_are_pruned(tmp_path, cache_dir, monkeypatch):
+    monkeypatch.setattr(spec_cache, "MAX_ENTRIES", 5)
+    for run in range(3):  # each run over uniquely named files: 3 x 4 entries without pruning
+        etc = tmp_path / f"etc{run}"
+        for index in range(4):
+            write(etc, f"r{run}-{index}.yaml", minimal(kind=f"example.com/c{index}"))
+        fresh_scan([etc])
+    assert len(entries(cache_dir)) == 5
+    old = entries(cache_dir)[0]
+    month_ago = old.stat().st_mtime - (spec_cache.PRUNE_DAYS + 1) * 86400
+    os.utime(old, (month_ago, month_ago))
+    write(tmp_path / "etc3", "new.yaml", minimal())
+    fresh_scan([tmp_path / "etc3"])
+    assert old not in entries(cache_dir) and len(entries(cache_dir)) <= 5
+
+
+def test_the_spec_cache_is_told_its_dir_and_reads_no_other(tmp_path, cache_dir, parses):
+    etc = tmp_path / "etc"
+    write(etc, "a.yaml", minimal())
+    clear_parse_cache()
+    scan_spec_dirs([str(etc)])  # no cache dir: nothing kept, even with CGPU_CACHE_DIR set
+    assert not cache_dir.exists()
+    assert "cgpu.cache" not in Path(spec_cache.__file__).read_text()

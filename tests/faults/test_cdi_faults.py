@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -187,3 +188,54 @@ def test_the_spec_cache_on_a_read_only_or_full_disk_changes_nothing(cli, tmp_pat
         assert not [p for p in cache.rglob("*") if p.name != "filler" and p.is_file()]
     finally:
         unmount(cache)
+
+
+def test_a_symlink_out_of_a_shared_spec_dir_never_quotes_its_target(cli, tmp_path):
+    """Issue 18 item 9: another user plants `x.yaml -> ~/.bash_history` in a spec dir they can
+    write; the problem names the file but quotes none of its content."""
+    secret = tmp_path / "home" / ".bash_history"
+    secret.parent.mkdir()
+    secret.write_text("export TOKEN=hunter2-secret\n")
+    specs = tmp_path / "specs"
+    shutil.copytree(SAMPLES / "amd" / "spec", specs)
+    (specs / "x.yaml").symlink_to(secret)
+    specs.chmod(0o1777)
+    try:
+        for output in ([], ["--json"]):
+            code, out, err = cli("probe", "--backend", "cdi", *output, *[a.format(specs=specs) for a in AMD])
+            assert code == 0 and "hunter2" not in out + err
+            assert "/specs/x.yaml" in "".join(out.split())  # the human output may wrap the path
+    finally:
+        specs.chmod(0o755)
+    code, out, _ = cli("probe", "--backend", "cdi", "--json", *[a.format(specs=specs) for a in AMD])
+    assert "hunter2-secret" in out  # a dir only its owner can write: the reason, with an excerpt
+
+
+def test_a_fifo_swapped_into_the_spec_cache_does_not_hang_the_cli(cli, tmp_path):
+    """Issue 18 item 10: entries are opened non-blocking; a FIFO is refused, not waited on."""
+    args = ["probe", "--backend", "cdi", "--json", *[a.format(specs=SAMPLES / "amd" / "spec") for a in AMD]]
+    _, first, _ = cli(*args)
+    entries = list((tmp_path / "cache" / "cdi-specs").glob("*.json"))
+    assert entries
+    for entry in entries:
+        entry.unlink()
+        os.mkfifo(entry)
+    code, again, _ = cli(*args, timeout=20)
+    assert code == 0 and json.loads(again)["containers"] == json.loads(first)["containers"] == AMD_APIS
+
+
+def test_the_spec_cache_is_pruned(cli, tmp_path):
+    """Issue 18 item 14: runs over uniquely named spec files do not grow the cache without end."""
+    spec = (SAMPLES / "amd" / "spec" / "amd.json").read_text()
+    dirs = []
+    for run in range(3):
+        folder = tmp_path / f"specs{run}"
+        folder.mkdir()
+        for index in range(400):
+            (folder / f"run{run}-{index}.json").write_text(spec)
+        dirs.append(folder)
+    time.sleep(2.5)  # files changed in the last 2 s are not stored (spec_cache.RACY_SECONDS)
+    for folder in dirs:
+        code, _, _ = cli("probe", "--backend", "cdi", "--json", "--spec-dir", str(folder), "--root", "/", timeout=120)
+        assert code in (0, 1)
+    assert 400 < len(list((tmp_path / "cache" / "cdi-specs").iterdir())) <= 1024

@@ -75,6 +75,7 @@ def probe(
     probe_image: str | None = None,
     timeout: float | None = None,
 ) -> None:
+    from cgpu.cache import default_cache_dir
     from cgpu.cdi.scan import DEFAULT_SPEC_DIRS, scan_spec_dirs
 
     dirs = list(spec_dirs) if spec_dirs else list(DEFAULT_SPEC_DIRS)
@@ -94,7 +95,7 @@ def probe(
         )
         scan = ScanResult(devices={}, specs=[], problems=[])
     else:
-        scan = scan_spec_dirs(dirs, max_version=max_version, engine_label=label)
+        scan = scan_spec_dirs(dirs, max_version=max_version, engine_label=label, cache_dir=default_cache_dir())
         _spec_dir_hints(report, dirs)
     answers = answer_scan(report, scan, HostFS(root), devices=devices, dirs=dirs, engine_label=label)
     if verify and answers is not None:
@@ -610,11 +611,17 @@ def _evidence(
             )
         elif scan.devices:
             report.absent(api, "not provided: none of the requested CDI devices resolves")
+        elif scan.crashed:
+            report.absent(
+                api,
+                f"not provided: the engine's CDI library crashes loading {', '.join(dirs)} (on "
+                f"{_names(scan.crashed, 2)}), so no CDI device resolves: fix or remove that file",
+            )
         else:
             found = _drivers_without_spec(host)
             advice = f": the host has {found[0][0]} loaded, generate a spec with {found[0][1]}" if found else ""
             report.absent(api, f"not provided: no valid CDI spec defines a device in {', '.join(dirs)}{advice}")
-    if not answers and not ignored and not scan.devices:
+    if not answers and not ignored and not scan.devices and not scan.crashed:
         for driver, command in _drivers_without_spec(host):
             report.problem(
                 "warning",

@@ -1,0 +1,78 @@
+"""scripts/diff_cdi.py's Python parts, with a stand-in for the Go oracle (building the real one
+needs a Go toolchain and the library's module sources, which CI does not have)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+
+from .conftest import minimal
+
+spec = importlib.util.spec_from_file_location("diff_cdi", REPO / "scripts" / "diff_cdi.py")
+assert spec is not None and spec.loader is not None
+diff_cdi = importlib.util.module_from_spec(spec)
+sys.modules["diff_cdi"] = diff_cdi  # its dataclass looks itself up there
+spec.loader.exec_module(diff_cdi)
+
+
+class FakeOracle:
+    """A library that reads specs as cgpu does, except that it panics on a file holding PANIC."""
+
+    def load(self, dirs: list[str]) -> dict:
+        files = [path for d in dirs for path in sorted(Path(d).iterdir())]
+        if any(b"PANIC" in path.read_bytes() for path in files):
+            return {"devices": None, "errors": {}, "panic": "runtime error"}
+        verdict, _, _ = diff_cdi.cgpu_verdict(dirs, "v1.1.0")
+        return {"devices": list(verdict.devices), "errors": {path: ["x"] for path in verdict.error_files}}
+
+
+def test_agreement_and_a_minimal_disagreement(tmp_path):
+    oracle = FakeOracle()
+    good = [[("a.yaml", minimal().encode())]]
+    assert diff_cdi.outcome(oracle, diff_cdi.write_case(tmp_path / "c", good), "v1.1.0")[0] == "agree"
+    bad = [[("a.yaml", (minimal() + "# PANIC\n").encode()), ("b.yaml", minimal(kind="x.com/yy").encode())]]
+    assert diff_cdi.outcome(oracle, diff_cdi.write_case(tmp_path / "c", bad), "v1.1.0")[0] == "disagree"
+    small = diff_cdi.minimise(oracle, tmp_path / "c", bad, "v1.1.0")
+    assert small == [[("a.yaml", b"# PANIC")]]
+
+
+def test_a_crash_on_both_sides_agrees(tmp_path):
+    crash = [[("a.yaml", (minimal(kind="a/gpu") + "# PANIC\n").encode())]]
+    assert diff_cdi.outcome(FakeOracle(), diff_cdi.write_case(tmp_path / "c", crash), "v1.1.0")[0] == "agree"
+
+
+def test_what_cgpu_declines_on_purpose_is_counted_apart(tmp_path):
+    merge = [[("a.yaml", (minimal() + "x: {<<: {a: 1}}\n# PANIC\n").encode())]]
+    assert diff_cdi.outcome(FakeOracle(), diff_cdi.write_case(tmp_path / "c", merge), "v1.1.0")[0] == "deliberate"
+
+
+def test_the_corpus():
+    samples = diff_cdi.sample_cases()
+    assert len(samples) > 40 and all(name.endswith((".yaml", ".json")) for case in samples for name, _ in case[0])
+    seeds = [data for case in samples for _, data in case[0]]
+    first = diff_cdi.mutated_cases(seeds, 50, seed=3)
+    assert first == diff_cdi.mutated_cases(seeds, 50, seed=3) and len(first) == 50
+    assert len({data for case in first for _, data in case[0]}) > 40  # mutations differ
+
+
+def test_test_tables_are_go_raw_strings_with_a_spec(tmp_path):
+    (tmp_path / "pkg" / "cdi").mkdir(parents=True)
+    (tmp_path / "pkg" / "cdi" / "x_test.go").write_text(
+        'var a = `\ncdiVersion: "0.3.0"\nkind: a/b\n`\nvar b = `other`\n'
+    )
+    [[[(name, data)]]] = diff_cdi.test_table_cases(tmp_path)
+    assert name == "spec.yaml" and b"kind: a/b" in data
+
+
+def test_a_tree_that_is_no_cdi_checkout_is_a_build_error(tmp_path):
+    deps = tmp_path / "deps"
+    (deps / "vendor" / diff_cdi.CDI_MODULE).mkdir(parents=True)
+    (deps / "go.mod").write_text("module x\n")
+    (deps / "go.sum").write_text("")
+    with pytest.raises(diff_cdi.BuildError, match="not a CDI library checkout"):
+        diff_cdi.build_oracle(tmp_path / "empty", "go", deps, tmp_path / "work")
