@@ -147,3 +147,6 @@ class ScanResult:
     engine_dropped: list[Spec] = field(default_factory=list)
     # Files the library panics on: the engine's whole load dies, so `devices` is empty.
     crashed: list[str] = field(default_factory=list)
+    # Spec files and dirs cgpu could not read but an engine may (permission denied, over cgpu's
+    # size cap): what they define is not known.
+    unreadable: list[str] = field(default_factory=list)

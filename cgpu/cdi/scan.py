@@ -122,7 +122,7 @@ class _StopScan(CgpuError):
 
 
 def _spec_files(
-    directory: str, problems: list[tuple[str, str, str]], library: str
+    directory: str, problems: list[tuple[str, str, str]], unreadable: list[str], library: str
 ) -> list[tuple[str, os.stat_result, bool]]:
     """The spec files of one dir in name order, each with its (followed) stat result and
     whether no message may quote its content (_leaves_open_dir)."""
@@ -133,6 +133,7 @@ def _spec_files(
         return []  # a missing dir is normal (/var/run/cdi often is)
     except OSError as exc:
         problems.append(("warning", directory, f"cannot read this spec dir: {exc.strerror or exc}"))
+        unreadable.append(directory)
         if main:
             raise _StopScan from None
         return []
@@ -153,7 +154,7 @@ def _spec_files(
             parent_info = os.stat(os.path.dirname(directory) or ".")
         except OSError:
             parent_info = dir_info
-        return _spec_file(os.path.dirname(directory) or ".", directory, dir_info, problems, parent_info)
+        return _spec_file(os.path.dirname(directory) or ".", directory, dir_info, problems, unreadable, parent_info)
     if stat.S_ISLNK(dir_info.st_mode):
         problems.append(
             (
@@ -195,14 +196,20 @@ def _spec_files(
             info = os.lstat(path)
         except OSError as exc:
             problems.append(("error", path, f"cannot read the file: {exc.strerror or exc}"))
+            unreadable.append(path)
             continue
         if not stat.S_ISDIR(info.st_mode):  # subdirectories are skipped, even if named *.yaml
-            files.extend(_spec_file(directory, path, info, problems, dir_info))
+            files.extend(_spec_file(directory, path, info, problems, unreadable, dir_info))
     return files
 
 
 def _spec_file(
-    directory: str, path: str, info: os.stat_result, problems: list[tuple[str, str, str]], dir_info: os.stat_result
+    directory: str,
+    path: str,
+    info: os.stat_result,
+    problems: list[tuple[str, str, str]],
+    unreadable: list[str],
+    dir_info: os.stat_result,
 ) -> list[tuple[str, os.stat_result, bool]]:
     """One spec path (its lstat in `info`) as a list of what to read: empty, with a problem,
     when it is nothing the scan can read."""
@@ -217,6 +224,7 @@ def _spec_file(
             return []
         except OSError as exc:
             problems.append(("error", path, f"cannot read the file: {exc.strerror or exc}"))
+            unreadable.append(path)
             return []
         withhold = _leaves_open_dir(directory, path, dir_info)
     if stat.S_ISDIR(info.st_mode):
@@ -258,12 +266,13 @@ def scan_spec_dirs(
     devices: dict[str, ResolvedDevice] = {}
     conflicts: dict[str, int] = {}  # qualified name -> priority of the dir where two files clash
     crashes: list[str] = []
+    unreadable: list[str] = []
     engine = engine_label or "the engine"
     cache = _DiskCache(cache_dir, library)
     for priority, directory in enumerate(spec_dirs):
         directory = os.path.normpath(directory)
         try:
-            files = _spec_files(directory, problems, library)
+            files = _spec_files(directory, problems, unreadable, library)
         except _StopScan:
             break
         for path, info, withhold in files:
@@ -272,6 +281,8 @@ def scan_spec_dirs(
             except SpecError as exc:
                 if exc.crash:
                     crashes.append(path)
+                elif not exc.by_library:
+                    unreadable.append(path)
                 problems.append(("error", path, _rejection(exc, withhold)))
                 continue
             problems.extend(("warning", path, warning) for warning in spec.warnings)
@@ -323,7 +334,14 @@ def scan_spec_dirs(
     if crashes:
         problems.append(("error", crashes[0], _crash_loss(crashes, devices, engine)))
         devices = {}
-    return ScanResult(devices=devices, specs=specs, problems=problems, engine_dropped=engine_dropped, crashed=crashes)
+    return ScanResult(
+        devices=devices,
+        specs=specs,
+        problems=problems,
+        engine_dropped=engine_dropped,
+        crashed=crashes,
+        unreadable=unreadable,
+    )
 
 
 def _rejection(exc: SpecError, withhold: bool) -> str:

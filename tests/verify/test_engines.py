@@ -144,7 +144,7 @@ def test_the_images_own_entry_point_never_runs(
             result = engine.run_container(
                 ref, ["cat", "/in/note"], devices=[], files={"/in/note": b"cgpu's own\n"}, timeout=30
             )
-        assert (result.exit_code, result.stdout) == (0, b"cgpu's own\n")
+        assert (result.returncode, result.stdout) == (0, b"cgpu's own\n")
     finally:
         podman("rmi", "-f", ref)
 

@@ -621,6 +621,14 @@ def _evidence(
             found = _drivers_without_spec(host)
             advice = f": the host has {found[0][0]} loaded, generate a spec with {found[0][1]}" if found else ""
             report.absent(api, f"not provided: no valid CDI spec defines a device in {', '.join(dirs)}{advice}")
+    if scan.unreadable:  # what those files define is not known: no API is absent for sure
+        for api in APIS:
+            if report.state(api) != "provided":
+                report.unknown(
+                    api,
+                    f"unknown: cgpu could not read {_names(scan.unreadable, 2)} (see problems), which the engine "
+                    f"may read and which may define devices that give {api}",
+                )
     if not answers and not ignored and not scan.devices and not scan.crashed:
         for driver, command in _drivers_without_spec(host):
             report.problem(
