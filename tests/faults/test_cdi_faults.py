@@ -239,3 +239,20 @@ def test_the_spec_cache_is_pruned(cli, tmp_path):
         code, _, _ = cli("probe", "--backend", "cdi", "--json", "--spec-dir", str(folder), "--root", "/", timeout=120)
         assert code in (0, 1)
     assert 400 < len(list((tmp_path / "cache" / "cdi-specs").iterdir())) <= 1024
+
+
+@pytest.mark.parametrize("root", ["/", str(SAMPLES / "hosts" / "amd")])
+def test_a_nul_byte_in_a_spec_path_is_a_missing_path_not_a_crash(cli, tmp_path, root):
+    """No file name holds a NUL: the OS calls raise ValueError for one; the mount is missing."""
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    (specs / "nul.yaml").write_text(
+        'cdiVersion: "0.5.0"\nkind: example.com/gpu\ndevices:\n- name: d0\n  containerEdits:\n'
+        '    mounts:\n    - {hostPath: "/usr/lib/x\\0y", containerPath: /x}\n'
+    )
+    code, out, err = cli(
+        "probe", "--backend", "cdi", "--json", "--engine", "none", "--spec-dir", str(specs), "--root", root
+    )
+    assert code == 0 and "Traceback" not in err, err
+    [device] = json.loads(out)["devices"]
+    assert device["status"] == "blocked" and device["missing"], device

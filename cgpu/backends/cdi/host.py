@@ -24,32 +24,37 @@ _NVRM_VERSION = re.compile(r"Kernel Module(?: for \S+)?\s+(\d+\.\d+(?:\.\d+)?)")
 _BARE_VERSION = re.compile(r"^\s*(\d+\.\d+(?:\.\d+)?)\s*$")
 
 
+# A path from a spec may hold a NUL byte, which no file name can: the OS calls raise ValueError
+# for it, and such a path is simply not there.
+_NO_SUCH_PATH = (OSError, ValueError)
+
+
 def _file_type(path: str) -> int | None:
     """S_IFMT of the path itself (a symlink is a symlink), or None when there is nothing."""
     try:
         return stat.S_IFMT(os.lstat(path).st_mode)
-    except OSError:
+    except _NO_SUCH_PATH:
         return None
 
 
 def _followed_type(path: str) -> int | None:
     try:
         return stat.S_IFMT(os.stat(path).st_mode)
-    except OSError:
+    except _NO_SUCH_PATH:
         return None
 
 
 def _link_target(path: str) -> str | None:
     try:
         return os.readlink(path)
-    except OSError:
+    except _NO_SUCH_PATH:
         return None
 
 
 def _sorted_listing(path: str) -> list[str]:
     try:
         return sorted(os.listdir(path))
-    except OSError:
+    except _NO_SUCH_PATH:
         return []
 
 
@@ -57,8 +62,8 @@ def _small_text(path: str) -> tuple[str | None, str | None]:
     try:
         with open_regular(path) as handle:  # a FIFO or device here would hang or act: never read one
             data = handle.read(MAX_SMALL_FILE + 1)
-    except OSError as exc:
-        return None, f"cannot be read ({exc.strerror or exc})"
+    except _NO_SUCH_PATH as exc:
+        return None, f"cannot be read ({getattr(exc, 'strerror', None) or exc})"
     if len(data) > MAX_SMALL_FILE:
         return None, f"is larger than {MAX_SMALL_FILE} bytes"
     return data.decode("utf-8", errors="replace"), None
