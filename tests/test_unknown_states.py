@@ -26,11 +26,18 @@ def _first_line(run_cli, *args: str) -> str:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the local backend probes Linux")
 def test_local_probe_that_gets_no_answer_in_time(run_cli):
+    """Each API's child gets 0.001 s: those that time out are unknown (an API the probe rules out
+    before starting a child may still be absent, on a fast enough machine); with no answer at
+    all the backend could not run."""
     code, out, _ = run_cli("probe", "--backend", "local", "--timeout", "0.001", "--json")
-    assert code == 1
-    assert _states(out) == {**dict.fromkeys(FIVE, "unknown"), "metal": "absent"}
+    report = json.loads(out)
+    states = _states(out)
+    timed_out = [api for api in FIVE if "timed out" in report["evidence"][api]]
+    assert timed_out and all(states[api] == "unknown" for api in timed_out)
+    assert all(states[api] in ("unknown", "absent") for api in FIVE) and states["metal"] == "absent"
+    assert code == (1 if all(states[api] == "unknown" for api in FIVE) else 0)
     line = _first_line(run_cli, "probe", "--backend", "local", "--timeout", "0.001")
-    assert "none" not in line and "unknown: cuda, rocm, vulkan, opencl, directml" in line
+    assert "none" not in line and "unknown: " in line
 
 
 def test_wsl_without_wsl_exe(run_cli, tmp_path):

@@ -286,11 +286,11 @@ def test_an_engine_that_never_answers_is_bounded_by_timeout(cli, bin_dir, device
     assert time.monotonic() - started < 15, f"took {time.monotonic() - started:.0f} s with --timeout 2: {error}"
 
 
-def _fault_image_ref() -> str:
+def _fault_image_ref(version: str = "0-cgpu-fault") -> str:
     """The probe image cgpu would build from the packages `_fake_dpkg_query` names."""
     from cgpu.backends.cdi.probe_image import OPTIONAL, REQUIRED, image_ref, python_packages
 
-    return image_ref(dict.fromkeys(python_packages() + REQUIRED + OPTIONAL, "0-cgpu-fault"))
+    return image_ref(dict.fromkeys(python_packages() + REQUIRED + OPTIONAL, version))
 
 
 def _fake_dpkg_query(bin_dir, *, listing: str, version: str = "0-cgpu-fault") -> None:
@@ -348,14 +348,14 @@ def test_concurrent_first_runs_build_the_probe_image_once(cli, bin_dir, device):
     version = f"0-cgpu-lock-{uuid.uuid4().hex[:8]}"
     _fake_dpkg_query(bin_dir, listing="echo /usr/bin/true; exit 0", version=version)
     dangling_before = set(podman("images", "-q", "--no-trunc", "--filter", "dangling=true").stdout.split())
-    before = set(podman("images", "-q", "--no-trunc", "localhost/cgpu-probe").stdout.split())
+    ref = _fault_image_ref(version)  # this test's image only: another suite on the host may build its own
     procs = [
         cli.popen("probe", "--backend", "cdi", "--verify", "--device", device, "--timeout", "60") for _ in range(3)
     ]
     try:
         results = [cli._collect(proc, 120) for proc in procs]
     finally:
-        made = set(podman("images", "-q", "--no-trunc", "localhost/cgpu-probe").stdout.split()) - before
+        made = set(podman("images", "-q", "--no-trunc", ref).stdout.split())
         ours = [
             image
             for image in set(podman("images", "-q", "--no-trunc", "--filter", "dangling=true").stdout.split())
