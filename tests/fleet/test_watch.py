@@ -133,13 +133,10 @@ def test_a_driver_version_change_under_the_root_is_seen(node, watcher):
     shutil.copy(SPEC, etc / "nvidia.yaml")
     running = watcher()
     running.wait_for(["cuda", "vulkan", "opencl"], within=10)
-    written = running.answer.stat().st_ino
     version = host / "proc" / "driver" / "nvidia" / "version"
-    changed = time.monotonic()
+    # The kernel module moves on while the spec and libraries stay 580: nothing works until they agree.
     version.write_text(version.read_text().replace("580.82.07", "590.10.01"))  # procfs: no inotify, polled
-    while running.answer.stat().st_ino == written and time.monotonic() - changed < watch_module.POLL_S + 1.5:
-        time.sleep(0.02)
-    assert running.answer.stat().st_ino != written, "no re-probe after the driver version changed"
+    assert running.wait_for([], within=watch_module.POLL_S + 1.5) < watch_module.POLL_S + 1.5
     assert running.stop()[0] == 143
     assert running.partial == []
 
