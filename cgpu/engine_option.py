@@ -20,6 +20,7 @@ ENGINE_NAMES = ("podman", "docker")  # the order `auto` prefers
 HOST_ENGINE_SECONDS = 300.0
 NO_ENGINE_SECONDS = 30.0  # when none answered: soon asked again (it may have been busy), not on every call
 HOST_ENGINE_FILE = "host-engine.json"
+MAX_REMEMBERED_BYTES = 64 * 1024  # a few engines and failure messages; anything larger is not ours
 
 
 class EngineOption:
@@ -112,25 +113,40 @@ def host_engines(*, timeout: float, cache_dir: str | None = None) -> tuple[list[
 
 
 def _read_remembered(cache_file: str, identity: list[list[object]]) -> tuple[list[tuple[str, str]], list[str]] | None:
+    """The remembered answer, only from a private cache dir and a file of this user's that no one
+    else can write (another user must not choose the engine that judges the specs)."""
+    from pathlib import Path
+
+    from cgpu.cache import private_directory, read_private
+
     try:
-        with open(cache_file, encoding="utf-8") as handle:
-            data = json.load(handle)
+        private_directory(Path(cache_file).parent, create=False)
+        data = json.loads(read_private(Path(cache_file), limit=MAX_REMEMBERED_BYTES))
         found = [(str(name), str(version)) for name, version in data["found"]]
         age = time.time() - float(data["at"])
         if data["identity"] != identity or not 0 <= age < (HOST_ENGINE_SECONDS if found else NO_ENGINE_SECONDS):
             return None
         failures = [str(f) for f in data["failures"]]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None  # absent, unreadable or not ours: ask the engine
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
+        return None  # absent, unreadable, unsafe or not ours: ask the engine
     return found, failures
 
 
 def _remember(cache_file: str, identity: list[list[object]], found: list[tuple[str, str]], failures: list[str]) -> None:
+    """Store the answer atomically in the private cache dir; any failure only means asking again."""
+    from pathlib import Path
+
+    from cgpu.cache import open_private, private_directory
+
     data = {"identity": identity, "at": time.time(), "found": [list(f) for f in found], "failures": failures}
-    temporary = f"{cache_file}.{os.getpid()}.tmp"
+    temporary = Path(f"{cache_file}.{os.getpid()}.{time.monotonic_ns()}.tmp")
     try:
-        os.makedirs(os.path.dirname(cache_file), exist_ok=True)
-        with open(temporary, "w", encoding="utf-8") as handle:
+        private_directory(Path(cache_file).parent, create=True)
+        fd = open_private(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+    except OSError:
+        return
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
             json.dump(data, handle)
         os.replace(temporary, cache_file)  # readers see the old file or the new one, never half of one
     except OSError:

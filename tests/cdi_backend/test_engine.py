@@ -133,3 +133,30 @@ def test_any_engine_text_parses_or_is_refused_with_a_message(text: str):
         return
     assert parse_engine(str(option)) == option  # what it prints parses back to the same choice
     assert option.mode in ("auto", "none", "named")
+
+
+def test_a_remembered_engine_another_user_could_write_is_not_believed(only_stand_ins: Path, tmp_path: Path):
+    """Issue 18's cache rules: a planted answer would choose the engine that judges the specs."""
+    _stand_in_podman(only_stand_ins, "4.3.1")
+    assert host_engines(timeout=10) == ([("podman", "4.3.1")], [])
+    cache = tmp_path / "cache"
+    remembered = cache / HOST_ENGINE_FILE
+    planted = json.loads(remembered.read_text())
+    planted["found"] = [["podman", "9.9.9"]]
+    remembered.write_text(json.dumps(planted))
+    assert host_engines(timeout=10) == ([("podman", "9.9.9")], [])  # a file of ours: believed
+    remembered.chmod(0o666)  # writable by others
+    assert host_engines(timeout=10) == ([("podman", "4.3.1")], [])
+    remembered.unlink()
+    elsewhere = tmp_path / "planted.json"
+    elsewhere.write_text(json.dumps(planted))
+    remembered.symlink_to(elsewhere)  # a link: never followed
+    assert host_engines(timeout=10) == ([("podman", "4.3.1")], [])
+    assert elsewhere.read_text() == json.dumps(planted)  # and never written through
+    remembered.unlink()
+    remembered.write_text(json.dumps(planted))
+    cache.chmod(0o777)  # a dir others can write: its files prove nothing
+    try:
+        assert host_engines(timeout=10) == ([("podman", "4.3.1")], [])
+    finally:
+        cache.chmod(0o700)
