@@ -1,9 +1,9 @@
 """The command line: parses arguments, runs a backend, prints, and chooses the exit status.
 
-Exit status (one place, documented in the README):
-  0  the backend ran (an empty `containers` is a valid answer)
+Exit status (one place, documented in the README and in each command's --help):
+  0  the backend ran (an empty `containers` is a valid answer); `image check`: yes
   1  the backend could not run (missing tool, timeout, engine refused); the report says why
-  2  bad usage
+  2  bad usage, whatever the option (a malformed --device, --engine, --distro or image reference)
   3  internal error in cgpu (a bug: the report says so)
   4  `image check`: the image would not get vulkan under krunkit
   5  `image check`: cannot tell from the image alone
@@ -52,16 +52,26 @@ def _on_sigterm(_signum: int, _frame: object) -> None:
     raise Terminated()
 
 
-_EXIT_CODES = """exit status:
-  0    the backend ran (an empty answer is an answer)
-  1    cgpu could not run (missing tool, timeout, engine refused): the report
-       says why
-  2    bad usage
-  3    internal error in cgpu (a bug; please report it)
-  4    image check: the image would not get vulkan under krunkit
-  5    image check: cannot tell from the image alone
+_STOPPED_EXIT = """  3    internal error in cgpu (a bug; please report it)
   130  interrupted (Ctrl-C); 143 terminated (SIGTERM); either way everything
        cgpu started is stopped first"""
+
+_PROBE_EXIT = f"""exit status:
+  0    the backend ran (an empty answer is an answer; --brief, --explain and
+       --list-devices repeat the report's errors and warnings on stderr)
+  1    cgpu could not run (missing tool, timeout, engine refused): the report
+       says why
+  2    bad usage: an unknown option, one of another backend, a malformed
+       --device, --engine or --distro, a --root that is not a directory
+{_STOPPED_EXIT}"""
+
+_IMAGE_EXIT_TEXT = f"""exit status:
+  0    yes: the image would get vulkan under krunkit
+  1    the image could not be read, or the probe --machine asks for did not run
+  2    bad usage: an unknown option, a REF that is no image reference
+{_STOPPED_EXIT}
+  4    no: the image would not get vulkan (the checks say why and the fix)
+  5    unknown: cannot tell from the image alone"""
 
 _PROBE_EPILOG = f"""--timeout defaults (each command cgpu runs gets its own limit):
   cdi      nothing runs without --verify; --engine auto: 10 s;
@@ -77,7 +87,7 @@ examples:
   cgpu probe --explain cuda --device nvidia.com/gpu=0
   cgpu probe --json --spec-dir /etc/cdi --root /host
 
-{_EXIT_CODES}"""
+{_PROBE_EXIT}"""
 
 _IMAGE_EPILOG = f"""examples:
   cgpu image check quay.io/slopezpa/fedora-vgpu-llama
@@ -86,7 +96,7 @@ _IMAGE_EPILOG = f"""examples:
 
 --timeout default: 300 s for the whole check (exporting the image included).
 
-{_EXIT_CODES}"""
+{_IMAGE_EXIT_TEXT}"""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -95,7 +105,8 @@ def _parser() -> argparse.ArgumentParser:
         description="Which GPU APIs does a container started here actually get?",
         epilog=(
             "examples:\n  cgpu probe\n  cgpu watch --answer-file /run/cgpu/answer.json\n  cgpu image check REF\n"
-            f"  cgpu schema\n\n{_EXIT_CODES}"
+            "  cgpu schema\n\nexit status: each command's --help lists its own (0 success, 2 bad usage,\n"
+            "3 internal error, 130 interrupted, 143 terminated)"
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -125,6 +136,7 @@ def _parser() -> argparse.ArgumentParser:
         help="colour the human output: auto (default) on a terminal unless NO_COLOR is set",
     )
     _add_probe_options(probe)
+    probe.set_defaults(subparser=probe)  # its own usage line on a usage error
 
     watch = sub.add_parser(
         "watch",
@@ -149,6 +161,7 @@ def _parser() -> argparse.ArgumentParser:
         help="NFD drops the labels this long after the last write (default: 3 intervals)",
     )
     _add_probe_options(watch)
+    watch.set_defaults(subparser=watch)
 
     image = sub.add_parser("image", help="image tools", description="Image tools.")
     image_sub = image.add_subparsers(dest="image_command", required=True, metavar="COMMAND")
@@ -278,8 +291,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "krunkit":
             return _write_assets(args.dir)
         if args.command == "watch":
-            return _watch(parser, args)
-        return _probe(parser, args)
+            return _watch(args.subparser, args)
+        return _probe(args.subparser, args)
     except Terminated:
         print("cgpu: terminated", file=sys.stderr)
         return ExitCode.TERMINATED
@@ -291,7 +304,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             signal.signal(signal.SIGTERM, previous)
 
 
-_OUTPUT_FLAGS = ("command", "backend", "json", "brief", "list_devices", "explain", "color")
+_OUTPUT_FLAGS = ("command", "subparser", "backend", "json", "brief", "list_devices", "explain", "color")
 _WATCH_ONLY = ("answer_file", "nfd_file", "interval", "expiry")
 
 
@@ -304,7 +317,7 @@ def _backend_options(parser: argparse.ArgumentParser, args: argparse.Namespace, 
     }
     misplaced = set(given) - OPTIONS[backend]
     if misplaced:
-        flags = ", ".join("--" + key.removesuffix("s").replace("_", "-") for key in sorted(misplaced))
+        flags = ", ".join(flag(key) for key in sorted(misplaced))
         parser.error(f"{flags} do(es) not apply to --backend {backend}")
     return given
 
@@ -328,12 +341,19 @@ def _run(
         builder.failed("cgpu", f"internal error, please report it: {type(exc).__name__}: {exc}")
         code = ExitCode.INTERNAL
     if code == ExitCode.USAGE:  # nothing was checked: no report that could pass for an answer
-        from cgpu.terminal import escape_lines
+        from cgpu.terminal import escape
 
-        for problem in builder.problems:
-            if problem["severity"] == "error":
-                print(f"cgpu {command}: error: {escape_lines(problem['message'])}", file=sys.stderr)
+        for message in builder.usage(flag):
+            print(f"cgpu {command}: error: argument {escape(message)}", file=sys.stderr)
     return builder, code
+
+
+def flag(keyword: str) -> str:
+    """The CLI flag of a library keyword: `spec_dirs` is `--spec-dir`, `vm_image` `--vm-image`."""
+    return "--" + keyword.removesuffix("s").replace("_", "-") if keyword in _LISTS else "--" + keyword.replace("_", "-")
+
+
+_LISTS = ("spec_dirs", "devices")  # repeatable flags, a list keyword
 
 
 def _probe(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
@@ -445,7 +465,9 @@ def _take_devices(argv: list[str]) -> tuple[list[str], list[str]]:
 
 
 def _image_check(args: argparse.Namespace) -> int:
+    from cgpu.errors import CgpuValueError
     from cgpu.image.check import check_image, render_image_check
+    from cgpu.terminal import escape
 
     try:
         result = check_image(
@@ -460,9 +482,10 @@ def _image_check(args: argparse.Namespace) -> int:
             text = render_image_check(result, columns=width(), style=Style.choose(args.color))
     except KeyboardInterrupt:
         raise
+    except CgpuValueError as exc:  # REF is no image reference at all
+        print(f"cgpu image check: error: argument REF: {escape(exc)}", file=sys.stderr)
+        return ExitCode.USAGE
     except Exception as exc:  # a bug in cgpu: say so, never a traceback
-        from cgpu.terminal import escape
-
         message = escape(f"{type(exc).__name__}: {exc}")
         print(f"cgpu image check: internal error, please report it: {message}", file=sys.stderr)
         return ExitCode.INTERNAL

@@ -40,6 +40,7 @@ class ReportBuilder:
         self.problems: list[dict[str, str]] = []
         self.could_not_run = False
         self.bad_usage = False
+        self._usage: list[tuple[tuple[str, ...], str]] = []
 
     def provide(self, api: str, evidence: str, *, image_needs: Iterable[str] = ()) -> None:
         """Containers get `api`; `image_needs`: what the image must bring (`IMAGE_NEEDS` tokens)."""
@@ -82,10 +83,20 @@ class ReportBuilder:
         self.could_not_run = True
         self.problem("error", source, message)
 
-    def usage_error(self, source: str, message: str) -> None:
-        """The options given cannot work (a malformed name, conflicting options): exit 2."""
-        self.failed(source, message)
+    def usage_error(self, option: str | tuple[str, ...], message: str) -> None:
+        """The options given cannot work (a malformed name, conflicting options): exit 2.
+
+        `option`: the keyword(s) at fault as the library names them (`devices`, `engine`); the
+        message names neither keyword nor flag, so each caller says it in its own words
+        (`usage()`: the library's `engine: ...`, the CLI's `argument --engine: ...`)."""
+        options = (option,) if isinstance(option, str) else option
+        self._usage.append((options, message))
+        self.failed(" and ".join(options), message)
         self.bad_usage = True
+
+    def usage(self, name: Callable[[str], str] = str) -> list[str]:
+        """Each usage error, its option(s) named by `name` (the keyword by default)."""
+        return [f"{' and '.join(map(name, options))}: {message}" for options, message in self._usage]
 
     def progress(self, message: str) -> None:
         if self._progress is not None:

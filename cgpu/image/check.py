@@ -30,10 +30,12 @@ DEFAULT_TIMEOUT = 300.0  # the whole check; exporting a multi-GB image from engi
 def check_image(
     ref: str, *, machine: str | None = None, timeout: float | None = None, progress: Callable[[str], None] | None = None
 ) -> dict[str, Any]:
+    """The answer for REF (see above); CgpuValueError when REF is no image reference at all."""
     from cgpu.image.checks import check_dicts, run_checks, verdict
     from cgpu.image.fs import Deadline, DeadlineExceeded, ImageReadError
-    from cgpu.image.source import open_image
+    from cgpu.image.source import check_reference, open_image
 
+    check_reference(ref)  # not a reference at all: bad usage, raised (CgpuValueError)
     result: dict[str, Any] = {
         "image": ref,
         "source": "",

@@ -83,7 +83,7 @@ def probe(
         report.problem("warning", missing, f"the spec dir {missing} does not exist: nothing was read from it")
     root = root or "/"
     if not os.path.isdir(root):
-        report.usage_error("--root", f"--root {root} is not a directory")
+        report.usage_error("root", f"{root!r} is not a directory")
         return
     rules = _engine_rules(report, engine, timeout)
     if rules is None:
@@ -288,7 +288,7 @@ def _engine_rules(
     try:
         option = parse_engine(engine)
     except ValueError as exc:
-        report.usage_error("--engine", str(exc))
+        report.usage_error("engine", str(exc))
         return None
     if option.mode == NONE:  # asked for: nothing to report
         return option, None, None
@@ -331,7 +331,7 @@ def _select(
         try:
             parse_qualified_name(name)
         except ValueError as exc:
-            report.usage_error("--device", _bad_name(name, exc, scan))
+            report.usage_error("devices", _bad_name(name, exc, scan))
             return None
     unknown = [name for name in wanted if name not in scan.devices and name not in dropped]
     if unknown:
