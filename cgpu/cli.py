@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import signal
 import sys
@@ -27,7 +26,7 @@ from typing import Any
 from cgpu import __version__
 from cgpu.apis import API_ORDER
 from cgpu.backends import BACKENDS, MAX_TIMEOUT, OPTIONS, default_backend, run_backend
-from cgpu.report import ReportBuilder
+from cgpu.report import ReportBuilder, to_json
 
 
 class ExitCode(IntEnum):
@@ -282,7 +281,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "schema":
             from cgpu.model import image_check_schema, report_schema
 
-            _emit(json.dumps(report_schema() if args.what == "report" else image_check_schema(), indent=2))
+            _emit(to_json(report_schema() if args.what == "report" else image_check_schema()))
             return ExitCode.OK
         if args.command == "image":
             return _image_check(args)
@@ -293,6 +292,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "watch":
             return _watch(args.subparser, args)
         return _probe(args.subparser, args)
+    except _StdoutError as exc:
+        print(f"cgpu: error: cannot write the answer to stdout: {exc}", file=sys.stderr)
+        return ExitCode.COULD_NOT_RUN
     except Terminated:
         print("cgpu: terminated", file=sys.stderr)
         return ExitCode.TERMINATED
@@ -365,7 +367,7 @@ def _probe(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         return code
     report = builder.build()
     if args.json:
-        _emit(json.dumps(report, indent=2))
+        _emit(to_json(report))
         return code
     from cgpu import render
     from cgpu.terminal import Style, width
@@ -475,7 +477,7 @@ def _image_check(args: argparse.Namespace) -> int:
         )
         code = image_exit_code(result)
         if args.json:
-            text = json.dumps(result, indent=2)
+            text = to_json(result)
         else:
             from cgpu.terminal import Style, width
 
@@ -559,13 +561,31 @@ def image_exit_code(result: dict[str, Any]) -> ExitCode:
     return _IMAGE_FAILED[result["status"]]
 
 
+class _StdoutError(Exception):
+    """The answer could not be written: stdout is closed or full (`cgpu probe > /dev/full`)."""
+
+
 def _emit(text: str) -> None:
-    """Print the answer; a reader that went away (`cgpu probe | head`) changes no exit status."""
+    """Print the answer; a reader that went away (`cgpu probe | head`) changes no exit status,
+    while a closed or full stdout is `_StdoutError` (one line and exit 1, never a traceback)."""
+    if sys.stdout is None:  # started with stdout closed (`cgpu probe >&-`)
+        raise _StdoutError("stdout is closed")
     try:
         print(text, flush=True)
     except BrokenPipeError:
+        _quiet_stdout()
+    except (OSError, ValueError) as exc:  # ENOSPC, EIO, EBADF; ValueError: a closed file object
+        _quiet_stdout()
+        raise _StdoutError(getattr(exc, "strerror", None) or str(exc)) from None
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's last flush of what is left stays quiet."""
+    try:
         devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's last flush stays quiet too
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
 
 
 def _seconds(text: str) -> float:
