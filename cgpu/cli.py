@@ -374,8 +374,11 @@ def _probe(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 
     if args.brief:
         _emit(render.brief(report))
+        _say_problems(report)
         return code
     columns, style = width(), Style.choose(args.color)
+    if args.list_devices or args.explain:
+        _say_problems(report)  # the terse views show no problems block of their own in full
     if args.list_devices:
         _emit(render.render_device_list(report, columns=columns, style=style))
     elif args.explain:
@@ -386,6 +389,18 @@ def _probe(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     else:
         _emit(render.render_report(report, columns=columns, style=style))
     return code
+
+
+def _say_problems(report: dict[str, Any]) -> None:
+    """The report's errors and warnings on stderr, one line each, most severe first: the terse
+    views must not pass for a clean answer."""
+    from cgpu.render import merge_problems
+    from cgpu.terminal import escape
+
+    for problem in merge_problems(report["problems"]):
+        if problem["severity"] in ("error", "warning"):
+            text = f"cgpu probe: {problem['severity']}: {problem['source']}: {problem['message']}"
+            print(escape(text), file=sys.stderr)
 
 
 def _watch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:

@@ -74,8 +74,8 @@ def parse_engine(value: str | EngineOption | None) -> EngineOption:
         return EngineOption(NAMED, name)
     if not sep or not name or not version:
         raise CgpuValueError(
-            f"{value!r}: expected NAME@VERSION such as podman@4.3.1 or docker@28.2.0, a bare podman or "
-            f"docker (the one installed here), or auto, or none"
+            f"{value!r} is not an engine: expected NAME@VERSION such as podman@4.3.1 or docker@28.2.0, "
+            "a bare podman or docker (the one installed here), or auto, or none"
         )
     from cgpu.cdi.versions import max_cdi_version
 

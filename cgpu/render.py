@@ -239,7 +239,8 @@ def render_explain(
     lines = _item(f"{api} ({state}): ", escape(report["evidence"][api]), columns, style, "bold")
     if api == "metal":  # no device is checked for it: the evidence is the whole answer
         return "\n".join(lines)
-    chosen = [d for d in report["devices"] if not devices or d["name"] in devices]
+    # a device the probe saw for one API only (local, krunkit: PoCL's CPU device) is not `api`'s
+    chosen = [d for d in report["devices"] if (not devices or d["name"] in devices) and d.get("api") in (None, api)]
     if not chosen:
         lines.append("")
         lines.append("no device to explain" + (f" (asked for {', '.join(map(escape, devices))})" if devices else ""))

@@ -65,7 +65,7 @@ def test_no_bare_type_or_value_error_is_raised():
     "options, base, keyword",
     [
         ({"devices": ["bad"], "engine": "none"}, ValueError, "devices: 'bad' is not a CDI device name"),
-        ({"engine": "bogus"}, ValueError, "engine: 'bogus': expected NAME@VERSION"),
+        ({"engine": "bogus"}, ValueError, "engine: 'bogus' is not an engine: expected NAME@VERSION"),
         ({"root": "/nonexistent/cgpu-root", "engine": "none"}, ValueError, "root: '/nonexistent/cgpu-root' is not"),
         ({"spec_dirs": "/etc/cdi"}, TypeError, "spec_dirs must be a list"),
         ({"timeout": -1}, ValueError, "timeout must be a positive number"),

@@ -110,3 +110,57 @@ def test_every_text_is_capped_with_an_ellipsis(tmp_path):
     built = builder.build()
     assert len(built["evidence"]["vulkan"]) == MAX_TEXT and built["evidence"]["vulkan"].endswith("x…")
     assert len(built["problems"][0]["message"]) == MAX_TEXT == len(built["problems"][0]["source"])
+
+
+@pytest.mark.parametrize("mode", [["--brief"], ["--explain", "cuda"], ["--list-devices"]])
+def test_the_terse_modes_say_the_reports_problems_on_stderr(mode, tmp_path):
+    done = cli(
+        "probe",
+        *SAMPLE,
+        "--spec-dir",
+        str(tmp_path / "missing"),
+        "--spec-dir",
+        str(SPEC.parent),
+        "--device",
+        "nvidia.com/gpu=9",
+        *mode,
+    )
+    lines = done.stderr.decode().splitlines()
+    assert done.returncode == 0 and len(lines) == 2, lines
+    assert lines[0].startswith("cgpu probe: error: nvidia.com/gpu=9: unresolvable CDI devices nvidia.com/gpu=9")
+    assert lines[1].startswith(f"cgpu probe: warning: {tmp_path / 'missing'}: the spec dir")
+    full = cli("probe", *SAMPLE, "--spec-dir", str(SPEC.parent), "--device", "nvidia.com/gpu=9", "--json")
+    assert json.loads(full.stdout)["containers"] == [] and done.stdout.strip() != b""
+
+
+def test_a_clean_report_says_nothing_on_stderr():
+    done = cli("probe", *SAMPLE, "--spec-dir", str(SPEC.parent), "--brief")
+    assert (done.returncode, done.stdout, done.stderr) == (0, b"cuda,vulkan,opencl\n", b"")
+
+
+def test_an_engine_named_that_does_not_answer_is_an_error(tmp_path):
+    done = cli(
+        "probe",
+        *SAMPLE[:2],
+        "--engine",
+        "docker",
+        *SAMPLE[4:],
+        "--spec-dir",
+        str(SPEC.parent),
+        "--brief",
+        env={"PATH": str(tmp_path)},  # no docker here
+    )
+    assert done.returncode == 0 and done.stdout == b"cuda,vulkan,opencl\n"
+    assert done.stderr.decode().startswith("cgpu probe: error: --engine docker: no docker answered on this host")
+
+
+def test_explain_lists_only_the_devices_seen_for_that_api():
+    from cgpu.render import render_explain
+
+    builder = ReportBuilder("local")
+    builder.absent("vulkan", "only lavapipe")
+    seen = {"status": "ignored", "counted": False, "source": "local probe", "reason": "a CPU device"}
+    builder.device("llvmpipe", [], api="vulkan", **seen)
+    builder.device("pthread-cpu", [], api="opencl", **seen)
+    text = render_explain(builder.build(), "vulkan")
+    assert "llvmpipe" in text and "pthread-cpu" not in text

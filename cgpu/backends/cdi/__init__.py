@@ -298,8 +298,8 @@ def _engine_rules(
         if not found:
             wanted = f"no {option.name}" if option.name else "no podman or docker"
             why = f" ({'; '.join(failures)})" if failures else ""
-            report.problem(
-                "warning",
+            report.problem(  # an engine named and absent: the answer is not for the engine asked for
+                "error" if option.name else "warning",
                 f"--engine {option}",
                 f"{wanted} answered on this host{why}, so specs are judged by the newest CDI rules; "
                 f"name the engine that will run the containers with --engine NAME@VERSION",
