@@ -31,8 +31,9 @@ def summary(report: dict[str, Any]) -> str:
     # never "none" while an API is unknown: that would pass for a no
     got = ", ".join(provided) or ("nothing known" if unknown else "none")
     parts = [f"containers get: {got}" + (f"; unknown: {', '.join(unknown)}" if unknown else "")]
-    devices = report["devices"]
-    parts.append(f"{len(devices)} device{'' if len(devices) == 1 else 's'}")
+    devices, distinct = report["devices"], len(group_aliases(report["devices"]))
+    names = f" ({len(devices)} names)" if len(devices) != distinct else ""
+    parts.append(f"{distinct} device{'' if distinct == 1 else 's'}{names}")
     problems = merge_problems(report["problems"])
     if problems:
         counts = [f"{n} {s}{'' if n == 1 else 's'}" for s in SEVERITY_ORDER if (n := _count(problems, s))]
@@ -129,9 +130,9 @@ def render_devices(devices: list[dict[str, Any]], *, columns: int = 80, style: S
     rest = sum(widths[1:]) + 2 * (len(widths) - 1)
     # A name too long for the column goes on a line of its own, its row below it.
     widths[0] = max([len(r[0][0]) for r in rows if len(r[0][0]) + 2 + rest <= columns], default=len(header[0]))
-    title = f"devices: {len(devices)} name{'s' if len(devices) != 1 else ''}"
+    title = f"devices: {len(groups)}"
     if len(groups) != len(devices):
-        title += f", {len(groups)} distinct (aliases of one device share a row)"
+        title += f" ({len(devices)} names: a device's other names are its aliases, shown as `also`)"
     lines = wrap(title, columns)
     lines.append(style(_cells(header, widths), "bold"))
     for row, aliases, device in rows:

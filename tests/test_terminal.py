@@ -133,8 +133,9 @@ def test_mig_sample_answers_on_the_first_line_and_groups_aliases(run_cli):
     code, out, err = run_cli("probe", *MIG)
     assert code == 0, err
     lines = out.splitlines()
-    assert lines[0] == "containers get: cuda, vulkan, opencl · 25 devices · no problems"
-    assert "devices: 25 names, 13 distinct (aliases of one device share a row)" in out
+    assert lines[0] == "containers get: cuda, vulkan, opencl · 13 devices (25 names) · no problems"
+    assert "devices: 13 (25 names: a device's other names are its aliases, shown as `also`)" in out
+    assert "nvidia.com/gpu=4 (and 12 other devices) gets" in out  # distinct devices, not names
     assert "also MIG-3f0a0000-7c1e-5b4a-8d2f-1a2b3c4d5e00" in out
     assert sum(line.startswith("  - metal") for line in lines) == 1 and "  - metal    Apple host API" in out
     devices = {d["name"]: d for d in json.loads(run_cli("probe", *MIG, "--json")[1])["devices"]}
@@ -351,3 +352,24 @@ def test_the_standalone_probe_has_a_human_mode(tmp_path):
     assert "  - metal" in done.stdout and max(len(line) for line in done.stdout.splitlines()) <= 80
     plain = subprocess.run([sys.executable, probe, "--api", "metal"], capture_output=True, text=True, timeout=60)
     assert json.loads(plain.stdout)["apis"]["metal"]["available"] is False  # JSON stays the default
+
+
+def test_one_gpu_is_one_device_whatever_its_names(run_cli):
+    sample = (
+        "--engine",
+        "none",
+        "--spec-dir",
+        "cdi-samples/nvidia-current/spec",
+        "--root",
+        "cdi-samples/hosts/nvidia-580",
+    )
+    code, out, err = run_cli("probe", "--backend", "cdi", *sample)
+    assert (
+        code == 0 and out.splitlines()[0] == "containers get: cuda, vulkan, opencl · 1 device (3 names) · no problems"
+    )
+    assert "devices: 1 (3 names:" in out and "other device" not in out
+
+
+def test_a_gpus_own_mig_devices_are_suggested_first(run_cli):
+    code, _, err = run_cli("probe", *MIG, "--device", "nvidia.com/gpu=0", "--brief")
+    assert code == 0 and "did you mean nvidia.com/gpu=0:0, nvidia.com/gpu=0:1, " in err, err

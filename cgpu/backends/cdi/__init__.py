@@ -376,7 +376,9 @@ def _did_you_mean(unknown: list[str], scan: ScanResult) -> str:
     known = list(scan.devices)
     hints = []
     for name in unknown[:3]:
-        close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+        children = [k for k in known if k.startswith(name + ":")]  # a GPU's own MIG devices first
+        close = [*children, *(c for c in difflib.get_close_matches(name, known, n=3, cutoff=0.6) if c not in children)]
+        close = close[:3]
         if close:
             hints.append(f"{name}: did you mean {', '.join(close)}?")
     if hints:
@@ -552,7 +554,7 @@ def _driver_not_loaded(kind: str, host: HostFS) -> str | None:
 def _lead(answers: list[DeviceAnswer]) -> str:
     """The first device's name, with how many more share the finding: grammatical before 'gets'."""
     first = answers[0].name
-    rest = len(answers) - 1
+    rest = len({id(a.findings) for a in answers}) - 1  # distinct devices: a GPU's index and UUID are one
     return first if rest == 0 else f"{first} (and {rest} other device{'s' if rest > 1 else ''})"
 
 
