@@ -119,14 +119,15 @@ def _parser() -> argparse.ArgumentParser:
         epilog=_PROBE_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    output = probe.add_argument_group("output (one of)").add_mutually_exclusive_group()
+    views = probe.add_argument_group("output (one of; --list-devices also takes --json)")
+    output = views.add_mutually_exclusive_group()
     output.add_argument("--json", action="store_true", help="the report as one JSON object (for machines)")
     output.add_argument("--brief", action="store_true", help="one line: the APIs containers get, unknown ones with ?")
     output.add_argument(
-        "--list-devices", action="store_true", help="every device name with its status, APIs and spec file"
-    )
-    output.add_argument(
         "--explain", choices=API_ORDER, metavar="API", help="the checklist behind one API's answer, per device"
+    )
+    views.add_argument(
+        "--list-devices", action="store_true", help="every device name with its status, APIs and spec file"
     )
     probe.add_argument(
         "--color",
@@ -359,6 +360,8 @@ _LISTS = ("spec_dirs", "devices")  # repeatable flags, a list keyword
 
 
 def _probe(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    if args.list_devices and (args.brief or args.explain):
+        parser.error("--list-devices does not combine with --brief or --explain (it does with --json)")
     backend = args.backend or default_backend()
     given = _backend_options(parser, args, backend)
     human = not (args.json or args.brief)

@@ -88,7 +88,8 @@ def test_spec_values_and_file_names_reach_the_terminal_escaped(run_cli, tmp_path
         out = re.sub(r"\x1b\[[0-9;]*m", "", out)
     assert unsafe(out) == [] and unsafe(err) == []
     assert not any(line.startswith("containers get: cuda") for line in out.splitlines()[1:])
-    assert "\\e[8A" in re.sub(r"\n\s*", "", out)  # shown, not hidden (maybe wrapped)
+    shown = out + err if mode == ("--list-devices",) else out  # --list-devices: the problems on stderr
+    assert "\\e[8A" in re.sub(r"\n\s*", "", shown)  # shown, not hidden (maybe wrapped)
     assert json.loads(run_cli("probe", "--engine", "none", "--spec-dir", str(specs), "--root", str(root), "--json")[1])
 
 
@@ -265,7 +266,8 @@ def test_brief_list_devices_and_explain(run_cli):
     code, out, _ = run_cli("probe", *MIG, "--list-devices")
     rows = out.splitlines()
     assert rows[0] == f"spec {MIG[3]}/nvidia.yaml"
-    assert rows[1].split() == ["nvidia.com/gpu=4", "ok", "cuda,", "vulkan,", "opencl"]
+    assert rows[1].split() == ["DEVICE", "STATUS", "APIS"]
+    assert rows[2].split() == ["nvidia.com/gpu=4", "ok", "cuda,", "vulkan,", "opencl"]
     assert sum(row.startswith("  nvidia.com/gpu=") for row in rows) == 25  # every name, aliases too
     code, out, _ = run_cli(
         "probe", "--engine", "none", "--spec-dir", "cdi-samples/nvidia-1.17/spec",
@@ -373,3 +375,32 @@ def test_one_gpu_is_one_device_whatever_its_names(run_cli):
 def test_a_gpus_own_mig_devices_are_suggested_first(run_cli):
     code, _, err = run_cli("probe", *MIG, "--device", "nvidia.com/gpu=0", "--brief")
     assert code == 0 and "did you mean nvidia.com/gpu=0:0, nvidia.com/gpu=0:1, " in err, err
+
+
+@pytest.mark.parametrize("columns", ["80", "120"])
+def test_list_devices_never_wraps_a_name(run_cli, columns):
+    code, out, _ = run_cli("probe", *MIG, "--list-devices", env={"COLUMNS": columns})
+    rows = out.splitlines()[1:]
+    assert code == 0 and len(rows) == 26 and all(len(row) <= int(columns) for row in rows)
+    assert all(
+        row.split()[1:] in (["STATUS", "APIS"], ["ok", "cuda,", "vulkan,", "opencl"], ["ok", "cuda,", "opencl"])
+        for row in rows
+    )
+    uuid = next(row.split()[0] for row in rows if "6f04" in row)
+    if columns == "80":  # cut in the middle: the end that tells UUIDs apart stays
+        assert "…" in uuid and uuid.endswith("-2b1c7d0e6f04") and uuid.startswith("nvidia.com/gpu=GPU-")
+    else:
+        assert uuid == "nvidia.com/gpu=GPU-4a9c0b0e-1f83-5d2a-9e55-2b1c7d0e6f04"
+
+
+def test_list_devices_keeps_the_warnings_on_stderr(run_cli, tmp_path):
+    code, out, err = run_cli("probe", *MIG, "--spec-dir", str(tmp_path / "none"), "--list-devices")
+    assert code == 0 and "DEVICE" in out and err.startswith(f"cgpu probe: warning: {tmp_path / 'none'}: the spec dir")
+
+
+def test_list_devices_with_json_is_the_report_with_every_full_name(run_cli):
+    code, out, _ = run_cli("probe", *MIG, "--list-devices", "--json")
+    names = [d["name"] for d in json.loads(out)["devices"]]
+    assert code == 0 and len(names) == 25 and "nvidia.com/gpu=GPU-4a9c0b0e-1f83-5d2a-9e55-2b1c7d0e6f04" in names
+    code, _, err = run_cli("probe", *MIG, "--list-devices", "--brief")
+    assert code == 2 and "--list-devices does not combine with --brief" in err
