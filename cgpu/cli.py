@@ -28,6 +28,8 @@ from cgpu.apis import API_ORDER
 from cgpu.backends import BACKENDS, MAX_TIMEOUT, OPTIONS, default_backend, run_backend
 from cgpu.report import ReportBuilder, to_json
 
+OUTPUT_FORMATS = ("json", "yaml", "name", "wide")
+
 
 class ExitCode(IntEnum):
     OK = 0
@@ -72,6 +74,15 @@ _IMAGE_EXIT_TEXT = f"""exit status:
   4    no: the image would not get vulkan (the checks say why and the fix)
   5    unknown: cannot tell from the image alone"""
 
+_ENVIRONMENT = """environment:
+  CGPU_CACHE_DIR     where cgpu caches parsed specs, the host engine and krunkit
+                     answers (default: the user's cache dir, cgpu/ in it)
+  CGPU_VERIFY_LABEL  the cgpu.verify label of --verify's containers (default 1)
+  CGPU_WSL_DISTRO    the WSL distro when --distro is not given
+  CGPU_WSL_EXE       the wsl.exe to run (default: wsl.exe on PATH)
+  CGPU_KRUNKIT_EXE   the krunkit to run (default: PATH, podman's helper dirs)
+  NO_COLOR, COLUMNS  no automatic colour; the width to wrap to (40 to 1000)"""
+
 _PROBE_EPILOG = f"""--timeout defaults (each command cgpu runs gets its own limit):
   cdi      nothing runs without --verify; --engine auto: 10 s;
            --verify: 60 s per container, 30 s per engine API call
@@ -85,6 +96,10 @@ examples:
   cgpu probe --list-devices    every CDI device name, its status and spec file
   cgpu probe --explain cuda --device nvidia.com/gpu=0
   cgpu probe --json --spec-dir /etc/cdi --root /host
+  cgpu probe -q                names only, one per line (as -o name)
+  cgpu probe -o yaml -s /etc/cdi -e podman@4.3.1
+
+{_ENVIRONMENT}
 
 {_PROBE_EXIT}"""
 
@@ -95,6 +110,11 @@ _IMAGE_EPILOG = f"""examples:
 
 --timeout default: 300 s for the whole check (exporting the image included).
 
+environment:
+  DOCKER_HOST        the Docker daemon an image is exported from
+  CGPU_KRUNKIT_EXE   the krunkit --machine's probe runs (as for probe)
+  NO_COLOR, COLUMNS  no automatic colour; the width to wrap to (40 to 1000)
+
 {_IMAGE_EXIT_TEXT}"""
 
 
@@ -104,7 +124,8 @@ def _parser() -> argparse.ArgumentParser:
         description="Which GPU APIs does a container started here actually get?",
         epilog=(
             "examples:\n  cgpu probe\n  cgpu watch --answer-file /run/cgpu/answer.json\n  cgpu image check REF\n"
-            "  cgpu schema\n\nexit status: each command's --help lists its own (0 success, 2 bad usage,\n"
+            "  cgpu schema\n  source <(cgpu completion bash)\n  cgpu man > cgpu.1\n\n"
+            "exit status: each command's --help lists its own (0 success, 2 bad usage,\n"
             "3 internal error, 130 interrupted, 143 terminated)"
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -119,9 +140,18 @@ def _parser() -> argparse.ArgumentParser:
         epilog=_PROBE_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    views = probe.add_argument_group("output (one of; --list-devices also takes --json)")
+    views = probe.add_argument_group("output (one of; --list-devices also takes --json, -o and -q)")
     output = views.add_mutually_exclusive_group()
-    output.add_argument("--json", action="store_true", help="the report as one JSON object (for machines)")
+    output.add_argument("--json", action="store_true", help="the report as one JSON object (for machines): -o json")
+    output.add_argument(
+        "-o",
+        "--output",
+        choices=OUTPUT_FORMATS,
+        metavar="FORMAT",
+        help="json: the report (as --json); yaml: the same as YAML; name: one device name per line; "
+        "wide: the device list, names never cut",
+    )
+    output.add_argument("-q", "--quiet", action="store_true", help="device names only, one per line (-o name)")
     output.add_argument("--brief", action="store_true", help="one line: the APIs containers get, unknown ones with ?")
     output.add_argument(
         "--explain", choices=API_ORDER, metavar="API", help="the checklist behind one API's answer, per device"
@@ -141,12 +171,13 @@ def _parser() -> argparse.ArgumentParser:
     watch = sub.add_parser(
         "watch",
         help="keep an answer file and/or an NFD feature file current",
-        description="Probe, write the answer, then probe again whenever a spec dir or the NVIDIA driver\n"
-        "version changes, and every --interval seconds. Runs until SIGTERM or Ctrl-C.",
+        description="Probe, write the answer, then probe again whenever a spec dir or the NVIDIA\n"
+        "driver version changes, and every --interval seconds. Runs until SIGTERM or\nCtrl-C.",
         epilog="example:\n  cgpu watch --nfd-file /etc/kubernetes/node-feature-discovery/features.d/cgpu \\\n"
         "      --answer-file /run/cgpu/answer.json\n\n"
         "exit status:\n  2    bad usage\n  1    an answer file cannot be written\n"
-        "  130  interrupted (Ctrl-C); 143 terminated (SIGTERM): the last complete files stay",
+        "  130  interrupted (Ctrl-C); 143 terminated (SIGTERM): the last complete files\n"
+        "       stay\n\n" + _ENVIRONMENT,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     watch.add_argument("--answer-file", metavar="PATH", help="keep the JSON report here (replaced atomically)")
@@ -219,18 +250,38 @@ def _parser() -> argparse.ArgumentParser:
     schema = sub.add_parser(
         "schema",
         help="print the JSON Schema of the probe report or the image check",
-        description="Print the JSON Schema of the probe report (`cgpu probe --json`, the default) or of\n"
-        "the image check's answer (`cgpu image check --json`).",
+        description="Print the JSON Schema of the probe report (`cgpu probe --json`, the default)\n"
+        "or of the image check's answer (`cgpu image check --json`).",
         epilog="examples:\n  cgpu schema > cgpu-report.schema.json\n  cgpu schema image-check",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     schema.add_argument("what", nargs="?", choices=("report", "image-check"), default="report")
+
+    completion = sub.add_parser(
+        "completion",
+        help="print a shell completion script (bash, zsh, fish)",
+        description="Print the completion script for a shell, generated from cgpu's own options.",
+        epilog="examples:\n  source <(cgpu completion bash)          # bash, this shell\n"
+        "  cgpu completion zsh > ~/.zfunc/_cgpu    # zsh (bashcompinit)\n"
+        "  cgpu completion fish > ~/.config/fish/completions/cgpu.fish",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    completion.add_argument("shell", choices=("bash", "zsh", "fish"))
+    sub.add_parser(
+        "man",
+        help="print the man page (roff), generated from these options",
+        description="Print cgpu's man page as roff, generated from the same options as --help.",
+        epilog="example:\n  cgpu man > cgpu.1 && man -l cgpu.1",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     return parser
 
 
 def _add_probe_options(parser: argparse.ArgumentParser) -> None:
     """The options that choose and steer a backend: shared by `probe` and `watch`."""
-    parser.add_argument("--backend", choices=BACKENDS, help="default: cdi on Linux, wsl on Windows, krunkit on macOS")
+    parser.add_argument(
+        "-b", "--backend", choices=BACKENDS, help="default: cdi on Linux, wsl on Windows, krunkit on macOS"
+    )
     parser.add_argument("--timeout", type=_seconds, metavar="SECONDS", help="limit for each command cgpu runs")
     parser.add_argument(
         "--probe-image",
@@ -239,20 +290,23 @@ def _add_probe_options(parser: argparse.ArgumentParser) -> None:
     )
     cdi = parser.add_argument_group("cdi backend (Linux)")
     cdi.add_argument(
+        "-s",
         "--spec-dir",
         dest="spec_dirs",
         action="append",
         metavar="DIR",
         help="CDI spec directory, repeatable, lowest priority first (default: /etc/cdi, then /var/run/cdi)",
     )
-    cdi.add_argument("--root", metavar="DIR", help="host filesystem the specs are checked against (default: /)")
+    cdi.add_argument("-r", "--root", metavar="DIR", help="host filesystem the specs are checked against (default: /)")
     cdi.add_argument(
+        "-e",
         "--engine",
         metavar="ENGINE@VERSION|auto|none",
         help="whose CDI rules judge the specs: auto (default) asks the host's podman or docker; podman@X or docker@X "
         "judges for another host; none: the newest rules",
     )
     cdi.add_argument(
+        "-d",
         "--device",
         dest="devices",
         action="append",
@@ -284,6 +338,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             _emit(to_json(report_schema() if args.what == "report" else image_check_schema()))
             return ExitCode.OK
+        if args.command in ("completion", "man"):
+            from cgpu.shell import completion, man_page
+
+            _emit(
+                (completion(parser, args.shell) if args.command == "completion" else man_page(parser, __version__))[:-1]
+            )
+            return ExitCode.OK
         if args.command == "image":
             return _image_check(args)
         if args.command == "krunkit" and args.krunkit_command == "build-image":
@@ -307,7 +368,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             signal.signal(signal.SIGTERM, previous)
 
 
-_OUTPUT_FLAGS = ("command", "subparser", "backend", "json", "brief", "list_devices", "explain", "color")
+_OUTPUT_FLAGS = (
+    "command",
+    "subparser",
+    "backend",
+    "json",
+    "output",
+    "quiet",
+    "brief",
+    "list_devices",
+    "explain",
+    "color",
+)
 _WATCH_ONLY = ("answer_file", "nfd_file", "interval", "expiry")
 
 
@@ -362,28 +434,38 @@ _LISTS = ("spec_dirs", "devices")  # repeatable flags, a list keyword
 def _probe(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if args.list_devices and (args.brief or args.explain):
         parser.error("--list-devices does not combine with --brief or --explain (it does with --json)")
+    output = "json" if args.json else "name" if args.quiet else args.output
     backend = args.backend or default_backend()
     given = _backend_options(parser, args, backend)
-    human = not (args.json or args.brief)
+    human = not (output in ("json", "yaml", "name") or args.brief)
     builder, code = _run("probe", backend, given, _progress if human else None)
     if code == ExitCode.USAGE:
         return code
     report = builder.build()
-    if args.json:
+    if output == "json":
         _emit(to_json(report))
         return code
-    from cgpu import render
-    from cgpu.terminal import Style, width
+    if output == "yaml":
+        from cgpu.report import to_yaml
 
+        _emit(to_yaml(report).rstrip("\n"))
+        return code
+    from cgpu import render
+    from cgpu.terminal import Style, escape, width
+
+    if output == "name":  # every name, aliases too, as `nvidia-ctk cdi list`
+        _emit("\n".join(escape(device["name"]) for device in report["devices"]))
+        _say_problems(report)
+        return code
     if args.brief:
         _emit(render.brief(report))
         _say_problems(report)
         return code
     columns, style = width(), Style.choose(args.color)
-    if args.list_devices or args.explain:
+    if args.list_devices or args.explain or output == "wide":
         _say_problems(report)  # the terse views show no problems block of their own in full
-    if args.list_devices:
-        _emit(render.render_device_list(report, columns=columns, style=style))
+    if args.list_devices or output == "wide":
+        _emit(render.render_device_list(report, columns=columns, style=style, wide=output == "wide"))
     elif args.explain:
         text = render.render_explain(
             report, args.explain, devices=args.devices, root=args.root or "/", columns=columns, style=style
@@ -458,7 +540,7 @@ class _BadUsage(Exception):
 
 
 def _take_devices(argv: list[str]) -> tuple[list[str], list[str]]:
-    """`probe`'s and `watch`'s `--device NAME` and `--device=NAME`, taken out before argparse sees them.
+    """`probe`'s and `watch`'s `--device NAME`, `-d NAME` and `--device=NAME`, taken out before argparse sees them.
 
     argparse looks for the next option by scanning the index of every option again, for each
     option: quadratic in their number (50,000 `--device` flags took 86 s). Anything unusual
@@ -475,7 +557,7 @@ def _take_devices(argv: list[str]) -> tuple[list[str], list[str]]:
             break
         if arg.startswith("--device="):
             devices.append(arg.removeprefix("--device="))
-        elif arg == "--device" and index + 1 < len(argv) and not argv[index + 1].startswith("-"):
+        elif arg in ("--device", "-d") and index + 1 < len(argv) and not argv[index + 1].startswith("-"):
             devices.append(argv[index + 1])
             index += 1
         else:

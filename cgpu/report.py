@@ -40,6 +40,14 @@ def to_json(data: Any, *, indent: int | None = 2) -> str:
     return json.dumps(_no_surrogates(data), indent=indent)
 
 
+def to_yaml(data: Any) -> str:
+    """The same data as YAML (PyYAML's safe dump, block style, keys in the report's order),
+    undecodable bytes written as in `to_json`."""
+    import yaml
+
+    return str(yaml.safe_dump(_no_surrogates(data), sort_keys=False, allow_unicode=True, width=1_000_000))
+
+
 def _unsurrogate(match: re.Match[str]) -> str:
     code = ord(match.group())
     return f"\\x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"\\u{code:04x}"

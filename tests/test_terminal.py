@@ -337,7 +337,17 @@ def test_help_gives_timeout_defaults_exit_codes_and_examples(run_cli):
     out = run_cli("image", "check", "--help")[1]
     assert f"{EXPORT:g} s" in out and "exit status:" in out and "oci:PATH" in out
     assert "--json" in out and "the answer as one JSON object" in out
-    for command in ((), ("probe",), ("image", "check"), ("krunkit", "write-assets"), ("krunkit", "build-image")):
+    for command in (
+        (),
+        ("probe",),
+        ("watch",),
+        ("schema",),
+        ("image", "check"),
+        ("krunkit", "write-assets"),
+        ("krunkit", "build-image"),
+        ("completion",),
+        ("man",),
+    ):
         text = run_cli(*command, "--help", env={"COLUMNS": "80"})[1]
         assert "example" in text and max(len(line) for line in text.splitlines()) <= 80, command
 
