@@ -257,6 +257,20 @@ def _parser() -> argparse.ArgumentParser:
     )
     schema.add_argument("what", nargs="?", choices=("report", "image-check"), default="report")
 
+    samples = sub.add_parser(
+        "samples",
+        help="write the CDI samples and fake hosts the README's commands use",
+        description="Write the CDI sample specs and the fake host trees they are checked against\n"
+        "(cdi-samples/ in a checkout) into a new or empty folder: what a pip user\n"
+        "needs to run the README's commands. Nothing is overwritten.",
+        epilog="example:\n  cgpu samples cdi-samples\n"
+        "  cgpu probe -b cdi -e none -s cdi-samples/nvidia-current/spec \\\n"
+        "      -r cdi-samples/hosts/nvidia-580\n\n"
+        "exit status:\n  0  written\n  1  the folder is not new or empty, or cannot be written\n  2  bad usage",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    samples.add_argument("dir", metavar="DIR", help="a new or empty folder")
+
     completion = sub.add_parser(
         "completion",
         help="print a shell completion script (bash, zsh, fish)",
@@ -345,6 +359,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 (completion(parser, args.shell) if args.command == "completion" else man_page(parser, __version__))[:-1]
             )
             return ExitCode.OK
+        if args.command == "samples":
+            return _write_samples(args.dir)
         if args.command == "image":
             return _image_check(args)
         if args.command == "krunkit" and args.krunkit_command == "build-image":
@@ -605,6 +621,23 @@ def _write_assets(folder: str) -> int:
         print(f"cgpu krunkit write-assets: {escape(exc)}", file=sys.stderr)
         return ExitCode.COULD_NOT_RUN
     _emit("\n".join(escape(path) for path in written))
+    return ExitCode.OK
+
+
+def _write_samples(folder: str) -> int:
+    from cgpu.samples import write_samples
+    from cgpu.terminal import escape
+
+    try:
+        count = write_samples(folder)
+    except OSError as exc:
+        print(f"cgpu samples: {escape(exc)}", file=sys.stderr)
+        return ExitCode.COULD_NOT_RUN
+    first = (
+        f"cgpu probe --backend cdi --engine none --spec-dir {folder}/nvidia-current/spec "
+        f"--root {folder}/hosts/nvidia-580"
+    )
+    _emit(escape(f"wrote {count} files into {folder}; try: {first}"))
     return ExitCode.OK
 
 

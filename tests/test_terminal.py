@@ -345,6 +345,7 @@ def test_help_gives_timeout_defaults_exit_codes_and_examples(run_cli):
         ("image", "check"),
         ("krunkit", "write-assets"),
         ("krunkit", "build-image"),
+        ("samples",),
         ("completion",),
         ("man",),
     ):
