@@ -204,7 +204,9 @@ class Report(BaseModel):
     `containers` lists the provided APIs; `apis` gives each API's state (provided, absent,
     unknown) and what the image must bring; `evidence` says why in one sentence per API;
     `devices` are the backend's devices (their shape depends on `backend`); `problems` every
-    bad input or failed command.
+    bad input or failed command. The JSON is valid UTF-8: a file name's byte that is not UTF-8
+    is written as the four characters `\\xNN`; evidence, problem and reason texts are capped at
+    2,000 characters, a cut one ending in `…`.
     """
 
     model_config = ConfigDict(extra="forbid")
