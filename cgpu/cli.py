@@ -441,7 +441,8 @@ def _run(
 
 def flag(keyword: str) -> str:
     """The CLI flag of a library keyword: `spec_dirs` is `--spec-dir`, `vm_image` `--vm-image`."""
-    return "--" + keyword.removesuffix("s").replace("_", "-") if keyword in _LISTS else "--" + keyword.replace("_", "-")
+    name = keyword.removesuffix("s") if keyword in _LISTS else keyword
+    return "--" + name.replace("_", "-")
 
 
 _LISTS = ("spec_dirs", "devices")  # repeatable flags, a list keyword
@@ -469,8 +470,9 @@ def _probe(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     from cgpu import render
     from cgpu.terminal import Style, escape, width
 
-    if output == "name":  # every name, aliases too, as `nvidia-ctk cdi list`
-        _emit("\n".join(escape(device["name"]) for device in report["devices"]))
+    if output == "name":  # every name, aliases too, as `nvidia-ctk cdi list`; nothing at all for none
+        if report["devices"]:
+            _emit("\n".join(escape(device["name"]) for device in report["devices"]))
         _say_problems(report)
         return code
     if args.brief:
