@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import os
 import re
 from dataclasses import dataclass, field
 
@@ -171,7 +172,11 @@ def _first(text: str) -> str:
 def man_page(parser: argparse.ArgumentParser, version: str) -> str:
     """The whole CLI as one roff man page (section 1)."""
     tree = commands(parser)
-    today = datetime.date.today().isoformat()
+    epoch = os.environ.get("SOURCE_DATE_EPOCH", "")  # reproducible builds: the date they set
+    if epoch.isdecimal() and len(epoch) < 12:
+        today = datetime.datetime.fromtimestamp(int(epoch), datetime.timezone.utc).date().isoformat()
+    else:
+        today = datetime.date.today().isoformat()
     out = [
         f'.TH CGPU 1 "{today}" "cgpu {_roff(version)}" "User Commands"',
         ".nh",
