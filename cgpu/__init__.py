@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any, Literal, overload
 
-from cgpu.errors import CgpuError
+from cgpu.errors import CgpuError, CgpuTypeError, CgpuValueError
 
 __version__ = "0.1.0"
 
@@ -26,7 +26,17 @@ if TYPE_CHECKING:
 
     from cgpu.model import ImageCheck, Report
 
-__all__ = ["CgpuError", "ImageCheck", "ProbeError", "Report", "__version__", "check_image", "probe"]
+__all__ = [
+    "CgpuError",
+    "CgpuTypeError",
+    "CgpuValueError",
+    "ImageCheck",
+    "ProbeError",
+    "Report",
+    "__version__",
+    "check_image",
+    "probe",
+]
 
 PathArg = str | os.PathLike[str]  # a path option: a str or a pathlib.Path
 
@@ -72,7 +82,8 @@ def probe(
     given), as is a value of the wrong type: a lone string where a list is expected, a
     `verify` or `refresh` that is not a bool, a `timeout` that is not a number. A value that
     cannot work (a malformed device name, an unknown engine, a timeout that is not positive)
-    is a ValueError. Raises ProbeError (with `.report`) when the backend could not run.
+    is a ValueError; each names the keyword, and each is also a `CgpuError`. Raises ProbeError
+    (with `.report`) when the backend could not run.
     """
     from cgpu.backends import default_backend, run_backend
 
@@ -95,7 +106,7 @@ def probe(
 
     builder = run_backend(name or "", options)  # an unknown backend: ValueError; another's option: TypeError
     if builder.bad_usage:
-        raise ValueError("; ".join(p["message"] for p in builder.problems if p["severity"] == "error"))
+        raise CgpuValueError("; ".join(builder.usage()))
     report = Report.model_validate(builder.build())
     if builder.could_not_run:
         raise ProbeError(report)
@@ -109,7 +120,9 @@ def check_image(ref: str, *, machine: str | None = None, timeout: float | None =
     `dir:PATH`. machine: also run cgpu's probe in the image inside this krunkit VM. The answer's
     `status` says whether the image was checked (`unreadable`: it could not be read at all) and
     `verdict` answers (yes, no, unknown); nothing is raised for an image that cannot be read.
-    TypeError for arguments of the wrong type, ValueError for a timeout that is not positive.
+    TypeError for arguments of the wrong type, ValueError for a timeout that is not positive or a
+    `ref` that is no image reference (`Bad::Ref`, `oci-archive:` without its path): both are
+    `CgpuError`s, as is every error raised here on purpose.
     """
     from cgpu.image.check import check_image as check
     from cgpu.model import ImageCheck
@@ -136,7 +149,7 @@ def _text(name: str, value: object, *, required: Literal[True]) -> str: ...
 def _text(name: str, value: object) -> str | None: ...
 def _text(name: str, value: object, *, required: bool = False) -> str | None:
     if (value is not None or required) and not isinstance(value, str):
-        raise TypeError(f"{name} must be a str, not {type(value).__name__}")
+        raise CgpuTypeError(f"{name} must be a str, not {type(value).__name__}")
     return value
 
 
@@ -151,7 +164,7 @@ def _path(name: str, value: object, *, required: bool = False) -> str | None:
         path = os.fspath(value)
         if isinstance(path, str):
             return path
-    raise TypeError(f"{name} must be a str or os.PathLike path, not {type(value).__name__}")
+    raise CgpuTypeError(f"{name} must be a str or os.PathLike path, not {type(value).__name__}")
 
 
 def _sequence(name: str, value: object, what: str) -> Sequence[object] | None:
@@ -160,9 +173,9 @@ def _sequence(name: str, value: object, what: str) -> Sequence[object] | None:
     if value is None:
         return None
     if isinstance(value, str | bytes | os.PathLike):
-        raise TypeError(f"{name} must be a list of {what}, not a single {type(value).__name__}: {name}=[{value!r}]")
+        raise CgpuTypeError(f"{name} must be a list of {what}, not a single {type(value).__name__}: {name}=[{value!r}]")
     if not isinstance(value, Sequence):
-        raise TypeError(f"{name} must be a list of {what}, not {type(value).__name__}")
+        raise CgpuTypeError(f"{name} must be a list of {what}, not {type(value).__name__}")
     return value
 
 
@@ -178,7 +191,7 @@ def _texts(name: str, value: object) -> list[str] | None:
 
 def _flag(name: str, value: object) -> bool:
     if not isinstance(value, bool):
-        raise TypeError(f"{name} must be True or False, not {type(value).__name__} {value!r}")
+        raise CgpuTypeError(f"{name} must be True or False, not {type(value).__name__} {value!r}")
     return value
 
 
@@ -186,9 +199,9 @@ def _seconds(value: object) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"timeout must be a number of seconds (int or float), not {type(value).__name__} {value!r}")
+        raise CgpuTypeError(f"timeout must be a number of seconds (int or float), not {type(value).__name__} {value!r}")
     from cgpu.backends import MAX_TIMEOUT
 
     if not 0 < value <= MAX_TIMEOUT:  # NaN fails this too
-        raise ValueError(f"timeout must be a positive number of seconds, at most {MAX_TIMEOUT:g}, not {value!r}")
+        raise CgpuValueError(f"timeout must be a positive number of seconds, at most {MAX_TIMEOUT:g}, not {value!r}")
     return float(value)

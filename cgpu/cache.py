@@ -67,7 +67,7 @@ def private_directory(path: Path, *, create: bool) -> None:
     except FileNotFoundError:
         if not create:
             raise
-        path.parent.mkdir(parents=True, exist_ok=True)
+        _make_parents(path.parent)
         try:
             os.mkdir(path, 0o700)
         except FileExistsError:  # another run made it meanwhile: checked below like any other
@@ -83,6 +83,22 @@ def private_directory(path: Path, *, create: bool) -> None:
         raise UnsafeCacheError(
             0, "it is owned by another user or writable by others (make it yours, mode 700)", str(path)
         )
+
+
+def _make_parents(path: Path) -> None:
+    """Create the missing directories of `path`, each 0700 whatever the umask (with umask 0,
+    `mkdir -p` would make `~/.cache` 0777, and another user could move the cache aside).
+    Directories that exist are left as they are."""
+    missing = []
+    while not os.path.lexists(path) and path != path.parent:
+        missing.append(path)
+        path = path.parent
+    for directory in reversed(missing):
+        try:
+            os.mkdir(directory, 0o700)
+        except FileExistsError:  # another run made it meanwhile
+            continue
+        os.chmod(directory, 0o700)  # mkdir passes its mode through the umask: one taking the owner bits too
 
 
 def open_private(path: Path, flags: int, *, mode: int = 0o600) -> int:

@@ -1,9 +1,9 @@
 """The command line: parses arguments, runs a backend, prints, and chooses the exit status.
 
-Exit status (one place, documented in the README):
-  0  the backend ran (an empty `containers` is a valid answer)
+Exit status (one place, documented in the README and in each command's --help):
+  0  the backend ran (an empty `containers` is a valid answer); `image check`: yes
   1  the backend could not run (missing tool, timeout, engine refused); the report says why
-  2  bad usage
+  2  bad usage, whatever the option (a malformed --device, --engine, --distro or image reference)
   3  internal error in cgpu (a bug: the report says so)
   4  `image check`: the image would not get vulkan under krunkit
   5  `image check`: cannot tell from the image alone
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import signal
 import sys
@@ -27,7 +26,9 @@ from typing import Any
 from cgpu import __version__
 from cgpu.apis import API_ORDER
 from cgpu.backends import BACKENDS, MAX_TIMEOUT, OPTIONS, default_backend, run_backend
-from cgpu.report import ReportBuilder
+from cgpu.report import ReportBuilder, to_json
+
+OUTPUT_FORMATS = ("json", "yaml", "name", "wide")
 
 
 class ExitCode(IntEnum):
@@ -52,16 +53,35 @@ def _on_sigterm(_signum: int, _frame: object) -> None:
     raise Terminated()
 
 
-_EXIT_CODES = """exit status:
-  0    the backend ran (an empty answer is an answer)
-  1    cgpu could not run (missing tool, timeout, engine refused): the report
-       says why
-  2    bad usage
-  3    internal error in cgpu (a bug; please report it)
-  4    image check: the image would not get vulkan under krunkit
-  5    image check: cannot tell from the image alone
+_STOPPED_EXIT = """  3    internal error in cgpu (a bug; please report it)
   130  interrupted (Ctrl-C); 143 terminated (SIGTERM); either way everything
        cgpu started is stopped first"""
+
+_PROBE_EXIT = f"""exit status:
+  0    the backend ran (an empty answer is an answer; --brief, --explain and
+       --list-devices repeat the report's errors and warnings on stderr)
+  1    cgpu could not run (missing tool, timeout, engine refused): the report
+       says why
+  2    bad usage: an unknown option, one of another backend, a malformed
+       --device, --engine or --distro, a --root that is not a directory
+{_STOPPED_EXIT}"""
+
+_IMAGE_EXIT_TEXT = f"""exit status:
+  0    yes: the image would get vulkan under krunkit
+  1    the image could not be read, or the probe --machine asks for did not run
+  2    bad usage: an unknown option, a REF that is no image reference
+{_STOPPED_EXIT}
+  4    no: the image would not get vulkan (the checks say why and the fix)
+  5    unknown: cannot tell from the image alone"""
+
+_ENVIRONMENT = """environment:
+  CGPU_CACHE_DIR     where cgpu caches parsed specs, the host engine and krunkit
+                     answers (default: the user's cache dir, cgpu/ in it)
+  CGPU_VERIFY_LABEL  the cgpu.verify label of --verify's containers (default 1)
+  CGPU_WSL_DISTRO    the WSL distro when --distro is not given
+  CGPU_WSL_EXE       the wsl.exe to run (default: wsl.exe on PATH)
+  CGPU_KRUNKIT_EXE   the krunkit to run (default: PATH, podman's helper dirs)
+  NO_COLOR, COLUMNS  no automatic colour; the width to wrap to (40 to 1000)"""
 
 _PROBE_EPILOG = f"""--timeout defaults (each command cgpu runs gets its own limit):
   cdi      nothing runs without --verify; --engine auto: 10 s;
@@ -76,8 +96,12 @@ examples:
   cgpu probe --list-devices    every CDI device name, its status and spec file
   cgpu probe --explain cuda --device nvidia.com/gpu=0
   cgpu probe --json --spec-dir /etc/cdi --root /host
+  cgpu probe -q                names only, one per line (as -o name)
+  cgpu probe -o yaml -s /etc/cdi -e podman@4.3.1
 
-{_EXIT_CODES}"""
+{_ENVIRONMENT}
+
+{_PROBE_EXIT}"""
 
 _IMAGE_EPILOG = f"""examples:
   cgpu image check quay.io/slopezpa/fedora-vgpu-llama
@@ -86,7 +110,12 @@ _IMAGE_EPILOG = f"""examples:
 
 --timeout default: 300 s for the whole check (exporting the image included).
 
-{_EXIT_CODES}"""
+environment:
+  DOCKER_HOST        the Docker daemon an image is exported from
+  CGPU_KRUNKIT_EXE   the krunkit --machine's probe runs (as for probe)
+  NO_COLOR, COLUMNS  no automatic colour; the width to wrap to (40 to 1000)
+
+{_IMAGE_EXIT_TEXT}"""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -95,7 +124,9 @@ def _parser() -> argparse.ArgumentParser:
         description="Which GPU APIs does a container started here actually get?",
         epilog=(
             "examples:\n  cgpu probe\n  cgpu watch --answer-file /run/cgpu/answer.json\n  cgpu image check REF\n"
-            f"  cgpu schema\n\n{_EXIT_CODES}"
+            "  cgpu schema\n  source <(cgpu completion bash)\n  cgpu man > cgpu.1\n\n"
+            "exit status: each command's --help lists its own (0 success, 2 bad usage,\n"
+            "3 internal error, 130 interrupted, 143 terminated)"
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -109,14 +140,24 @@ def _parser() -> argparse.ArgumentParser:
         epilog=_PROBE_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    output = probe.add_argument_group("output (one of)").add_mutually_exclusive_group()
-    output.add_argument("--json", action="store_true", help="the report as one JSON object (for machines)")
+    views = probe.add_argument_group("output (one of; --list-devices also takes --json, -o and -q)")
+    output = views.add_mutually_exclusive_group()
+    output.add_argument("--json", action="store_true", help="the report as one JSON object (for machines): -o json")
+    output.add_argument(
+        "-o",
+        "--output",
+        choices=OUTPUT_FORMATS,
+        metavar="FORMAT",
+        help="json: the report (as --json); yaml: the same as YAML; name: one device name per line; "
+        "wide: the device list, names never cut",
+    )
+    output.add_argument("-q", "--quiet", action="store_true", help="device names only, one per line (-o name)")
     output.add_argument("--brief", action="store_true", help="one line: the APIs containers get, unknown ones with ?")
     output.add_argument(
-        "--list-devices", action="store_true", help="every device name with its status, APIs and spec file"
-    )
-    output.add_argument(
         "--explain", choices=API_ORDER, metavar="API", help="the checklist behind one API's answer, per device"
+    )
+    views.add_argument(
+        "--list-devices", action="store_true", help="every device name with its status, APIs and spec file"
     )
     probe.add_argument(
         "--color",
@@ -125,16 +166,18 @@ def _parser() -> argparse.ArgumentParser:
         help="colour the human output: auto (default) on a terminal unless NO_COLOR is set",
     )
     _add_probe_options(probe)
+    probe.set_defaults(subparser=probe)  # its own usage line on a usage error
 
     watch = sub.add_parser(
         "watch",
         help="keep an answer file and/or an NFD feature file current",
-        description="Probe, write the answer, then probe again whenever a spec dir or the NVIDIA driver\n"
-        "version changes, and every --interval seconds. Runs until SIGTERM or Ctrl-C.",
+        description="Probe, write the answer, then probe again whenever a spec dir or the NVIDIA\n"
+        "driver version changes, and every --interval seconds. Runs until SIGTERM or\nCtrl-C.",
         epilog="example:\n  cgpu watch --nfd-file /etc/kubernetes/node-feature-discovery/features.d/cgpu \\\n"
         "      --answer-file /run/cgpu/answer.json\n\n"
         "exit status:\n  2    bad usage\n  1    an answer file cannot be written\n"
-        "  130  interrupted (Ctrl-C); 143 terminated (SIGTERM): the last complete files stay",
+        "  130  interrupted (Ctrl-C); 143 terminated (SIGTERM): the last complete files\n"
+        "       stay\n\n" + _ENVIRONMENT,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     watch.add_argument("--answer-file", metavar="PATH", help="keep the JSON report here (replaced atomically)")
@@ -149,6 +192,7 @@ def _parser() -> argparse.ArgumentParser:
         help="NFD drops the labels this long after the last write (default: 3 intervals)",
     )
     _add_probe_options(watch)
+    watch.set_defaults(subparser=watch)
 
     image = sub.add_parser("image", help="image tools", description="Image tools.")
     image_sub = image.add_subparsers(dest="image_command", required=True, metavar="COMMAND")
@@ -206,18 +250,52 @@ def _parser() -> argparse.ArgumentParser:
     schema = sub.add_parser(
         "schema",
         help="print the JSON Schema of the probe report or the image check",
-        description="Print the JSON Schema of the probe report (`cgpu probe --json`, the default) or of\n"
-        "the image check's answer (`cgpu image check --json`).",
+        description="Print the JSON Schema of the probe report (`cgpu probe --json`, the default)\n"
+        "or of the image check's answer (`cgpu image check --json`).",
         epilog="examples:\n  cgpu schema > cgpu-report.schema.json\n  cgpu schema image-check",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     schema.add_argument("what", nargs="?", choices=("report", "image-check"), default="report")
+
+    samples = sub.add_parser(
+        "samples",
+        help="write the CDI samples and fake hosts the README's commands use",
+        description="Write the CDI sample specs and the fake host trees they are checked against\n"
+        "(cdi-samples/ in a checkout) into a new or empty folder: what a pip user\n"
+        "needs to run the README's commands. Nothing is overwritten.",
+        epilog="example:\n  cgpu samples cdi-samples\n"
+        "  cgpu probe -b cdi -e none -s cdi-samples/nvidia-current/spec \\\n"
+        "      -r cdi-samples/hosts/nvidia-580\n\n"
+        "exit status:\n  0  written\n  1  the folder is not new or empty, or cannot be written\n  2  bad usage",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    samples.add_argument("dir", metavar="DIR", help="a new or empty folder")
+
+    completion = sub.add_parser(
+        "completion",
+        help="print a shell completion script (bash, zsh, fish)",
+        description="Print the completion script for a shell, generated from cgpu's own options.",
+        epilog="examples:\n  source <(cgpu completion bash)          # bash, this shell\n"
+        "  cgpu completion zsh > ~/.zfunc/_cgpu    # zsh (bashcompinit)\n"
+        "  cgpu completion fish > ~/.config/fish/completions/cgpu.fish",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    completion.add_argument("shell", choices=("bash", "zsh", "fish"))
+    sub.add_parser(
+        "man",
+        help="print the man page (roff), generated from these options",
+        description="Print cgpu's man page as roff, generated from the same options as --help.",
+        epilog="example:\n  cgpu man > cgpu.1 && man -l cgpu.1",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     return parser
 
 
 def _add_probe_options(parser: argparse.ArgumentParser) -> None:
     """The options that choose and steer a backend: shared by `probe` and `watch`."""
-    parser.add_argument("--backend", choices=BACKENDS, help="default: cdi on Linux, wsl on Windows, krunkit on macOS")
+    parser.add_argument(
+        "-b", "--backend", choices=BACKENDS, help="default: cdi on Linux, wsl on Windows, krunkit on macOS"
+    )
     parser.add_argument("--timeout", type=_seconds, metavar="SECONDS", help="limit for each command cgpu runs")
     parser.add_argument(
         "--probe-image",
@@ -226,20 +304,23 @@ def _add_probe_options(parser: argparse.ArgumentParser) -> None:
     )
     cdi = parser.add_argument_group("cdi backend (Linux)")
     cdi.add_argument(
+        "-s",
         "--spec-dir",
         dest="spec_dirs",
         action="append",
         metavar="DIR",
         help="CDI spec directory, repeatable, lowest priority first (default: /etc/cdi, then /var/run/cdi)",
     )
-    cdi.add_argument("--root", metavar="DIR", help="host filesystem the specs are checked against (default: /)")
+    cdi.add_argument("-r", "--root", metavar="DIR", help="host filesystem the specs are checked against (default: /)")
     cdi.add_argument(
+        "-e",
         "--engine",
         metavar="ENGINE@VERSION|auto|none",
         help="whose CDI rules judge the specs: auto (default) asks the host's podman or docker; podman@X or docker@X "
         "judges for another host; none: the newest rules",
     )
     cdi.add_argument(
+        "-d",
         "--device",
         dest="devices",
         action="append",
@@ -269,8 +350,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "schema":
             from cgpu.model import image_check_schema, report_schema
 
-            _emit(json.dumps(report_schema() if args.what == "report" else image_check_schema(), indent=2))
+            _emit(to_json(report_schema() if args.what == "report" else image_check_schema()))
             return ExitCode.OK
+        if args.command in ("completion", "man"):
+            from cgpu.shell import completion, man_page
+
+            _emit(
+                (completion(parser, args.shell) if args.command == "completion" else man_page(parser, __version__))[:-1]
+            )
+            return ExitCode.OK
+        if args.command == "samples":
+            return _write_samples(args.dir)
         if args.command == "image":
             return _image_check(args)
         if args.command == "krunkit" and args.krunkit_command == "build-image":
@@ -278,8 +368,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "krunkit":
             return _write_assets(args.dir)
         if args.command == "watch":
-            return _watch(parser, args)
-        return _probe(parser, args)
+            return _watch(args.subparser, args)
+        return _probe(args.subparser, args)
+    except _StdoutError as exc:
+        print(f"cgpu: error: cannot write the answer to stdout: {exc}", file=sys.stderr)
+        return ExitCode.COULD_NOT_RUN
     except Terminated:
         print("cgpu: terminated", file=sys.stderr)
         return ExitCode.TERMINATED
@@ -291,7 +384,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             signal.signal(signal.SIGTERM, previous)
 
 
-_OUTPUT_FLAGS = ("command", "backend", "json", "brief", "list_devices", "explain", "color")
+_OUTPUT_FLAGS = (
+    "command",
+    "subparser",
+    "backend",
+    "json",
+    "output",
+    "quiet",
+    "brief",
+    "list_devices",
+    "explain",
+    "color",
+)
 _WATCH_ONLY = ("answer_file", "nfd_file", "interval", "expiry")
 
 
@@ -304,7 +408,7 @@ def _backend_options(parser: argparse.ArgumentParser, args: argparse.Namespace, 
     }
     misplaced = set(given) - OPTIONS[backend]
     if misplaced:
-        flags = ", ".join("--" + key.removesuffix("s").replace("_", "-") for key in sorted(misplaced))
+        flags = ", ".join(flag(key) for key in sorted(misplaced))
         parser.error(f"{flags} do(es) not apply to --backend {backend}")
     return given
 
@@ -328,34 +432,58 @@ def _run(
         builder.failed("cgpu", f"internal error, please report it: {type(exc).__name__}: {exc}")
         code = ExitCode.INTERNAL
     if code == ExitCode.USAGE:  # nothing was checked: no report that could pass for an answer
-        from cgpu.terminal import escape_lines
+        from cgpu.terminal import escape
 
-        for problem in builder.problems:
-            if problem["severity"] == "error":
-                print(f"cgpu {command}: error: {escape_lines(problem['message'])}", file=sys.stderr)
+        for message in builder.usage(flag):
+            print(f"cgpu {command}: error: argument {escape(message)}", file=sys.stderr)
     return builder, code
 
 
+def flag(keyword: str) -> str:
+    """The CLI flag of a library keyword: `spec_dirs` is `--spec-dir`, `vm_image` `--vm-image`."""
+    name = keyword.removesuffix("s") if keyword in _LISTS else keyword
+    return "--" + name.replace("_", "-")
+
+
+_LISTS = ("spec_dirs", "devices")  # repeatable flags, a list keyword
+
+
 def _probe(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    if args.list_devices and (args.brief or args.explain):
+        parser.error("--list-devices does not combine with --brief or --explain (it does with --json)")
+    output = "json" if args.json else "name" if args.quiet else args.output
     backend = args.backend or default_backend()
     given = _backend_options(parser, args, backend)
-    human = not (args.json or args.brief)
+    human = not (output in ("json", "yaml", "name") or args.brief)
     builder, code = _run("probe", backend, given, _progress if human else None)
     if code == ExitCode.USAGE:
         return code
     report = builder.build()
-    if args.json:
-        _emit(json.dumps(report, indent=2))
+    if output == "json":
+        _emit(to_json(report))
+        return code
+    if output == "yaml":
+        from cgpu.report import to_yaml
+
+        _emit(to_yaml(report).rstrip("\n"))
         return code
     from cgpu import render
-    from cgpu.terminal import Style, width
+    from cgpu.terminal import Style, escape, width
 
+    if output == "name":  # every name, aliases too, as `nvidia-ctk cdi list`; nothing at all for none
+        if report["devices"]:
+            _emit("\n".join(escape(device["name"]) for device in report["devices"]))
+        _say_problems(report)
+        return code
     if args.brief:
         _emit(render.brief(report))
+        _say_problems(report)
         return code
     columns, style = width(), Style.choose(args.color)
-    if args.list_devices:
-        _emit(render.render_device_list(report, columns=columns, style=style))
+    if args.list_devices or args.explain or output == "wide":
+        _say_problems(report)  # the terse views show no problems block of their own in full
+    if args.list_devices or output == "wide":
+        _emit(render.render_device_list(report, columns=columns, style=style, wide=output == "wide"))
     elif args.explain:
         text = render.render_explain(
             report, args.explain, devices=args.devices, root=args.root or "/", columns=columns, style=style
@@ -364,6 +492,18 @@ def _probe(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     else:
         _emit(render.render_report(report, columns=columns, style=style))
     return code
+
+
+def _say_problems(report: dict[str, Any]) -> None:
+    """The report's errors and warnings on stderr, one line each, most severe first: the terse
+    views must not pass for a clean answer."""
+    from cgpu.render import merge_problems
+    from cgpu.terminal import escape
+
+    for problem in merge_problems(report["problems"]):
+        if problem["severity"] in ("error", "warning"):
+            text = f"cgpu probe: {problem['severity']}: {problem['source']}: {problem['message']}"
+            print(escape(text), file=sys.stderr)
 
 
 def _watch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
@@ -418,7 +558,7 @@ class _BadUsage(Exception):
 
 
 def _take_devices(argv: list[str]) -> tuple[list[str], list[str]]:
-    """`probe`'s and `watch`'s `--device NAME` and `--device=NAME`, taken out before argparse sees them.
+    """`probe`'s and `watch`'s `--device NAME`, `-d NAME` and `--device=NAME`, taken out before argparse sees them.
 
     argparse looks for the next option by scanning the index of every option again, for each
     option: quadratic in their number (50,000 `--device` flags took 86 s). Anything unusual
@@ -435,7 +575,7 @@ def _take_devices(argv: list[str]) -> tuple[list[str], list[str]]:
             break
         if arg.startswith("--device="):
             devices.append(arg.removeprefix("--device="))
-        elif arg == "--device" and index + 1 < len(argv) and not argv[index + 1].startswith("-"):
+        elif arg in ("--device", "-d") and index + 1 < len(argv) and not argv[index + 1].startswith("-"):
             devices.append(argv[index + 1])
             index += 1
         else:
@@ -445,7 +585,9 @@ def _take_devices(argv: list[str]) -> tuple[list[str], list[str]]:
 
 
 def _image_check(args: argparse.Namespace) -> int:
+    from cgpu.errors import CgpuValueError
     from cgpu.image.check import check_image, render_image_check
+    from cgpu.terminal import escape
 
     try:
         result = check_image(
@@ -453,16 +595,17 @@ def _image_check(args: argparse.Namespace) -> int:
         )
         code = image_exit_code(result)
         if args.json:
-            text = json.dumps(result, indent=2)
+            text = to_json(result)
         else:
             from cgpu.terminal import Style, width
 
             text = render_image_check(result, columns=width(), style=Style.choose(args.color))
     except KeyboardInterrupt:
         raise
+    except CgpuValueError as exc:  # REF is no image reference at all
+        print(f"cgpu image check: error: argument REF: {escape(exc)}", file=sys.stderr)
+        return ExitCode.USAGE
     except Exception as exc:  # a bug in cgpu: say so, never a traceback
-        from cgpu.terminal import escape
-
         message = escape(f"{type(exc).__name__}: {exc}")
         print(f"cgpu image check: internal error, please report it: {message}", file=sys.stderr)
         return ExitCode.INTERNAL
@@ -480,6 +623,23 @@ def _write_assets(folder: str) -> int:
         print(f"cgpu krunkit write-assets: {escape(exc)}", file=sys.stderr)
         return ExitCode.COULD_NOT_RUN
     _emit("\n".join(escape(path) for path in written))
+    return ExitCode.OK
+
+
+def _write_samples(folder: str) -> int:
+    from cgpu.samples import write_samples
+    from cgpu.terminal import escape
+
+    try:
+        count = write_samples(folder)
+    except OSError as exc:
+        print(f"cgpu samples: {escape(exc)}", file=sys.stderr)
+        return ExitCode.COULD_NOT_RUN
+    first = (
+        f"cgpu probe --backend cdi --engine none --spec-dir {folder}/nvidia-current/spec "
+        f"--root {folder}/hosts/nvidia-580"
+    )
+    _emit(escape(f"wrote {count} files into {folder}; try: {first}"))
     return ExitCode.OK
 
 
@@ -536,13 +696,31 @@ def image_exit_code(result: dict[str, Any]) -> ExitCode:
     return _IMAGE_FAILED[result["status"]]
 
 
+class _StdoutError(Exception):
+    """The answer could not be written: stdout is closed or full (`cgpu probe > /dev/full`)."""
+
+
 def _emit(text: str) -> None:
-    """Print the answer; a reader that went away (`cgpu probe | head`) changes no exit status."""
+    """Print the answer; a reader that went away (`cgpu probe | head`) changes no exit status,
+    while a closed or full stdout is `_StdoutError` (one line and exit 1, never a traceback)."""
+    if sys.stdout is None:  # started with stdout closed (`cgpu probe >&-`)
+        raise _StdoutError("stdout is closed")
     try:
         print(text, flush=True)
     except BrokenPipeError:
+        _quiet_stdout()
+    except (OSError, ValueError) as exc:  # ENOSPC, EIO, EBADF; ValueError: a closed file object
+        _quiet_stdout()
+        raise _StdoutError(getattr(exc, "strerror", None) or str(exc)) from None
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's last flush of what is left stays quiet."""
+    try:
         devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's last flush stays quiet too
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
 
 
 def _seconds(text: str) -> float:

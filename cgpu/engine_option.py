@@ -12,6 +12,8 @@ import os
 import shutil
 import time
 
+from cgpu.errors import CgpuTypeError, CgpuValueError
+
 AUTO, NONE, NAMED = "auto", "none", "named"
 ENGINE_NAMES = ("podman", "docker")  # the order `auto` prefers
 # `podman version` costs about 100 ms: its answer is reused while the engine binaries are the
@@ -60,7 +62,7 @@ def parse_engine(value: str | EngineOption | None) -> EngineOption:
     if isinstance(value, EngineOption):
         return value
     if value is not None and not isinstance(value, str):
-        raise TypeError(f"engine is a string such as 'podman@4.3.1', 'auto' or 'none', not {type(value).__name__}")
+        raise CgpuTypeError(f"engine is a string such as 'podman@4.3.1', 'auto' or 'none', not {type(value).__name__}")
     text = (value or "").strip()
     if text.lower() in ("", AUTO):
         return EngineOption(AUTO)
@@ -71,9 +73,9 @@ def parse_engine(value: str | EngineOption | None) -> EngineOption:
     if not sep and name in ENGINE_NAMES:
         return EngineOption(NAMED, name)
     if not sep or not name or not version:
-        raise ValueError(
-            f"--engine {value!r}: expected NAME@VERSION such as podman@4.3.1 or docker@28.2.0, a bare podman or "
-            f"docker (the one installed here), or auto, or none"
+        raise CgpuValueError(
+            f"{value!r} is not an engine: expected NAME@VERSION such as podman@4.3.1 or docker@28.2.0, "
+            "a bare podman or docker (the one installed here), or auto, or none"
         )
     from cgpu.cdi.versions import max_cdi_version
 

@@ -102,6 +102,7 @@ class Engine:
         self.client = client  # the podman-py or docker-py client
         self.version = version
         self.where = where  # the API address, for messages
+        self.notes: list[str] = []  # what was passed over on the way (another user's socket), for the report
 
     def describe(self) -> str:
         return f"{self.name} {self.version}"
@@ -533,8 +534,17 @@ def _open_podman(timeout: float, progress: Callable[[str], None]) -> PodmanEngin
     _refuse_ssh("CONTAINER_HOST")
     url = os.environ.get("CONTAINER_HOST")
     service = None
+    notes: list[str] = []
     if not url:
-        path = next((p for p in podman_socket_candidates(timeout) if _listening(p)), None)
+        path = None
+        for candidate in podman_socket_candidates(timeout):
+            refusal = socket_refusal(candidate)
+            if refusal is not None:
+                notes.append(refusal)
+                progress(refusal)
+            elif _listening(candidate):
+                path = candidate
+                break
         if path is not None:
             url = f"unix://{path}"
         else:
@@ -551,7 +561,30 @@ def _open_podman(timeout: float, progress: Callable[[str], None]) -> PodmanEngin
             raise
         explanation = getattr(exc, "explanation", None) or exc
         raise EngineError(f"the podman API did not answer at {url}: {explanation}") from None
-    return PodmanEngine(client, version, url, service)
+    engine = PodmanEngine(client, version, url, service)
+    engine.notes = notes
+    return engine
+
+
+def socket_refusal(path: str) -> str | None:
+    """Why an engine socket found by looking (not one the user named) is not used: it or its
+    directory belongs to another user, whose fake or own engine would answer for this host (as
+    root after `sudo -E`, which keeps the user's XDG_RUNTIME_DIR). None: ours or root's."""
+    if not hasattr(os, "geteuid"):
+        return None
+    me = os.geteuid()
+    for where in (path, os.path.dirname(path)):
+        try:
+            owner = os.lstat(where).st_uid
+        except OSError:
+            continue
+        if owner not in (me, 0):
+            return (
+                f"not using the podman socket {path}: {where} belongs to uid {owner}, not to this user "
+                f"(uid {me}); an engine another user runs does not answer for this one (set CONTAINER_HOST "
+                "to choose a socket)"
+            )
+    return None
 
 
 def _refuse_ssh(variable: str) -> None:

@@ -10,6 +10,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from cgpu.apis import API_ORDER, IMAGE_NEEDS
+from cgpu.errors import CgpuValueError
 
 Api = Literal["cuda", "rocm", "vulkan", "opencl", "directml", "metal"]
 
@@ -203,7 +204,9 @@ class Report(BaseModel):
     `containers` lists the provided APIs; `apis` gives each API's state (provided, absent,
     unknown) and what the image must bring; `evidence` says why in one sentence per API;
     `devices` are the backend's devices (their shape depends on `backend`); `problems` every
-    bad input or failed command.
+    bad input or failed command. The JSON is valid UTF-8: a file name's byte that is not UTF-8
+    is written as the four characters `\\xNN`; evidence, problem and reason texts are capped at
+    2,000 characters, a cut one ending in `…`.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -230,7 +233,7 @@ class Report(BaseModel):
     @classmethod
     def _canonical(cls, value: list[str]) -> list[str]:
         if value != [api for api in API_ORDER if api in value]:
-            raise ValueError(f"containers must be in the order {', '.join(API_ORDER)}, without duplicates")
+            raise CgpuValueError(f"containers must be in the order {', '.join(API_ORDER)}, without duplicates")
         return value
 
     @field_validator("evidence", "apis")
@@ -238,14 +241,14 @@ class Report(BaseModel):
     def _all_six(cls, value: dict[str, Any]) -> dict[str, Any]:
         missing = [api for api in API_ORDER if not value.get(api)]
         if missing:
-            raise ValueError(f"missing for {', '.join(missing)}")
+            raise CgpuValueError(f"missing for {', '.join(missing)}")
         return value
 
     @model_validator(mode="after")
     def _containers_are_the_provided(self) -> Report:
         provided = [api for api in API_ORDER if self.apis[api].state == "provided"]
         if self.containers != provided:
-            raise ValueError(f"containers {self.containers} are not the provided APIs {provided}")
+            raise CgpuValueError(f"containers {self.containers} are not the provided APIs {provided}")
         return self
 
     @model_validator(mode="after")
@@ -254,7 +257,7 @@ class Report(BaseModel):
         for device in self.devices:
             if not isinstance(device, kinds):
                 names = " or ".join(kind.__name__ for kind in kinds)
-                raise ValueError(f"device {device.name!r} is a {type(device).__name__}, not a {names}")
+                raise CgpuValueError(f"device {device.name!r} is a {type(device).__name__}, not a {names}")
         return self
 
 

@@ -31,8 +31,9 @@ def summary(report: dict[str, Any]) -> str:
     # never "none" while an API is unknown: that would pass for a no
     got = ", ".join(provided) or ("nothing known" if unknown else "none")
     parts = [f"containers get: {got}" + (f"; unknown: {', '.join(unknown)}" if unknown else "")]
-    devices = report["devices"]
-    parts.append(f"{len(devices)} device{'' if len(devices) == 1 else 's'}")
+    devices, distinct = report["devices"], len(group_aliases(report["devices"]))
+    names = f" ({len(devices)} names)" if len(devices) != distinct else ""
+    parts.append(f"{distinct} device{'' if distinct == 1 else 's'}{names}")
     problems = merge_problems(report["problems"])
     if problems:
         counts = [f"{n} {s}{'' if n == 1 else 's'}" for s in SEVERITY_ORDER if (n := _count(problems, s))]
@@ -129,9 +130,9 @@ def render_devices(devices: list[dict[str, Any]], *, columns: int = 80, style: S
     rest = sum(widths[1:]) + 2 * (len(widths) - 1)
     # A name too long for the column goes on a line of its own, its row below it.
     widths[0] = max([len(r[0][0]) for r in rows if len(r[0][0]) + 2 + rest <= columns], default=len(header[0]))
-    title = f"devices: {len(devices)} name{'s' if len(devices) != 1 else ''}"
+    title = f"devices: {len(groups)}"
     if len(groups) != len(devices):
-        title += f", {len(groups)} distinct (aliases of one device share a row)"
+        title += f" ({len(devices)} names: a device's other names are its aliases, shown as `also`)"
     lines = wrap(title, columns)
     lines.append(style(_cells(header, widths), "bold"))
     for row, aliases, device in rows:
@@ -194,31 +195,42 @@ def render_problems(problems: list[dict[str, str]], *, columns: int = 80, style:
 # --- other views of the same report --------------------------------------------------------------
 
 
-def render_device_list(report: dict[str, Any], *, columns: int = 80, style: Style = PLAIN) -> str:
+def render_device_list(report: dict[str, Any], *, columns: int = 80, style: Style = PLAIN, wide: bool = False) -> str:
     """Every device name, one per line, with its status and APIs, under the spec file that
-    defines it (as `nvidia-ctk cdi list` lists names, with cgpu's answer beside each)."""
+    defines it (as `nvidia-ctk cdi list` lists names, with cgpu's answer beside each), under a
+    header row. A name never wraps: one too wide for the column is cut in the middle (`…`; its
+    end tells UUIDs apart), whole in `--json` and `-o wide`. The report's errors and warnings go
+    to stderr (the CLI), one line each, so the list stays a list."""
     devices = report["devices"]
     lines: list[str] = [] if devices else ["no devices found"]
     by_spec: dict[str, list[dict[str, Any]]] = {}
     for device in devices:
         by_spec.setdefault(str(device.get("spec", "")), []).append(device)
-    rest = max(len(f"{device_status(d)}  {', '.join(d['apis']) or '-'}") for d in devices) if devices else 0
-    fitting = [len(escape(d["name"])) for d in devices if len(escape(d["name"])) + 4 + rest <= columns]
-    name_width = max(fitting, default=0)
+    status_width = max([len("STATUS"), *(len(device_status(d)) for d in devices)])
+    apis_width = max([len("APIS"), *(len(", ".join(d["apis"]) or "-") for d in devices)])
+    names = [escape(d["name"]) for d in devices]
+    name_width = max([len("DEVICE"), *map(len, names)])
+    if not wide:  # the name column gives way, never the status or the APIs
+        name_width = max(min(name_width, columns - 2 - status_width - apis_width - 4), len("DEVICE"))
+    header = f"  {'DEVICE':<{name_width}}  {'STATUS':<{status_width}}  APIS"
     for spec, group in by_spec.items():
         if lines:
             lines.append("")
         lines += [style(line, "bold") for line in wrap(f"spec {escape(spec)}" if spec else "devices", columns)]
+        lines.append(style(header, "bold"))
         for device in group:
-            name, answer = escape(device["name"]), f"{device_status(device):<8} {', '.join(device['apis']) or '-'}"
-            if len(name) <= name_width:
-                lines.append(f"  {name:<{name_width}}  {answer}".rstrip())
-            else:  # a name wider than the column: on its own line, the answer below it
-                lines += wrap(name, columns, first="  ", indent=4)
-                lines += wrap(answer, columns, first=" " * (name_width + 4 if name_width else 6))
-    errors = [p for p in report["problems"] if p["severity"] == "error"]
-    lines += render_problems(errors, columns=columns, style=style)
+            name = _fit(escape(device["name"]), name_width)
+            apis = ", ".join(device["apis"]) or "-"
+            lines.append(f"  {name:<{name_width}}  {device_status(device):<{status_width}}  {apis}".rstrip())
     return "\n".join(lines)
+
+
+def _fit(name: str, width: int) -> str:
+    """`name` in `width` characters: cut in the middle with `…` when longer (a UUID's end stays)."""
+    if len(name) <= width:
+        return name
+    tail = (width - 1) // 2
+    return name[: width - 1 - tail] + "…" + name[len(name) - tail :]
 
 
 _CHECK = {"provided": "✓", "partial": "~", "absent": "✗", "unknown": "?"}
@@ -239,7 +251,8 @@ def render_explain(
     lines = _item(f"{api} ({state}): ", escape(report["evidence"][api]), columns, style, "bold")
     if api == "metal":  # no device is checked for it: the evidence is the whole answer
         return "\n".join(lines)
-    chosen = [d for d in report["devices"] if not devices or d["name"] in devices]
+    # a device the probe saw for one API only (local, krunkit: PoCL's CPU device) is not `api`'s
+    chosen = [d for d in report["devices"] if (not devices or d["name"] in devices) and d.get("api") in (None, api)]
     if not chosen:
         lines.append("")
         lines.append("no device to explain" + (f" (asked for {', '.join(map(escape, devices))})" if devices else ""))

@@ -8,7 +8,9 @@ tests validate every report a backend builds against them.
 from __future__ import annotations
 
 import datetime
+import json
 import os
+import re
 import sys
 from collections.abc import Callable, Iterable
 from typing import Any, Literal
@@ -18,6 +20,47 @@ from cgpu.apis import API_ORDER, IMAGE_NEEDS, METAL_EVIDENCE, State
 
 FORMAT_VERSION = 2  # additive changes keep it; a removed or re-typed field raises it
 Severity = Literal["error", "warning", "info"]
+MAX_TEXT = 2000  # characters of one evidence, problem or reason text; longer ones end in "…"
+
+
+def cap(text: str) -> str:
+    """`text`, cut to MAX_TEXT characters with an ellipsis (a 200,000-`../` path must not become a
+    600 KB line; what matters is said at the start)."""
+    return text if len(text) <= MAX_TEXT else text[: MAX_TEXT - 1] + "…"
+
+
+def to_json(data: Any, *, indent: int | None = 2) -> str:
+    """The one serializer of every JSON answer cgpu prints or writes (the report, the image
+    check, watch's answer file): always valid UTF-8. A file name's undecodable byte (the lone
+    surrogate `os.fsdecode` makes of it) is written as the four characters `\\xNN`, any other
+    lone surrogate as `\\uNNNN`: the same text the terminal output shows."""
+    text = json.dumps(data, indent=indent)
+    if "\\ud" not in text and "\\uD" not in text:  # no surrogate at all: the common case, one scan
+        return text
+    return json.dumps(_no_surrogates(data), indent=indent)
+
+
+def to_yaml(data: Any) -> str:
+    """The same data as YAML (PyYAML's safe dump, block style, keys in the report's order),
+    undecodable bytes written as in `to_json`."""
+    import yaml
+
+    return str(yaml.safe_dump(_no_surrogates(data), sort_keys=False, allow_unicode=True, width=1_000_000))
+
+
+def _unsurrogate(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"\\u{code:04x}"
+
+
+def _no_surrogates(value: Any) -> Any:
+    if isinstance(value, str):
+        return re.sub("[\ud800-\udfff]", _unsurrogate, value)
+    if isinstance(value, dict):
+        return {_no_surrogates(k): _no_surrogates(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_no_surrogates(v) for v in value]
+    return value
 
 
 class ReportBuilder:
@@ -40,6 +83,7 @@ class ReportBuilder:
         self.problems: list[dict[str, str]] = []
         self.could_not_run = False
         self.bad_usage = False
+        self._usage: list[tuple[tuple[str, ...], str]] = []
 
     def provide(self, api: str, evidence: str, *, image_needs: Iterable[str] = ()) -> None:
         """Containers get `api`; `image_needs`: what the image must bring (`IMAGE_NEEDS` tokens)."""
@@ -66,26 +110,40 @@ class ReportBuilder:
         if api not in API_ORDER or api == "metal":
             raise ValueError(f"unknown GPU API name {api!r}" if api not in API_ORDER else "metal is always absent")
         self._states[api] = state
-        self._evidence[api] = evidence
+        self._evidence[api] = cap(evidence)
         self._image_needs.pop(api, None)
 
     def device(self, name: str, apis: list[str] | set[str], /, **details: Any) -> dict[str, Any]:
+        if isinstance(details.get("reason"), str):
+            details["reason"] = cap(details["reason"])
+        if isinstance(details.get("checks"), dict):
+            details["checks"] = {k: cap(v) if isinstance(v, str) else v for k, v in details["checks"].items()}
         entry = {"name": name, "apis": [a for a in API_ORDER if a in set(apis)], **details}
         self.devices.append(entry)
         return entry
 
     def problem(self, severity: Severity, source: str, message: str) -> None:
-        self.problems.append({"severity": severity, "source": source, "message": message})
+        self.problems.append({"severity": severity, "source": cap(source), "message": cap(message)})
 
     def failed(self, source: str, message: str) -> None:
         """The backend could not answer: an error problem, and the CLI exits non-zero."""
         self.could_not_run = True
         self.problem("error", source, message)
 
-    def usage_error(self, source: str, message: str) -> None:
-        """The options given cannot work (a malformed name, conflicting options): exit 2."""
-        self.failed(source, message)
+    def usage_error(self, option: str | tuple[str, ...], message: str) -> None:
+        """The options given cannot work (a malformed name, conflicting options): exit 2.
+
+        `option`: the keyword(s) at fault as the library names them (`devices`, `engine`); the
+        message names neither keyword nor flag, so each caller says it in its own words
+        (`usage()`: the library's `engine: ...`, the CLI's `argument --engine: ...`)."""
+        options = (option,) if isinstance(option, str) else option
+        self._usage.append((options, message))
+        self.failed(" and ".join(options), message)
         self.bad_usage = True
+
+    def usage(self, name: Callable[[str], str] = str) -> list[str]:
+        """Each usage error, its option(s) named by `name` (the keyword by default)."""
+        return [f"{' and '.join(map(name, options))}: {message}" for options, message in self._usage]
 
     def progress(self, message: str) -> None:
         if self._progress is not None:

@@ -47,15 +47,19 @@ def escape_lines(text: object) -> str:
     return "\n".join(escape(line) for line in str(text).split("\n"))
 
 
+MAX_COLUMNS = 1000
+
+
 def width(stream: TextIO | None = None) -> int:
-    """Columns to fill: `COLUMNS` when set, the terminal's width on a terminal, else 80."""
+    """Columns to fill: `COLUMNS` when it is a number (40 to 1000; anything else is ignored), the
+    terminal's width on a terminal, else 80."""
     stream = stream or sys.stdout
-    columns = os.environ.get("COLUMNS", "")
-    if columns.isdigit() and int(columns) > 0:
-        return max(int(columns), 40)
+    columns = os.environ.get("COLUMNS", "").strip()
+    if columns.isdecimal() and len(columns) < 6 and int(columns) > 0:  # `²`, `-5`, `abc`, 10**9: ignored
+        return min(max(int(columns), 40), MAX_COLUMNS)
     try:
         if stream.isatty():
-            return max(os.get_terminal_size(stream.fileno()).columns, 40)
+            return min(max(os.get_terminal_size(stream.fileno()).columns, 40), MAX_COLUMNS)
     except (AttributeError, OSError, ValueError):
         pass
     return 80

@@ -135,3 +135,38 @@ def test_library_call_raises_valueerror_for_values_that_cannot_work():
         engine="none",
     )
     assert report.containers == ["rocm", "vulkan", "opencl"]
+
+
+_SAMPLE = ("--backend", "cdi", "--engine", "none", "--spec-dir", "cdi-samples/nvidia-current/spec")
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (("probe", *_SAMPLE, "--device", "bad", "--brief"), "argument --device: 'bad' is not a CDI device name"),
+        (("probe", "--backend", "cdi", "--engine", "crio@1", "--brief"), "argument --engine: unknown engine 'crio'"),
+        (("probe", "--backend", "wsl", "--distro", "a;b", "--brief"), "argument --distro: 'a;b' is not a WSL distro"),
+        (("probe", *_SAMPLE, "--root", "/nonexistent/cgpu-root"), "argument --root: '/nonexistent/cgpu-root' is not"),
+        (("image", "check", "Bad::Ref"), "argument REF: 'Bad::Ref' is not an image reference"),
+        (("image", "check", "oci-archive:", "--json"), "argument REF: 'oci-archive:': give a path"),
+    ],
+)
+def test_bad_usage_is_exit_2_naming_the_flag_whatever_the_option(run_cli, args, words):
+    code, out, err = run_cli(*args)
+    assert code == 2 and out == "", err
+    assert f"cgpu {' '.join(args[:2]) if args[0] == 'image' else args[0]}: error: {words}" in err
+
+
+def test_a_usage_error_shows_the_subcommands_usage_line(run_cli):
+    code, _, err = run_cli("probe", "--backend", "wsl", "--spec-dir", "x")
+    assert code == 2 and err.startswith("usage: cgpu probe ") and "--spec-dir do(es) not apply" in err
+
+
+def test_each_command_lists_its_own_exit_codes(run_cli):
+    _, image, _ = run_cli("image", "check", "--help")
+    _, probe, _ = run_cli("probe", "--help")
+    image_codes, probe_codes = image.split("exit status:")[1], probe.split("exit status:")[1]
+    assert "0    yes: the image would get vulkan" in image_codes and "the backend ran" not in image_codes
+    assert "  4    no:" in image_codes and "  5    unknown:" in image_codes
+    assert "0    the backend ran" in probe_codes
+    assert "\n  4 " not in probe_codes and "\n  5 " not in probe_codes and "image" not in probe_codes

@@ -88,7 +88,8 @@ def test_spec_values_and_file_names_reach_the_terminal_escaped(run_cli, tmp_path
         out = re.sub(r"\x1b\[[0-9;]*m", "", out)
     assert unsafe(out) == [] and unsafe(err) == []
     assert not any(line.startswith("containers get: cuda") for line in out.splitlines()[1:])
-    assert "\\e[8A" in re.sub(r"\n\s*", "", out)  # shown, not hidden (maybe wrapped)
+    shown = out + err if mode == ("--list-devices",) else out  # --list-devices: the problems on stderr
+    assert "\\e[8A" in re.sub(r"\n\s*", "", shown)  # shown, not hidden (maybe wrapped)
     assert json.loads(run_cli("probe", "--engine", "none", "--spec-dir", str(specs), "--root", str(root), "--json")[1])
 
 
@@ -133,8 +134,9 @@ def test_mig_sample_answers_on_the_first_line_and_groups_aliases(run_cli):
     code, out, err = run_cli("probe", *MIG)
     assert code == 0, err
     lines = out.splitlines()
-    assert lines[0] == "containers get: cuda, vulkan, opencl · 25 devices · no problems"
-    assert "devices: 25 names, 13 distinct (aliases of one device share a row)" in out
+    assert lines[0] == "containers get: cuda, vulkan, opencl · 13 devices (25 names) · no problems"
+    assert "devices: 13 (25 names: a device's other names are its aliases, shown as `also`)" in out
+    assert "nvidia.com/gpu=4 (and 12 other devices) gets" in out  # distinct devices, not names
     assert "also MIG-3f0a0000-7c1e-5b4a-8d2f-1a2b3c4d5e00" in out
     assert sum(line.startswith("  - metal") for line in lines) == 1 and "  - metal    Apple host API" in out
     devices = {d["name"]: d for d in json.loads(run_cli("probe", *MIG, "--json")[1])["devices"]}
@@ -264,7 +266,8 @@ def test_brief_list_devices_and_explain(run_cli):
     code, out, _ = run_cli("probe", *MIG, "--list-devices")
     rows = out.splitlines()
     assert rows[0] == f"spec {MIG[3]}/nvidia.yaml"
-    assert rows[1].split() == ["nvidia.com/gpu=4", "ok", "cuda,", "vulkan,", "opencl"]
+    assert rows[1].split() == ["DEVICE", "STATUS", "APIS"]
+    assert rows[2].split() == ["nvidia.com/gpu=4", "ok", "cuda,", "vulkan,", "opencl"]
     assert sum(row.startswith("  nvidia.com/gpu=") for row in rows) == 25  # every name, aliases too
     code, out, _ = run_cli(
         "probe", "--engine", "none", "--spec-dir", "cdi-samples/nvidia-1.17/spec",
@@ -334,7 +337,18 @@ def test_help_gives_timeout_defaults_exit_codes_and_examples(run_cli):
     out = run_cli("image", "check", "--help")[1]
     assert f"{EXPORT:g} s" in out and "exit status:" in out and "oci:PATH" in out
     assert "--json" in out and "the answer as one JSON object" in out
-    for command in ((), ("probe",), ("image", "check"), ("krunkit", "write-assets"), ("krunkit", "build-image")):
+    for command in (
+        (),
+        ("probe",),
+        ("watch",),
+        ("schema",),
+        ("image", "check"),
+        ("krunkit", "write-assets"),
+        ("krunkit", "build-image"),
+        ("samples",),
+        ("completion",),
+        ("man",),
+    ):
         text = run_cli(*command, "--help", env={"COLUMNS": "80"})[1]
         assert "example" in text and max(len(line) for line in text.splitlines()) <= 80, command
 
@@ -351,3 +365,53 @@ def test_the_standalone_probe_has_a_human_mode(tmp_path):
     assert "  - metal" in done.stdout and max(len(line) for line in done.stdout.splitlines()) <= 80
     plain = subprocess.run([sys.executable, probe, "--api", "metal"], capture_output=True, text=True, timeout=60)
     assert json.loads(plain.stdout)["apis"]["metal"]["available"] is False  # JSON stays the default
+
+
+def test_one_gpu_is_one_device_whatever_its_names(run_cli):
+    sample = (
+        "--engine",
+        "none",
+        "--spec-dir",
+        "cdi-samples/nvidia-current/spec",
+        "--root",
+        "cdi-samples/hosts/nvidia-580",
+    )
+    code, out, err = run_cli("probe", "--backend", "cdi", *sample)
+    assert (
+        code == 0 and out.splitlines()[0] == "containers get: cuda, vulkan, opencl · 1 device (3 names) · no problems"
+    )
+    assert "devices: 1 (3 names:" in out and "other device" not in out
+
+
+def test_a_gpus_own_mig_devices_are_suggested_first(run_cli):
+    code, _, err = run_cli("probe", *MIG, "--device", "nvidia.com/gpu=0", "--brief")
+    assert code == 0 and "did you mean nvidia.com/gpu=0:0, nvidia.com/gpu=0:1, " in err, err
+
+
+@pytest.mark.parametrize("columns", ["80", "120"])
+def test_list_devices_never_wraps_a_name(run_cli, columns):
+    code, out, _ = run_cli("probe", *MIG, "--list-devices", env={"COLUMNS": columns})
+    rows = out.splitlines()[1:]
+    assert code == 0 and len(rows) == 26 and all(len(row) <= int(columns) for row in rows)
+    assert all(
+        row.split()[1:] in (["STATUS", "APIS"], ["ok", "cuda,", "vulkan,", "opencl"], ["ok", "cuda,", "opencl"])
+        for row in rows
+    )
+    uuid = next(row.split()[0] for row in rows if "6f04" in row)
+    if columns == "80":  # cut in the middle: the end that tells UUIDs apart stays
+        assert "…" in uuid and uuid.endswith("-2b1c7d0e6f04") and uuid.startswith("nvidia.com/gpu=GPU-")
+    else:
+        assert uuid == "nvidia.com/gpu=GPU-4a9c0b0e-1f83-5d2a-9e55-2b1c7d0e6f04"
+
+
+def test_list_devices_keeps_the_warnings_on_stderr(run_cli, tmp_path):
+    code, out, err = run_cli("probe", *MIG, "--spec-dir", str(tmp_path / "none"), "--list-devices")
+    assert code == 0 and "DEVICE" in out and err.startswith(f"cgpu probe: warning: {tmp_path / 'none'}: the spec dir")
+
+
+def test_list_devices_with_json_is_the_report_with_every_full_name(run_cli):
+    code, out, _ = run_cli("probe", *MIG, "--list-devices", "--json")
+    names = [d["name"] for d in json.loads(out)["devices"]]
+    assert code == 0 and len(names) == 25 and "nvidia.com/gpu=GPU-4a9c0b0e-1f83-5d2a-9e55-2b1c7d0e6f04" in names
+    code, _, err = run_cli("probe", *MIG, "--list-devices", "--brief")
+    assert code == 2 and "--list-devices does not combine with --brief" in err

@@ -38,3 +38,20 @@ def test_a_wheel_installed_with_pip_writes_the_krunkit_build_context(tmp_path):
     assert (out / "guest/cgpu-probe.sh").stat().st_mode & 0o111
     again = subprocess.run([tmp_path / "venv/bin/cgpu", "krunkit", "write-assets", out], capture_output=True, text=True)
     assert again.returncode == 1 and "already has Containerfile" in again.stderr  # nothing overwritten
+    samples = tmp_path / "samples"  # what the README's first command runs on
+    done = subprocess.run([tmp_path / "venv/bin/cgpu", "samples", samples], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert _tree(samples) == _tree(REPO / "cdi-samples")
+
+
+def _tree(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_samples_writes_what_the_readme_runs_on(tmp_path, run_cli):
+    code, out, err = run_cli("samples", str(tmp_path / "s"))
+    assert code == 0 and out.startswith("wrote ") and _tree(tmp_path / "s") == _tree(REPO / "cdi-samples"), err
+    first = out.split("try: ", 1)[1].split()
+    done = run_cli(*first[1:], "--brief")
+    assert done == (0, "cuda,vulkan,opencl\n", "")
+    assert run_cli("samples", str(tmp_path / "s"))[0] == 1  # nothing overwritten

@@ -12,6 +12,7 @@ import sys
 from collections.abc import Callable
 from typing import Any, Final
 
+from cgpu.errors import CgpuTypeError, CgpuValueError
 from cgpu.report import ReportBuilder
 
 BACKENDS: Final = ("cdi", "wsl", "krunkit", "local")
@@ -37,13 +38,13 @@ def default_backend(platform: str = sys.platform) -> str:
 def run_backend(name: str, options: dict[str, Any], *, progress: Callable[[str], None] | None = None) -> ReportBuilder:
     """Run one backend; unknown options raise TypeError, a timeout out of range ValueError."""
     if name not in BACKENDS:
-        raise ValueError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
+        raise CgpuValueError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
     extra = set(options) - OPTIONS[name]
     if extra:
-        raise TypeError(f"the {name} backend does not take {', '.join(sorted(extra))}")
+        raise CgpuTypeError(f"the {name} backend does not take {', '.join(sorted(extra))}")
     timeout = options.get("timeout")
     if timeout is not None and not 0 < timeout <= MAX_TIMEOUT:
-        raise ValueError(f"timeout must be a positive number of seconds, at most {MAX_TIMEOUT:g}, not {timeout!r}")
+        raise CgpuValueError(f"timeout must be a positive number of seconds, at most {MAX_TIMEOUT:g}, not {timeout!r}")
     report = ReportBuilder(name, progress=progress)
     module = importlib.import_module(f"cgpu.backends.{name}")
     module.probe(report, **options)

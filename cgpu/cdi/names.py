@@ -7,6 +7,8 @@ from __future__ import annotations
 import re
 from typing import Final
 
+from cgpu.errors import CgpuValueError
+
 # The grammar, as regular expressions (ASCII only; "letter" and "digit" are ASCII ones).
 # A one-character vendor or class is valid on CDI main; see OLD_LIBRARY_CRASH.
 VENDOR_OR_CLASS: Final = re.compile(r"[A-Za-z]([A-Za-z0-9_.-]*[A-Za-z0-9])?")
@@ -148,14 +150,14 @@ def parse_qualified_name(device: str) -> tuple[str, str, str]:
     """(vendor, class, name) of a qualified device name; ValueError with the library's text."""
     vendor, device_class, name = parse_device(device)
     if vendor == "":
-        raise ValueError(f"unqualified device {go_quote(device)}, missing vendor")
+        raise CgpuValueError(f"unqualified device {go_quote(device)}, missing vendor")
     if device_class == "":
-        raise ValueError(f"unqualified device {go_quote(device)}, missing class")
+        raise CgpuValueError(f"unqualified device {go_quote(device)}, missing class")
     if name == "":
-        raise ValueError(f"unqualified device {go_quote(device)}, missing device name")
+        raise CgpuValueError(f"unqualified device {go_quote(device)}, missing device name")
     error = vendor_error(vendor) or class_error(device_class) or device_name_error(name)
     if error is not None:
-        raise ValueError(f"invalid device {go_quote(device)}: {error}")
+        raise CgpuValueError(f"invalid device {go_quote(device)}: {error}")
     return vendor, device_class, name
 
 

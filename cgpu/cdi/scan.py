@@ -32,7 +32,7 @@ from cgpu.cdi import spec_cache, versions
 from cgpu.cdi.model import ResolvedDevice, ScanResult, Spec
 from cgpu.cdi.names import go_quote
 from cgpu.cdi.parse import MAX_SPEC_BYTES, SpecError, parse_spec, too_big_message
-from cgpu.errors import CgpuError
+from cgpu.errors import CgpuError, CgpuTypeError
 from cgpu.files import open_regular
 
 DEFAULT_SPEC_DIRS = ("/etc/cdi", "/var/run/cdi")
@@ -259,7 +259,7 @@ def scan_spec_dirs(
     library: versions.LIBRARY (what engines ship) or versions.LIBRARY_MAIN.
     """
     if isinstance(spec_dirs, str):
-        raise TypeError("spec_dirs is a list of directories, not one string")
+        raise CgpuTypeError("spec_dirs is a list of directories, not one string")
     problems: list[tuple[str, str, str]] = []
     specs: list[Spec] = []
     engine_dropped: list[Spec] = []

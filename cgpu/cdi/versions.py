@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 from typing import Final
 
+from cgpu.errors import CgpuValueError
+
 # Every cdiVersion the reference library (v1.1.0) knows, oldest first. 0.1.0 and 0.2.0 are
 # "known" but never accepted: the minimum it computes for any spec is 0.3.0.
 KNOWN_VERSIONS: Final = ("0.1.0", "0.2.0", "0.3.0", "0.4.0", "0.5.0", "0.6.0", "0.7.0", "0.8.0", "1.0.0", "1.1.0")
@@ -58,7 +60,7 @@ _VERSION = re.compile(r"(\d+)(?:\.(\d+))?(?:\.(\d+))?(?:[-+~][0-9A-Za-z.+~-]*)?"
 def _parse_engine_version(version: str) -> tuple[int, ...]:
     match = _VERSION.fullmatch(version.strip())
     if match is None:
-        raise ValueError(f"engine version {version!r} is not a version number like 4.3.1 or 28.2.0")
+        raise CgpuValueError(f"engine version {version!r} is not a version number like 4.3.1 or 28.2.0")
     return tuple(int(part) for part in match.groups() if part is not None)
 
 
@@ -67,7 +69,9 @@ def max_cdi_version(engine: str, version: str) -> str | None:
     CDI specs at all. Raises ValueError for an engine or version cgpu has no figure for."""
     rows = ENGINE_MAX_VERSION.get(engine)
     if rows is None:
-        raise ValueError(f"unknown engine {engine!r}; cgpu knows the CDI limits of {' and '.join(ENGINE_MAX_VERSION)}")
+        raise CgpuValueError(
+            f"unknown engine {engine!r}; cgpu knows the CDI limits of {' and '.join(ENGINE_MAX_VERSION)}"
+        )
     wanted = _parse_engine_version(version)
     if wanted < _NO_CDI_BELOW[engine]:
         return None
@@ -77,7 +81,7 @@ def max_cdi_version(engine: str, version: str) -> str | None:
             best = max_version
     if best is None:
         oldest = ".".join(map(str, rows[0][0]))
-        raise ValueError(
+        raise CgpuValueError(
             f"cgpu does not know which cdiVersion {engine} {version} accepts "
             f"(its table starts at {engine} {oldest}); pick --engine none or a newer engine"
         )

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from cgpu.apis import API_ORDER
+from cgpu.errors import CgpuValueError
 
 NAMESPACE: Final = "cgpu.feature.node.kubernetes.io"
 MAX_FILE_BYTES: Final = 65536  # nfd-worker's MaxFeatureFileSize
@@ -63,5 +64,7 @@ def feature_file(report: Mapping[str, Any], *, expires: datetime.datetime) -> st
     ]
     text = "\n".join(lines) + "\n"
     if len(text.encode()) > MAX_FILE_BYTES:  # cannot happen with today's labels; nfd would ignore the file
-        raise ValueError(f"the feature file would be {len(text.encode())} bytes; nfd reads at most {MAX_FILE_BYTES}")
+        raise CgpuValueError(
+            f"the feature file would be {len(text.encode())} bytes; nfd reads at most {MAX_FILE_BYTES}"
+        )
     return text

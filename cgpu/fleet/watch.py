@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import json
 import os
 import select
 import sys
@@ -140,7 +139,9 @@ def publish(report: dict[str, Any], *, answer_file: str | None, nfd_file: str | 
     from cgpu.files import write_atomic
 
     if answer_file:
-        write_atomic(answer_file, (json.dumps(report, indent=2) + "\n").encode())
+        from cgpu.report import to_json
+
+        write_atomic(answer_file, (to_json(report) + "\n").encode())
     if nfd_file:
         from cgpu.fleet.nfd import feature_file
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from cgpu.apis import API_ORDER, METAL_EVIDENCE, STATES, State
+from cgpu.errors import CgpuValueError
 
 if TYPE_CHECKING:
     from cgpu.report import ReportBuilder, Severity
@@ -139,7 +140,7 @@ class ProbeAnswer:
         file can hold anything)."""
         try:
             if not isinstance(data, dict) or data["answer_format"] != ANSWER_FORMAT:
-                raise ValueError(f"not an answer of format {ANSWER_FORMAT}")
+                raise CgpuValueError(f"not an answer of format {ANSWER_FORMAT}")
             apis = {api: _api_from_json(api, entry) for api, entry in _dict(data["apis"]).items()}
             problems = tuple(
                 Problem(_one_of(p["severity"], _SEVERITIES), _str(p["source"]), _str(p["message"]))  # type: ignore[arg-type]
@@ -150,12 +151,12 @@ class ProbeAnswer:
                 unusable = _str(unusable)
             return cls(_str(data["source"]), apis, problems, _str(data["steering_env"]), unusable)
         except (KeyError, TypeError) as exc:
-            raise ValueError(f"{type(exc).__name__}: {exc}") from None
+            raise CgpuValueError(f"{type(exc).__name__}: {exc}") from None
 
 
 def _api_from_json(api: object, entry: object) -> ApiAnswer:
     if api not in API_ORDER:
-        raise ValueError(f"unknown API {api!r}")
+        raise CgpuValueError(f"unknown API {api!r}")
     entry = _dict(entry)
     error = entry["error"]
     devices = []
@@ -163,10 +164,10 @@ def _api_from_json(api: object, entry: object) -> ApiAnswer:
         device = _dict(device)
         details = _dict(device["details"])
         if not all(k in PROBE_DETAILS and type(v) in PROBE_DETAILS[k] for k, v in details.items()):
-            raise ValueError("a device detail is not one the probe reports")
+            raise CgpuValueError("a device detail is not one the probe reports")
         counted = device["counted"]
         if type(counted) is not bool or device["api"] != api:
-            raise ValueError("a device entry is malformed")
+            raise CgpuValueError("a device entry is malformed")
         devices.append(Device(_str(device["name"]), api, counted, details))
     return ApiAnswer(
         _one_of(entry["state"], STATES),  # type: ignore[arg-type]
@@ -179,25 +180,25 @@ def _api_from_json(api: object, entry: object) -> ApiAnswer:
 
 def _dict(value: object) -> dict[Any, Any]:
     if not isinstance(value, dict):
-        raise ValueError(f"expected an object, got {type(value).__name__}")
+        raise CgpuValueError(f"expected an object, got {type(value).__name__}")
     return value
 
 
 def _list(value: object) -> list[Any]:
     if not isinstance(value, list):
-        raise ValueError(f"expected a list, got {type(value).__name__}")
+        raise CgpuValueError(f"expected a list, got {type(value).__name__}")
     return value
 
 
 def _str(value: object) -> str:
     if not isinstance(value, str):
-        raise ValueError(f"expected a string, got {type(value).__name__}")
+        raise CgpuValueError(f"expected a string, got {type(value).__name__}")
     return value
 
 
 def _one_of(value: object, allowed: tuple[str, ...]) -> str:
     if value not in allowed:
-        raise ValueError(f"{value!r} is not one of {', '.join(allowed)}")
+        raise CgpuValueError(f"{value!r} is not one of {', '.join(allowed)}")
     return str(value)
 
 

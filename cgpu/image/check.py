@@ -30,10 +30,25 @@ DEFAULT_TIMEOUT = 300.0  # the whole check; exporting a multi-GB image from engi
 def check_image(
     ref: str, *, machine: str | None = None, timeout: float | None = None, progress: Callable[[str], None] | None = None
 ) -> dict[str, Any]:
+    """The answer for REF (see above); CgpuValueError when REF is no image reference at all.
+    Every evidence, fix, reason and problem text is capped (`cgpu.report.cap`)."""
+    from cgpu.report import cap
+
+    result = _check(ref, machine=machine, timeout=timeout, progress=progress)
+    result["reason"] = cap(result["reason"])
+    result["checks"] = [{**c, "evidence": cap(c["evidence"]), "fix": cap(c["fix"])} for c in result["checks"]]
+    result["problems"] = [{**p, "source": cap(p["source"]), "message": cap(p["message"])} for p in result["problems"]]
+    return result
+
+
+def _check(
+    ref: str, *, machine: str | None, timeout: float | None, progress: Callable[[str], None] | None
+) -> dict[str, Any]:
     from cgpu.image.checks import check_dicts, run_checks, verdict
     from cgpu.image.fs import Deadline, DeadlineExceeded, ImageReadError
-    from cgpu.image.source import open_image
+    from cgpu.image.source import check_reference, open_image
 
+    check_reference(ref)  # not a reference at all: bad usage, raised (CgpuValueError)
     result: dict[str, Any] = {
         "image": ref,
         "source": "",

@@ -325,8 +325,9 @@ def run_checks(image: OpenedImage) -> tuple[list[Check], list[dict[str, str]], d
             facts.problem("warning", f"/{manifest.path}", f"{manifest.error}; the Vulkan loader skips it")
     mesa, package = _mesa_build(facts, venus)
     libkrun = package if mesa.status == "pass" else None
+    architecture, arch = _architecture(facts, venus)
     checks = [
-        _architecture(facts, venus),
+        architecture,
         _libc(facts),
         _loader(facts),
         _venus_icd(facts, venus, chosen_by, libkrun),
@@ -339,7 +340,7 @@ def run_checks(image: OpenedImage) -> tuple[list[Check], list[dict[str, str]], d
         "os": facts.os_name,
         "package_database": facts.package_db,
         "mesa_package": package.nevr if package else "",
-        "architecture": image.architecture or "",
+        "architecture": arch,  # the config's, else read from the ELF files
     }
     return checks, facts.problems, info
 
@@ -370,26 +371,29 @@ def check_dicts(checks: list[Check]) -> list[dict[str, Any]]:
 # --- the checks ------------------------------------------------------------------------------
 
 
-def _architecture(facts: Facts, venus: list[Manifest]) -> Check:
+def _architecture(facts: Facts, venus: list[Manifest]) -> tuple[Check, str]:
+    """The check, and the image's architecture: the config's, else the first ELF file's.
+    Every ELF file looked at must be arm64 too: an arm64-tagged image with an x86-64 loader or
+    Venus driver cannot run on the Mac whatever its config says."""
     declared = ARCH_ALIASES.get(facts.image.architecture or "", facts.image.architecture or "")
     probes = [m.library_file for m in venus if m.library_file] + [
         p for p in (facts.find_library("libvulkan.so.1"), facts.find_library("libc.so.6"), "bin/sh") if p
     ]
-    seen = next(((p, a) for p in probes if (a := facts.elf_arch(p))), None)
-    if declared and seen and seen[1] != declared:
-        facts.problem("warning", "image config", f"the config says {declared} but /{seen[0]} is {seen[1]}")
-    arch, where = (declared, "the image config") if declared else (seen[1], f"/{seen[0]}") if seen else ("", "")
+    seen = [(p, a) for p in dict.fromkeys(probes) if (a := facts.elf_arch(p))]
+    arch = declared or (seen[0][1] if seen else "")
     fix = "build the image for linux/arm64 (`podman build --platform linux/arm64`)"
     if not arch:
-        return Check("architecture", "unknown", "no image config and no ELF file to tell the CPU architecture", fix)
-    if arch == "arm64":
-        return Check("architecture", "pass", f"arm64 (from {where}), what a krunkit VM on Apple silicon runs")
-    return Check(
-        "architecture",
-        "fail",
-        f"{arch} (from {where}); krunkit VMs run arm64 only (Apple silicon), and an emulated container gets no GPU",
-        fix,
-    )
+        return Check("architecture", "unknown", "no image config and no ELF file to tell the CPU architecture", fix), ""
+    where = "the image config" if declared else f"/{seen[0][0]}"
+    why = "krunkit VMs run arm64 only (Apple silicon), and an emulated container gets no GPU"
+    if arch != "arm64":
+        return Check("architecture", "fail", f"{arch} (from {where}); {why}", fix), arch
+    foreign = [(p, a) for p, a in seen if a != "arm64"]
+    if foreign:
+        files = ", ".join(f"/{p} is {a}" for p, a in foreign[:3])
+        said = "the config says arm64" if declared else f"/{seen[0][0]} is arm64"
+        return Check("architecture", "fail", f"{said} but {files}: the files decide; {why}", fix), arch
+    return Check("architecture", "pass", f"arm64 (from {where}), what a krunkit VM on Apple silicon runs"), arch
 
 
 def _libc(facts: Facts) -> Check:

@@ -32,6 +32,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from cgpu.errors import CgpuValueError
 from cgpu.files import NotRegularFileError, open_regular
 from cgpu.image.fs import (
     Deadline,
@@ -78,6 +79,36 @@ class OpenedImage:
                 key, _, value = item.partition("=")
                 env[key] = value
         return env
+
+
+# The image reference grammar of distribution/reference (what podman and Docker accept): an
+# optional registry host[:port], lower-case path components, an optional :tag and @digest; an
+# image ID (hex) is a name too.
+_REFERENCE = re.compile(
+    r"(?:(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*|\[[0-9a-fA-F:.]+\])"
+    r"(?::[0-9]+)?/)?"
+    r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"
+    r"(?::[\w][\w.-]{0,127})?"
+    r"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?"
+)
+_PATH_TRANSPORTS = ("dir", "oci-archive", "docker-archive", "oci")
+_ENGINE_TRANSPORTS = ("containers-storage", "docker-daemon")
+
+
+def check_reference(ref: str) -> None:
+    """CgpuValueError when REF is not an image reference at all (bad usage, not an unreadable image):
+    a path transport without its path, or an engine image name outside the reference grammar."""
+    transport, _, rest = ref.partition(":")
+    if transport in _PATH_TRANSPORTS:
+        if not rest:
+            raise CgpuValueError(f"{ref!r}: give a path after '{transport}:'")
+        return
+    name = rest if transport in _ENGINE_TRANSPORTS else ref
+    if not _REFERENCE.fullmatch(name) and not re.fullmatch(r"sha256:[0-9a-f]{64}", name):
+        raise CgpuValueError(
+            f"{ref!r} is not an image reference: give NAME[:TAG] (lower-case NAME, e.g. localhost/my-app:latest), "
+            "or a transport such as oci-archive:PATH or dir:PATH"
+        )
 
 
 @contextmanager

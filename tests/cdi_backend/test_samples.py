@@ -76,6 +76,18 @@ def test_every_sample_folder_is_tested_and_listed_in_the_readme():
         assert (", ".join(expected) or "nothing") in readme
 
 
+@pytest.mark.parametrize("folder", ["broken", "broken/crash"])
+def test_the_broken_specs_are_listed_with_their_command_and_answer(run_cli, folder):
+    command = f"--spec-dir cdi-samples/{folder} --root cdi-samples/hosts/nvidia-580"
+    row = next(line for line in (SAMPLES / "README.md").read_text().splitlines() if line.startswith(f"| `{folder}` |"))
+    assert command in row and "| nothing: " in row
+    code, out, err = run_cli("probe", "--backend", "cdi", "--engine", "none", *command.split(), "--json")
+    report = json.loads(out)
+    assert code == 0 and report["containers"] == [], err
+    errors = [p for p in report["problems"] if p["severity"] == "error"]
+    assert len(errors) >= 2 and all(p["source"].startswith(f"cdi-samples/{folder}") for p in errors[:2])
+
+
 def test_bad_device_name_and_bad_engine_are_refused(run_cli):
     """Bad usage prints the reason and no report: an empty `containers` would pass for an answer."""
     code, out, err = run_cli(

@@ -281,7 +281,6 @@ def test_unpinned_libkrun_build_is_yes_with_an_advisory_failure(tmp_path):
     "ref, words",
     [
         ("docker-archive:/nonexistent/cgpu.tar", "not a readable tar archive"),
-        ("oci-archive:", "give a path after 'oci-archive:'"),
         ("dir:/nonexistent/cgpu-root", "is not a directory"),
     ],
 )
@@ -504,3 +503,19 @@ def test_old_copr_build_passes_and_is_reinstalled_from_its_own_copr(tmp_path):
         "restore the files Mesa installs: `dnf -y install dnf-plugins-core && dnf -y copr enable slp/mesa-krunkit "
         "&& dnf -y reinstall mesa-vulkan-drivers-25.3.6-102.fc44`"
     )
+
+
+def test_the_architecture_comes_from_the_elf_files_when_no_config_says(roots):
+    result, code = check_image(f"dir:{roots['good']}")
+    assert (result["architecture"], code) == ("arm64", ExitCode.OK)
+    result, code = check_image(f"dir:{roots['amd64']}")
+    assert (result["architecture"], result["verdict"], code) == ("amd64", "no", ExitCode.IMAGE_NO)
+
+
+def test_an_arm64_tag_on_x86_64_files_is_no_with_the_fix(tmp_path):
+    archive = oci_archive(tmp_path / "o.tar", [layer_tar(fedora_tree(tmp_path / "r", machine=X86_64))], arch="arm64")
+    result, code = check_image(f"oci-archive:{archive}")
+    check = next(c for c in result["checks"] if c["name"] == "architecture")
+    assert (result["verdict"], code, check["status"]) == ("no", ExitCode.IMAGE_NO, "fail")
+    assert check["evidence"].startswith("the config says arm64 but /usr/lib64/libvulkan_virtio.so is amd64")
+    assert "--platform linux/arm64" in check["fix"] and "architecture" in result["reason"]

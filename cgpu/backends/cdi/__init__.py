@@ -83,7 +83,7 @@ def probe(
         report.problem("warning", missing, f"the spec dir {missing} does not exist: nothing was read from it")
     root = root or "/"
     if not os.path.isdir(root):
-        report.usage_error("--root", f"--root {root} is not a directory")
+        report.usage_error("root", f"{root!r} is not a directory")
         return
     rules = _engine_rules(report, engine, timeout)
     if rules is None:
@@ -288,7 +288,7 @@ def _engine_rules(
     try:
         option = parse_engine(engine)
     except ValueError as exc:
-        report.usage_error("--engine", str(exc))
+        report.usage_error("engine", str(exc))
         return None
     if option.mode == NONE:  # asked for: nothing to report
         return option, None, None
@@ -298,8 +298,8 @@ def _engine_rules(
         if not found:
             wanted = f"no {option.name}" if option.name else "no podman or docker"
             why = f" ({'; '.join(failures)})" if failures else ""
-            report.problem(
-                "warning",
+            report.problem(  # an engine named and absent: the answer is not for the engine asked for
+                "error" if option.name else "warning",
                 f"--engine {option}",
                 f"{wanted} answered on this host{why}, so specs are judged by the newest CDI rules; "
                 f"name the engine that will run the containers with --engine NAME@VERSION",
@@ -331,7 +331,7 @@ def _select(
         try:
             parse_qualified_name(name)
         except ValueError as exc:
-            report.usage_error("--device", _bad_name(name, exc, scan))
+            report.usage_error("devices", _bad_name(name, exc, scan))
             return None
     unknown = [name for name in wanted if name not in scan.devices and name not in dropped]
     if unknown:
@@ -376,7 +376,9 @@ def _did_you_mean(unknown: list[str], scan: ScanResult) -> str:
     known = list(scan.devices)
     hints = []
     for name in unknown[:3]:
-        close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+        children = [k for k in known if k.startswith(name + ":")]  # a GPU's own MIG devices first
+        close = [*children, *(c for c in difflib.get_close_matches(name, known, n=3, cutoff=0.6) if c not in children)]
+        close = close[:3]
         if close:
             hints.append(f"{name}: did you mean {', '.join(close)}?")
     if hints:
@@ -552,7 +554,7 @@ def _driver_not_loaded(kind: str, host: HostFS) -> str | None:
 def _lead(answers: list[DeviceAnswer]) -> str:
     """The first device's name, with how many more share the finding: grammatical before 'gets'."""
     first = answers[0].name
-    rest = len(answers) - 1
+    rest = len({id(a.findings) for a in answers}) - 1  # distinct devices: a GPU's index and UUID are one
     return first if rest == 0 else f"{first} (and {rest} other device{'s' if rest > 1 else ''})"
 
 

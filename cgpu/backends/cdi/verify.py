@@ -74,6 +74,8 @@ def _verify_with(
         if refusal:
             report.problem("error", SOURCE, f"did not run: {refusal}")
             return
+    for note in eng.notes:
+        report.problem("warning", SOURCE, note)
     _note_engine_mismatch(report, eng, engine_option)
     image, how, building = _image(report, eng, probe_image, timeout)
     deadline += building

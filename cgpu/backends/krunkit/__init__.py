@@ -90,7 +90,7 @@ def probe(
     timeout: float | None = None,
 ) -> None:
     if machine and vm_image:
-        report.usage_error("cgpu", "--machine and --vm-image exclude each other: use the podman machine or boot a VM")
+        report.usage_error(("machine", "vm_image"), "they exclude each other: use the podman machine or boot a VM")
         return
     _note_platform(report)
     for api in ("cuda", "rocm", "opencl", "directml"):

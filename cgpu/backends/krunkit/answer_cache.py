@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from cgpu.cache import default_cache_dir, key_digest, open_private, private_directory, prune, read_private
+from cgpu.errors import CgpuTypeError
 
 Warn = Callable[[str, str], None]  # (source, message)
 
@@ -86,7 +87,7 @@ class AnswerCache:
             value = entry["value"]
             same_key = entry["format"] == FORMAT and entry["key"] == json.loads(json.dumps(key, default=str))
             if not isinstance(value, dict):
-                raise TypeError("value is not an object")
+                raise CgpuTypeError("value is not an object")
         except (ValueError, TypeError, KeyError, RecursionError) as exc:
             self._warn(str(path), f"the cached answer is corrupt ({type(exc).__name__}: {exc}); checking afresh")
             return None

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from cgpu.errors import CgpuError
+from cgpu.errors import CgpuError, CgpuTypeError, CgpuValueError
 from cgpu.files import open_regular
 from cgpu.gpu_probe import PROBE_SCRIPT
 from cgpu.run import CommandError, CommandTimeoutError, Completed, Helper, HelperExitedError, decode, run
@@ -127,7 +127,7 @@ def list_machines(podman: str, *, timeout: float) -> list[Machine]:
     try:
         data = json.loads(done.stdout or b"[]")
         if not isinstance(data, list):
-            raise ValueError("not a list")
+            raise CgpuValueError("not a list")
         return [
             Machine(
                 name=_str(entry["Name"]),
@@ -153,7 +153,7 @@ def machine_socket(podman: str, name: str, *, timeout: float) -> str:
         data = json.loads(done.stdout)
         path = data[0]["ConnectionInfo"]["PodmanSocket"]["Path"]
         if not isinstance(path, str) or not path:
-            raise ValueError("no socket path")
+            raise CgpuValueError("no socket path")
     except (ValueError, TypeError, KeyError, IndexError) as exc:
         raise VMError(
             f"podman machine inspect {name}", f"no API socket in its output ({type(exc).__name__}: {exc})"
@@ -170,7 +170,7 @@ def _podman(argv: list[str], *, timeout: float):
 
 def _str(value: Any) -> str:
     if not isinstance(value, str):
-        raise TypeError(f"expected a string, got {type(value).__name__}")
+        raise CgpuTypeError(f"expected a string, got {type(value).__name__}")
     return value
 
 

@@ -138,7 +138,7 @@ class Session:
 def probe(report: ReportBuilder, *, distro: str | None = None, timeout: float | None = None) -> None:
     distro = distro or os.environ.get("CGPU_WSL_DISTRO") or None
     if distro is not None and not DISTRO_NAME.fullmatch(distro):
-        _could_not_run(report, "--distro", f"{distro!r} is not a WSL distro name (letters, digits, '.', '_', '-')")
+        report.usage_error("distro", f"{distro!r} is not a WSL distro name (letters, digits, '.', '_', '-')")
         return
     exe = _find_wsl_exe(report)
     script = _probe_script(report)
