@@ -13,7 +13,11 @@ import shutil
 import time
 
 AUTO, NONE, NAMED = "auto", "none", "named"
-ENGINE_NAMES = ("podman", "docker")  # the order `auto` prefers
+# Every engine cgpu judges by, in the order `auto` prefers where no kubelet names one (docs/cdi.md):
+# the engines people run containers with by hand first, containerd last (it is installed beside
+# Docker as its back end, and judges only where nothing else runs containers).
+ENGINE_NAMES = ("podman", "docker", "crio", "containerd")
+_ALIASES = {"cri-o": "crio"}
 # `podman version` costs about 100 ms: its answer is reused while the engine binaries are the
 # same files (path, size, mtime) and for at most this long (a Docker daemon can be upgraded or
 # stopped while its CLI stays the same).
@@ -68,12 +72,13 @@ def parse_engine(value: str | EngineOption | None) -> EngineOption:
         return EngineOption(NONE)
     name, sep, version = text.partition("@")
     name, version = name.strip().lower(), version.strip()
+    name = _ALIASES.get(name, name)
     if not sep and name in ENGINE_NAMES:
         return EngineOption(NAMED, name)
     if not sep or not name or not version:
         raise ValueError(
-            f"--engine {value!r}: expected NAME@VERSION such as podman@4.3.1 or docker@28.2.0, a bare podman or "
-            f"docker (the one installed here), or auto, or none"
+            f"--engine {value!r}: expected NAME@VERSION such as podman@4.3.1, docker@28.2.0, containerd@1.7.27 or "
+            f"crio@1.31.0, a bare {', '.join(ENGINE_NAMES)} (the one installed here), or auto, or none"
         )
     from cgpu.cdi.versions import max_cdi_version
 
