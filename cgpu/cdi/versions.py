@@ -122,6 +122,30 @@ def _parse_engine_version(version: str) -> tuple[int, ...]:
     return tuple(int(part) for part in match.groups() if part is not None)
 
 
+def same_version(a: str | None, b: str | None) -> bool:
+    """Two engine version texts name the same release ("4.3.1+ds1" and "4.3.1")."""
+    if a is None or b is None:
+        return False
+    try:
+        return _parse_engine_version(a) == _parse_engine_version(b)
+    except ValueError:
+        return False
+
+
+def cdi_on_by_default(engine: str, version: str | None) -> bool | None:
+    """Whether CDI is on when the engine's configuration does not say: containerd 1.7 off, 2.x on;
+    Docker off before 28.2, on from it; CRI-O and podman always. None: the version is not known."""
+    if engine in ("crio", "podman"):
+        return True
+    if version is None:
+        return None
+    try:
+        parsed = _parse_engine_version(version)
+    except ValueError:
+        return None
+    return parsed >= ((2,) if engine == "containerd" else (28, 2))
+
+
 def max_cdi_version(engine: str, version: str) -> str | None:
     """The newest cdiVersion `engine` at `version` accepts; None when that version reads no
     CDI specs at all. Raises ValueError for an engine or version cgpu has no figure for."""
