@@ -172,3 +172,26 @@ def test_a_remembered_engine_another_user_could_write_is_not_believed(only_stand
         assert host_engines(timeout=10) == ([("podman", "4.3.1")], [])
     finally:
         cache.chmod(0o700)
+
+
+def test_the_remembered_engine_is_asked_again_when_docker_host_or_container_host_changes(
+    only_stand_ins: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """Issue 21: for 300 s after a run without a daemon, a run pointed at a live one was judged by
+    the remembered answer. What decides the answer is the key: the binaries and the environment."""
+    _stand_in_podman(only_stand_ins, "4.3.1")
+    monkeypatch.delenv("DOCKER_HOST", raising=False)
+    monkeypatch.delenv("CONTAINER_HOST", raising=False)
+    host_engines(timeout=10)
+    host_engines(timeout=10)
+    assert _calls(only_stand_ins) == 1
+    monkeypatch.setenv("CONTAINER_HOST", "unix:///run/user/1000/podman/podman.sock")
+    host_engines(timeout=10)
+    assert _calls(only_stand_ins) == 2
+    monkeypatch.setenv("DOCKER_HOST", "unix:///run/docker.sock")
+    host_engines(timeout=10)
+    host_engines(timeout=10)
+    assert _calls(only_stand_ins) == 3
+    monkeypatch.delenv("DOCKER_HOST")
+    host_engines(timeout=10)  # back to an earlier environment: the one remembered answer is for another key
+    assert _calls(only_stand_ins) == 4

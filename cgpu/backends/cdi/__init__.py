@@ -101,7 +101,16 @@ def probe(
         judge.entry["containers"] = [api for api in APIS if report.state(api) == "provided"]
     report.engines = [engine_entry(e) for e in judge.engines]
     if verify and answers[0] is not None:
-        _verify(report, answers[0], dirs=dirs, engine=judge.option, probe_image=probe_image, timeout=timeout)
+        engine_dirs = judge.entry["spec_dirs"] if judge.entry is not None else list(DEFAULT_SPEC_DIRS)
+        _verify(
+            report,
+            answers[0],
+            dirs=dirs,
+            engine_dirs=engine_dirs,
+            engine=judge.option,
+            probe_image=probe_image,
+            timeout=timeout,
+        )
 
 
 def _cdi_off(report: ReportBuilder, entry: dict[str, Any], label: str | None, quiet: bool) -> tuple[None, list[str]]:
@@ -850,20 +859,19 @@ def _verify(
     answers: list[DeviceAnswer],
     *,
     dirs: list[str],
+    engine_dirs: list[str],
     engine: EngineOption,
     probe_image: str | None,
     timeout: float | None,
 ) -> None:
     from cgpu.backends.cdi.verify import verify_devices
-    from cgpu.cdi.scan import DEFAULT_SPEC_DIRS
 
-    own = [d for d in dirs if os.path.realpath(d) not in {os.path.realpath(e) for e in DEFAULT_SPEC_DIRS}]
+    own = [d for d in dirs if os.path.realpath(d) not in {os.path.realpath(e) for e in engine_dirs}]
     if own:
         report.problem(
             "info",
             "--verify",
-            f"the engine reads its own spec dirs (by default "
-            f"{', '.join(DEFAULT_SPEC_DIRS)}), not {', '.join(own)}: a device "
+            f"the engine reads its own spec dirs ({', '.join(engine_dirs)}), not {', '.join(own)}: a device "
             f"defined only there is unresolvable to it",
         )
     runnable = [a for a in answers if not a.blocked]
