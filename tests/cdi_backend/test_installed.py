@@ -483,3 +483,15 @@ def test_what_was_learned_is_remembered_until_a_file_changes(tmp_path: Path, mon
     monkeypatch.setenv("DOCKER_HOST", "unix:///elsewhere.sock")
     judge(root)
     assert len(calls) == 4
+
+
+def test_a_kubelet_runtime_that_is_not_installed_is_said(tmp_path: Path):
+    config = "containerRuntimeEndpoint: unix:///var/run/crio/crio.sock\n"
+    root = nvidia_node(
+        tmp_path,
+        {"/usr/bin/containerd": ef.upstream_containerd("v2.1.4", "v1.0.1"), "/var/lib/kubelet/config.yaml": config},
+    )
+    report = judge(root)
+    assert judged(report)["name"] == "containerd"
+    warning = next(p for p in report["problems"] if p["source"] == str(root / "var/lib/kubelet/config.yaml"))
+    assert "found no crio installed" in warning["message"]

@@ -426,6 +426,15 @@ def _engine_rules(
             _report_engine_problems(report, engines)
             return _Judge(option, None, engines)
         entry, how = _default_judge(found, kubelet, option, on_host)
+        missed = kubelet if kubelet is not None and option.name is None and kubelet["engine"] != entry["name"] else None
+        if missed is not None:
+            report.problem(
+                "warning",
+                missed["source"],
+                f"the kubelet runs pods through {missed['endpoint']}, but cgpu found no "
+                f"{missed['engine'] or 'engine behind that socket'} installed under {root}: {entry['name']} judged "
+                f"instead; name the runtime with --engine NAME@VERSION",
+            )
         if option.mode != AUTO:
             how = f"the {'host' if on_host else 'node'}'s engine, --engine {option}"
     entry["judged"] = True
