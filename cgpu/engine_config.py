@@ -24,12 +24,13 @@ MAX_DROP_INS = 256
 class Config:
     """The CDI part of one engine's configuration."""
 
-    __slots__ = ("enabled", "problems", "setting", "spec_dirs")
+    __slots__ = ("enabled", "file", "problems", "setting", "spec_dirs")
 
     def __init__(self) -> None:
         self.enabled: bool | None = None  # None: the engine's default for its version decides
         self.spec_dirs: list[str] | None = None  # None: the defaults
         self.setting = ""  # the setting and file that turn CDI on, for the message when it is off
+        self.file = ""  # the file to change for it, as shown
         self.problems: list[tuple[str, str, str]] = []  # (severity, source, message)
 
 
@@ -92,7 +93,8 @@ def containerd(read: Reader, listdir: Lister, path: str, major: int | None) -> C
     main = _toml_file(read, path, config)
     v3 = major is not None and major >= 2
     table = "io.containerd.cri.v1.runtime" if v3 else "io.containerd.grpc.v1.cri"
-    config.setting = f"enable_cdi = true in [plugins.{json.dumps(table)}] of {read(path)[2]}"
+    config.file = read(path)[2]
+    config.setting = f"enable_cdi = true in [plugins.{json.dumps(table)}] of {config.file}"
     if main is None:
         if config.problems:
             config.problems.append(
@@ -129,7 +131,8 @@ def containerd(read: Reader, listdir: Lister, path: str, major: int | None) -> C
             enabled = found.get("enable_cdi")
             if isinstance(enabled, bool):
                 config.enabled = enabled
-                config.setting = f"enable_cdi in [plugins.{json.dumps(keys[1])}] of {shown}"
+                config.file = shown
+                config.setting = f"enable_cdi = true in [plugins.{json.dumps(keys[1])}] of {shown}"
             elif enabled is not None:
                 config.problems.append(("error", shown, f"enable_cdi is {enabled!r}, not true or false"))
             if "cdi_spec_dirs" in found:
@@ -191,6 +194,7 @@ def docker(read: Reader, path: str) -> Config:
     28.2 unless false: moby `cmd/dockerd/daemon.go`) and `"cdi-spec-dirs"`."""
     config = Config()
     text, why, shown = read(path)
+    config.file = shown
     config.setting = f'"features": {{"cdi": true}} in {shown}'
     if text is None:
         if why is not None:

@@ -149,6 +149,7 @@ def new_entry(name: str) -> dict[str, Any]:
         "containers": [],
         "problems": [],  # internal: (severity, source, message); not in the report's entry
         "cdi_setting": "",  # internal: the setting and file that turn CDI on
+        "cdi_file": "",  # internal: the file holding (or to hold) that setting
         "cdi_explicit": None,  # internal: what the configuration says of CDI (None: nothing)
         "config_broken": None,  # internal: why the engine would not start with its configuration
         "rules_unknown": False,  # internal: cgpu has no release row for its version
@@ -165,7 +166,7 @@ def with_version(installed: dict[str, Any] | None, name: str, version: str, lear
     entry["version"] = version
     entry["learned_from"] = learned_from
     if installed is not None:
-        for key in ("spec_dirs", "cdi_setting", "cdi_explicit", "config_broken", "problems"):
+        for key in ("spec_dirs", "cdi_setting", "cdi_file", "cdi_explicit", "config_broken", "problems"):
             entry[key] = installed[key]
     try:
         entry["max_cdi_version"] = max_cdi_version(name, version)
@@ -391,6 +392,7 @@ def _configure(files: Files, entry: dict[str, Any], flavour: str) -> None:
     if config.spec_dirs is not None:
         entry["spec_dirs"] = config.spec_dirs
     entry["cdi_setting"] = config.setting
+    entry["cdi_file"] = config.file
     entry["problems"] += config.problems
     broken = [f"{source}: {message}" for severity, source, message in config.problems if severity == "error"]
     if broken:

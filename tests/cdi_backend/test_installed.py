@@ -137,6 +137,7 @@ def test_debian_13_containerd_reads_0_8_0_but_has_cdi_off_by_default(tmp_path: P
     assert entry["cdi_enabled"] is False and entry["containers"] == []
     assert report["containers"] == []
     error = next(p for p in report["problems"] if p["severity"] == "error")
+    assert error["source"] == str(root / "etc/containerd/config.toml")
     assert "CDI switched off" in error["message"] and "enable_cdi = true" in error["message"]
     assert str(root / "etc/containerd/config.toml") in error["message"]
     assert "enable_cdi" in report["evidence"]["cuda"]
@@ -239,6 +240,8 @@ def test_docker_engine_cdi_on_or_off_by_version_and_daemon_json(tmp_path, stanza
         assert (entry["cdi_library"], entry["learned_from"]) == ("v1.0.1", "package")
     if not enabled:
         assert "is refused" in report["evidence"]["cuda"] and '"features": {"cdi": true}' in report["evidence"]["cuda"]
+        error = next(p for p in report["problems"] if p["severity"] == "error")
+        assert error["source"] == str(tmp_path / "node/etc/docker/daemon.json")
 
 
 def test_rpm_bundled_provides_name_the_library(tmp_path: Path):
@@ -448,7 +451,7 @@ def _toml(document: dict) -> str:
             return "true" if v else "false"
         if isinstance(v, list):
             return "[" + ", ".join(value(x) for x in v) + "]"
-        return json.dumps(v, ensure_ascii=False)
+        return json.dumps(v, ensure_ascii=False).replace("\x7f", "\\u007f")  # TOML refuses a raw DEL
 
     table = document["plugins"]["io.containerd.grpc.v1.cri"]
     lines = [f"version = {document['version']}", '[plugins."io.containerd.grpc.v1.cri"]']

@@ -121,7 +121,7 @@ def _cdi_off(report: ReportBuilder, entry: dict[str, Any], label: str | None, qu
         f"for one {'is refused' if entry['name'] == 'docker' else 'starts without it'}: set {setting}"
     )
     if not quiet:
-        report.problem("error", setting.rpartition(" of ")[2] or entry["name"], why)
+        report.problem("error", entry.get("cdi_file") or entry["name"], why)
     for api in APIS:
         report.absent(api, f"not provided: {why}")
     return None, []
