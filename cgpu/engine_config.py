@@ -24,13 +24,15 @@ MAX_DROP_INS = 256
 class Config:
     """The CDI part of one engine's configuration."""
 
-    __slots__ = ("enabled", "file", "problems", "setting", "spec_dirs")
+    __slots__ = ("default_runtime", "enabled", "file", "problems", "runtime_file", "setting", "spec_dirs")
 
     def __init__(self) -> None:
         self.enabled: bool | None = None  # None: the engine's default for its version decides
         self.spec_dirs: list[str] | None = None  # None: the defaults
         self.setting = ""  # the setting and file that turn CDI on, for the message when it is off
         self.file = ""  # the file to change for it, as shown
+        self.default_runtime: str | None = None  # the OCI runtime containers get unless they ask for another
+        self.runtime_file = ""  # where that is set
         self.problems: list[tuple[str, str, str]] = []  # (severity, source, message)
 
 
@@ -141,6 +143,9 @@ def containerd(read: Reader, listdir: Lister, path: str, major: int | None) -> C
                     config.problems.append(("error", shown, "cdi_spec_dirs is not a list of paths"))
                 else:
                     config.spec_dirs = dirs
+            runtime = _table(found, "containerd")
+            if runtime is not None and isinstance(runtime.get("default_runtime_name"), str):
+                config.default_runtime, config.runtime_file = runtime["default_runtime_name"], shown
             break
     return config
 
@@ -155,6 +160,8 @@ def crio(read: Reader, listdir: Lister, path: str, drop_in_dir: str) -> Config:
         if document is None:
             continue
         runtime = _table(document, "crio", "runtime")
+        if runtime is not None and isinstance(runtime.get("default_runtime"), str):
+            config.default_runtime, config.runtime_file = runtime["default_runtime"], read(source)[2]
         if runtime is not None and "cdi_spec_dirs" in runtime:
             dirs = _string_list(runtime["cdi_spec_dirs"])
             if dirs is None:
@@ -216,6 +223,8 @@ def docker(read: Reader, path: str) -> Config:
             config.enabled = features["cdi"]
         else:
             config.problems.append(("error", shown, f'"features": {{"cdi": {features["cdi"]!r}}} is not a boolean'))
+    if isinstance(document.get("default-runtime"), str):
+        config.default_runtime, config.runtime_file = document["default-runtime"], shown
     if "cdi-spec-dirs" in document:
         dirs = _string_list(document["cdi-spec-dirs"])
         if dirs is None:
@@ -223,3 +232,54 @@ def docker(read: Reader, path: str) -> Config:
         else:
             config.spec_dirs = dirs
     return config
+
+
+NVIDIA_RUNTIME_CONFIGS = (
+    "/etc/nvidia-container-runtime/config.toml",
+    "/usr/local/nvidia/toolkit/.config/nvidia-container-runtime/config.toml",  # NVIDIA's GPU Operator
+)
+NVIDIA_MODES = ("auto", "legacy", "cdi", "csv", "jit-cdi")
+
+
+def nvidia_runtime(read: Reader, runtime: str, set_in: str) -> tuple[dict[str, Any], list[tuple[str, str, str]]]:
+    """NVIDIA's runtime as the engine's default runtime: its mode (`[nvidia-container-runtime] mode`,
+    default "auto"; the GPU Operator's `nvidia-cdi` and `nvidia-legacy` runtimes fix it), what a
+    container must ask for and which driver capability each API needs (nvidia-container-toolkit
+    `cmd/nvidia-container-runtime/README.md`: NVIDIA_VISIBLE_DEVICES, NVIDIA_DRIVER_CAPABILITIES,
+    default `utility,compute`; `compute` for CUDA and OpenCL, `graphics` for Vulkan)."""
+    problems: list[tuple[str, str, str]] = []
+    mode: str | None = {"nvidia-cdi": "cdi", "nvidia-legacy": "legacy"}.get(runtime)
+    mode_from: str | None = f"the runtime's name {runtime}" if mode else None
+    if mode is None:
+        for path in NVIDIA_RUNTIME_CONFIGS:
+            text, why, shown = read(path)
+            if text is None and why is None:
+                continue
+            mode_from = shown
+            if text is None:
+                problems.append(("warning", shown, f"cgpu could not read NVIDIA's runtime configuration: {why}"))
+                break
+            try:
+                document = parse_toml(text)
+            except ValueError as exc:
+                problems.append(("warning", shown, f"NVIDIA's runtime configuration is not valid TOML: {exc}"))
+                break
+            section = _table(document, "nvidia-container-runtime")
+            value = section.get("mode", "auto") if section is not None else "auto"
+            if isinstance(value, str) and value in NVIDIA_MODES:
+                mode = value
+            else:
+                problems.append(("warning", shown, f"[nvidia-container-runtime] mode {value!r} is not one cgpu knows"))
+            break
+        else:
+            mode, mode_from = "auto", None  # no configuration file: the runtime's default
+    facts = {
+        "runtime": runtime,
+        "configured_in": set_in,
+        "mode": mode,
+        "mode_from": mode_from,
+        "requires_env": "NVIDIA_VISIBLE_DEVICES",
+        "default_capabilities": ["compute", "utility"],
+        "capabilities": {"cuda": "compute", "opencl": "compute", "vulkan": "graphics"},
+    }
+    return facts, problems

@@ -147,6 +147,7 @@ def new_entry(name: str) -> dict[str, Any]:
         "sources": [],
         "judged": False,
         "containers": [],
+        "nvidia_runtime": None,
         "problems": [],  # internal: (severity, source, message); not in the report's entry
         "cdi_setting": "",  # internal: the setting and file that turn CDI on
         "cdi_file": "",  # internal: the file holding (or to hold) that setting
@@ -166,7 +167,15 @@ def with_version(installed: dict[str, Any] | None, name: str, version: str, lear
     entry["version"] = version
     entry["learned_from"] = learned_from
     if installed is not None:
-        for key in ("spec_dirs", "cdi_setting", "cdi_file", "cdi_explicit", "config_broken", "problems"):
+        for key in (
+            "spec_dirs",
+            "cdi_setting",
+            "cdi_file",
+            "cdi_explicit",
+            "config_broken",
+            "nvidia_runtime",
+            "problems",
+        ):
             entry[key] = installed[key]
     try:
         entry["max_cdi_version"] = max_cdi_version(name, version)
@@ -393,6 +402,10 @@ def _configure(files: Files, entry: dict[str, Any], flavour: str) -> None:
         entry["spec_dirs"] = config.spec_dirs
     entry["cdi_setting"] = config.setting
     entry["cdi_file"] = config.file
+    if config.default_runtime is not None and config.default_runtime.startswith("nvidia"):
+        facts, problems = engine_config.nvidia_runtime(files.read, config.default_runtime, config.runtime_file)
+        entry["nvidia_runtime"] = facts
+        entry["problems"] += problems
     entry["problems"] += config.problems
     broken = [f"{source}: {message}" for severity, source, message in config.problems if severity == "error"]
     if broken:

@@ -117,6 +117,24 @@ class CdiIgnoredDevice(_Device):
     reason: str = Field(description="why the engine ignores the spec")
 
 
+class NvidiaRuntime(BaseModel):
+    """NVIDIA's runtime as the engine's default runtime: what a container asking by environment gets."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    runtime: str = Field(description="the default runtime's name in the engine's configuration (nvidia, nvidia-cdi)")
+    configured_in: str = Field(description="the engine configuration file that makes it the default")
+    mode: Literal["auto", "legacy", "cdi", "csv", "jit-cdi"] | None = Field(
+        description="its mode ([nvidia-container-runtime] mode, default auto); null when cgpu cannot tell"
+    )
+    mode_from: str | None = Field(description="where the mode was read (its config.toml); null: the default")
+    requires_env: str = Field(description="the variable a container must set to get GPUs this way")
+    default_capabilities: list[str] = Field(description="NVIDIA_DRIVER_CAPABILITIES when the container sets none")
+    capabilities: dict[Literal["cuda", "opencl", "vulkan"], str] = Field(
+        description="the driver capability each API needs in NVIDIA_DRIVER_CAPABILITIES (or all)"
+    )
+
+
 class Engine(BaseModel):
     """A container engine found on the node (or named with `--engine`), as the cdi backend learned it."""
 
@@ -152,6 +170,13 @@ class Engine(BaseModel):
     sources: list[str] = Field(description="the files and commands it was learned from, paths as cgpu read them")
     judged: bool = Field(description="whether this engine's rules judged the specs (exactly one, unless --engine none)")
     containers: list[Api] = Field(description="the APIs containers of this engine get, canonical order")
+    nvidia_runtime: NvidiaRuntime | None = Field(
+        default=None,
+        description=(
+            "where NVIDIA's runtime is the default runtime: containers asking by NVIDIA_VISIBLE_DEVICES get what its "
+            "mode injects from the driver, not the spec files; null otherwise"
+        ),
+    )
 
 
 # --- local and krunkit: what the probe saw ----------------------------------------------------------

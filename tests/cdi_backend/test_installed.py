@@ -498,3 +498,56 @@ def test_a_kubelet_runtime_that_is_not_installed_is_said(tmp_path: Path):
     assert judged(report)["name"] == "containerd"
     warning = next(p for p in report["problems"] if p["source"] == str(root / "var/lib/kubelet/config.yaml"))
     assert "found no crio installed" in warning["message"]
+
+
+# --- NVIDIA's runtime in front of the engine -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("runtime_config", "mode", "mode_from"),
+    [
+        (None, "auto", None),  # no config.toml: the runtime's default
+        ('[nvidia-container-runtime]\nmode = "legacy"\n', "legacy", "etc/nvidia-container-runtime/config.toml"),
+        ('[nvidia-container-runtime]\nmode = "bogus"\n', None, "etc/nvidia-container-runtime/config.toml"),
+        ("[nvidia-container-runtime\n", None, "etc/nvidia-container-runtime/config.toml"),
+    ],
+)
+def test_nvidias_runtime_as_the_default_is_data(tmp_path: Path, runtime_config, mode, mode_from):
+    config = (
+        "version = 2\n"
+        '[plugins."io.containerd.grpc.v1.cri"]\nenable_cdi = true\n'
+        '[plugins."io.containerd.grpc.v1.cri".containerd]\ndefault_runtime_name = "nvidia"\n'
+    )
+    files: dict[str, bytes | str] = {
+        "/usr/bin/containerd": ef.upstream_containerd("v1.7.27", "v0.8.1"),
+        "/etc/containerd/config.toml": config,
+    }
+    if runtime_config is not None:
+        files["/etc/nvidia-container-runtime/config.toml"] = runtime_config
+    root = nvidia_node(tmp_path, files)
+    report = judge(root)
+    facts = judged(report)["nvidia_runtime"]
+    assert facts["runtime"] == "nvidia" and facts["configured_in"] == str(root / "etc/containerd/config.toml")
+    assert facts["mode"] == mode
+    assert facts["mode_from"] == (str(root / mode_from) if mode_from else None)
+    assert facts["capabilities"]["vulkan"] == "graphics" and facts["default_capabilities"] == ["compute", "utility"]
+    note = next(p for p in report["problems"] if "default runtime is NVIDIA's" in p["message"])
+    assert "NVIDIA_VISIBLE_DEVICES" in note["message"] and "no vulkan" in note["message"]
+    assert report["containers"] == ALL  # containers asking for CDI devices: judged by the specs as before
+
+
+def test_docker_default_runtime_nvidia_cdi_fixes_the_mode(tmp_path: Path):
+    root = nvidia_node(
+        tmp_path,
+        {
+            "/usr/sbin/dockerd": ef.debian_binary("github.com/docker/docker/cmd/dockerd"),
+            "/var/lib/dpkg/status": ef.DEBIAN_SID_DOCKER,
+            "/etc/docker/daemon.json": '{"default-runtime": "nvidia-cdi", "runtimes": {"nvidia-cdi": {}}}',
+        },
+    )
+    facts = judged(judge(root))["nvidia_runtime"]
+    assert (facts["mode"], facts["mode_from"]) == ("cdi", "the runtime's name nvidia-cdi")
+
+
+def test_no_nvidia_runtime_no_entry(tmp_path: Path):
+    assert judged(judge(containerd_node(tmp_path)))["nvidia_runtime"] is None

@@ -361,6 +361,7 @@ _ENTRY_FIELDS = (
     "sources",
     "judged",
     "containers",
+    "nvidia_runtime",
 )
 
 
@@ -439,6 +440,7 @@ def _engine_rules(
             how = f"the {'host' if on_host else 'node'}'s engine, --engine {option}"
     entry["judged"] = True
     _report_engine_problems(report, engines)
+    _nvidia_runtime_note(report, entry)
     judge = _Judge(option, entry, engines)
     if _unlearned(entry):
         report.problem(
@@ -527,6 +529,25 @@ def _default_judge(
                 return entry, f"the kubelet's runtime {kubelet['endpoint']} in {kubelet['source']}, --engine auto"
     where = "host" if on_host else "node"
     return found[0], f"the {where}'s engine, --engine {option}"
+
+
+def _nvidia_runtime_note(report: ReportBuilder, entry: dict[str, Any]) -> None:
+    """NVIDIA's runtime is the judging engine's default runtime: containers that ask by environment get
+    what its mode injects from the driver, not the spec files; said as a warning, the facts are data."""
+    facts = entry.get("nvidia_runtime")
+    if not facts:
+        return
+    mode = facts["mode"] or "unknown (see problems)"
+    where = f" ({facts['mode_from']})" if facts["mode_from"] else " (no config.toml: its default)"
+    report.problem(
+        "warning",
+        facts["configured_in"] or entry["name"],
+        f"{entry['name']}'s default runtime is NVIDIA's ({facts['runtime']}), mode {mode}{where}: a container that "
+        f"asks by NVIDIA_VISIBLE_DEVICES (NVIDIA's device plugin's default envvar strategy) gets what that mode "
+        f"injects from the host's driver, not what these spec files define, limited by NVIDIA_DRIVER_CAPABILITIES "
+        f"(default compute,utility: cuda and opencl, no vulkan, which needs graphics); this report judges "
+        f"containers that ask for CDI devices",
+    )
 
 
 def _report_engine_problems(report: ReportBuilder, engines: list[dict[str, Any]]) -> None:
