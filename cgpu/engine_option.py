@@ -157,7 +157,11 @@ def learn_engines(
     from cgpu.cache import default_cache_dir, open_private, private_directory, read_private
 
     where = os.path.abspath(root or "/")
-    key = {"root": where, "env": [os.environ.get(k) for k in ENGINE_ENV], "path": None if root else os.get_exec_path()}
+    key = {
+        "root": where,
+        "env": [os.environ.get(k) for k in (*ENGINE_ENV, "XDG_CONFIG_HOME", "HOME")],
+        "path": None if root else os.get_exec_path(),
+    }
     cache_file = Path(cache_dir or default_cache_dir()) / ENGINES_FILE
     from cgpu.installed import identity_unchanged, learn
 

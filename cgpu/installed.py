@@ -391,6 +391,10 @@ def _configure(files: Files, entry: dict[str, Any], flavour: str) -> None:
     elif name == "podman":
         conf_files = ["/usr/share/containers/containers.conf", "/etc/containers/containers.conf"]
         drop_ins = ["/usr/share/containers/containers.conf.d", "/etc/containers/containers.conf.d"]
+        if files.host.real_root:  # this user's own files, read by a rootless podman run here
+            user = os.path.join(os.environ.get("XDG_CONFIG_HOME") or os.path.expanduser("~/.config"), "containers")
+            conf_files.append(f"{user}/containers.conf")
+            drop_ins.append(f"{user}/containers.conf.d")
         config = engine_config.podman(files.read, files.listdir, conf_files, drop_ins)
     else:
         config = engine_config.docker(files.read, "/etc/docker/daemon.json")
