@@ -473,12 +473,9 @@ def _unlearned(entry: dict[str, Any]) -> bool:
 def _installed(root: str | None, timeout: float) -> tuple[list[dict[str, Any]], dict[str, str] | None, list[str]]:
     """The engines installed (under `root`, or on this host with podman and Docker asked), the
     kubelet's runtime, and why an engine on the host did not answer."""
-    import copy
-
     from cgpu.engine_option import ENGINE_NAMES, learn_engines
 
-    learned, node = learn_engines(root, timeout=timeout)
-    engines = copy.deepcopy(learned)  # the cache's lists stay as they were read
+    engines, node = learn_engines(root, timeout=timeout)  # fresh objects on every call: ours to change
     kubelet = node.get("kubelet_runtime") if root is not None else None
     failures: list[str] = []
     if root is None:
