@@ -184,8 +184,8 @@ def with_version(installed: dict[str, Any] | None, name: str, version: str, lear
         entry["problems"] = [*entry["problems"], ("warning", f"{name} {version}", f"{exc}; judged by the newest rules")]
     explicit = entry["cdi_explicit"]
     entry["cdi_enabled"] = explicit if explicit is not None else cdi_on_by_default(name, version)
-    if installed is None and name in ("docker", "containerd") and learned_from == "version":
-        entry["cdi_enabled"] = None  # a daemon whose configuration cgpu did not read (DOCKER_HOST elsewhere)
+    if installed is None and name in ("docker", "containerd"):
+        entry["cdi_enabled"] = None  # a daemon whose configuration cgpu did not read (another host, DOCKER_HOST)
     return entry
 
 

@@ -551,3 +551,58 @@ def test_docker_default_runtime_nvidia_cdi_fixes_the_mode(tmp_path: Path):
 
 def test_no_nvidia_runtime_no_entry(tmp_path: Path):
     assert judged(judge(containerd_node(tmp_path)))["nvidia_runtime"] is None
+
+
+# --- the CLI on node roots laid out as the real-engine suite lays them out ------------------------
+
+
+def _hard_linked(root: Path, path: str, content: bytes, store: Path) -> None:
+    """The engine binary hard-linked into the root, as the suite links an unpacked package's file."""
+    store.parent.mkdir(parents=True, exist_ok=True)
+    store.write_bytes(content)
+    target = root / path.lstrip("/")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    os.link(store, target)
+
+
+@pytest.mark.parametrize(
+    ("engine", "stanza", "config", "containers", "reads"),
+    [
+        ("containerd", ef.DEBIAN_13_CONTAINERD, ("etc/containerd/config.toml", ""), [], "0.8.0"),
+        (
+            "containerd",
+            ef.DEBIAN_13_CONTAINERD,
+            ("etc/containerd/config.toml", 'version = 2\n[plugins."io.containerd.grpc.v1.cri"]\nenable_cdi = true\n'),
+            ALL,
+            "0.8.0",
+        ),
+        ("docker", ef.DEBIAN_13_DOCKER, ("etc/docker/daemon.json", "{}"), [], "0.7.0"),
+        ("docker", ef.DEBIAN_13_DOCKER, ("etc/docker/daemon.json", '{"features": {"cdi": true}}'), ALL, "0.7.0"),
+        ("docker", ef.DEBIAN_SID_DOCKER, ("etc/docker/daemon.json", "{}"), ALL, "1.0.0"),
+    ],
+)
+def test_cli_judges_by_the_roots_engine(run_cli, tmp_path: Path, engine, stanza, config, containers, reads):
+    root = nvidia_node(tmp_path, {"/var/lib/dpkg/status": stanza, config[0]: config[1]})
+    binary = "/usr/bin/containerd" if engine == "containerd" else "/usr/bin/dockerd"
+    go_path = "github.com/containerd/containerd/cmd/containerd" if engine == "containerd" else "cmd/dockerd"
+    _hard_linked(root, binary, ef.debian_binary(go_path), tmp_path / "unpacked" / engine)
+    code, out, err = run_cli(
+        "probe", "--backend", "cdi", "--root", str(root), "--json", env={"CGPU_CACHE_DIR": str(tmp_path / "c")}
+    )
+    assert code == 0, err
+    report = json.loads(out)
+    [entry] = report["engines"]
+    assert entry["name"] == engine and entry["judged"] and entry["max_cdi_version"] == reads
+    assert report["containers"] == containers == entry["containers"]
+
+
+def test_a_named_release_without_its_configuration_is_judged_as_cdi_on_and_said(tmp_path: Path):
+    report = probe([SAMPLES / "nvidia-current/spec"], HOSTS / "nvidia-580", engine="containerd@1.7.27")
+    entry = judged(report)
+    assert entry["cdi_enabled"] is None and report["containers"] == ALL
+    assert any(
+        "has CDI off unless its configuration sets enable_cdi = true" in p["message"] for p in report["problems"]
+    )
+    assert (
+        probe([SAMPLES / "nvidia-current/spec"], HOSTS / "nvidia-580", engine="containerd@1.7.15")["containers"] == []
+    )

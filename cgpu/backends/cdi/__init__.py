@@ -451,6 +451,7 @@ def _engine_rules(
             f"name it with --engine {entry['name']}@VERSION",
         )
         return judge
+    _unknown_setting(report, entry)
     max_version = entry["max_cdi_version"]
     accepts = f"cdiVersion up to {max_version}" if max_version else "no CDI spec at all"
     library = f", its CDI library {entry['cdi_library']}" if entry["cdi_library"] else ""
@@ -526,6 +527,23 @@ def _default_judge(
                 return entry, f"the kubelet's runtime {kubelet['endpoint']} in {kubelet['source']}, --engine auto"
     where = "host" if on_host else "node"
     return found[0], f"the {where}'s engine, --engine {option}"
+
+
+def _unknown_setting(report: ReportBuilder, entry: dict[str, Any]) -> None:
+    """The judge's configuration was not read (another host, a daemon elsewhere) and its release has
+    CDI off unless configured: the specs are judged as if it were on, and that is said."""
+    from cgpu.cdi.versions import cdi_on_by_default
+
+    if entry["cdi_enabled"] is not None or entry.get("config_broken") or entry["version"] is None:
+        return
+    if cdi_on_by_default(entry["name"], entry["version"]) is False:
+        setting = "enable_cdi = true" if entry["name"] == "containerd" else '"features": {"cdi": true} in daemon.json'
+        report.problem(
+            "info",
+            f"--engine {entry['name']}",
+            f"{entry['name']} {entry['version']} has CDI off unless its configuration sets {setting}; cgpu did not "
+            f"read that configuration, so the specs are judged as if it were on",
+        )
 
 
 def _nvidia_runtime_note(report: ReportBuilder, entry: dict[str, Any]) -> None:
