@@ -118,6 +118,41 @@ def test_any_module_list_is_read_without_error(lines: list[tuple[str, str]]):
     assert all(isinstance(k, str) and isinstance(v, str) for k, v in info.deps.items())
 
 
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.binary(min_size=0, max_size=600), st.sampled_from([b"\x7fELF\x02\x01", b"\x7fELF\x01\x02", b""]))
+def test_any_file_is_read_for_build_info_without_an_unexpected_error(tmp_path: Path, body: bytes, magic: bytes):
+    path = tmp_path / "binary"
+    path.write_bytes(magic + body)
+    try:
+        info = read_build_info(str(path))
+    except BuildInfoError:
+        return
+    assert info is None or isinstance(info.deps, dict)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    st.integers(0, 400),
+    st.integers(0, 200),
+    st.integers(0, 8),
+    st.integers(0, 8),
+    st.binary(max_size=500),
+)
+def test_any_elf_section_table_is_read_bounded(tmp_path: Path, shoff: int, entsize: int, count: int, names: int, rest):
+    import struct
+
+    header = bytearray(ef.elf_with_section(ef.blob(["mod\tx\tv1\t"]))[:64])
+    struct.pack_into("<Q", header, 0x28, shoff)
+    struct.pack_into("<HHH", header, 0x3A, entsize, count, names)
+    path = tmp_path / "binary"
+    path.write_bytes(bytes(header) + rest)
+    try:
+        info = read_build_info(str(path))
+    except BuildInfoError:
+        return
+    assert info is None or isinstance(info.deps, dict)
+
+
 # --- learned as installed ---------------------------------------------------------------------------
 
 
