@@ -415,7 +415,8 @@ def _engine_rules(
     else:
         found = [e for e in engines if option.name in (None, e["name"])]
         if not found:
-            wanted = f"no {option.name}" if option.name else f"no {', '.join(ENGINE_NAMES)}"
+            every = f"{', '.join(ENGINE_NAMES[:-1])} or {ENGINE_NAMES[-1]}"
+            wanted = f"no {option.name}" if option.name else f"none of {every}"
             why = f" ({'; '.join(failures)})" if failures else ""
             where = "on this host" if on_host else f"under {root}"
             report.problem(
