@@ -380,6 +380,10 @@ def _watch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         from cgpu.cdi.scan import DEFAULT_SPEC_DIRS
 
         spec_dirs = list(args.spec_dirs or DEFAULT_SPEC_DIRS)
+        if not args.spec_dirs and args.root and os.path.abspath(args.root) != os.path.abspath(os.sep):
+            # the node's engine reads its spec dirs inside the root: watch those too (its configured ones
+            # and its configuration are read again at every interval)
+            spec_dirs += [os.path.join(os.path.abspath(args.root), d.lstrip("/")) for d in DEFAULT_SPEC_DIRS]
 
     def probe() -> dict[str, Any]:
         builder, code = _run("watch", backend, given, None)
