@@ -59,7 +59,7 @@ class Files:
     def __init__(self, root: str) -> None:
         self.root = root
         self.host = HostFS(root)
-        self.identity: dict[str, list[int] | None] = {}
+        self.identity: dict[str, list[Any] | None] = {}  # node path (or which:NAME) -> identity
 
     def shown(self, path: str) -> str:
         return path if self.host.real_root else os.path.join(self.host.root, path.lstrip("/"))
@@ -110,7 +110,14 @@ class Files:
 def identity_unchanged(root: str, identity: dict[str, Any]) -> bool:
     """Every file `learn` consulted under `root` is the same file as then (absent ones still absent)."""
     files = Files(root)
-    return all(identity_of(files.look(path)[1]) == known for path, known in identity.items())
+    for path, known in identity.items():
+        if path.startswith("which:"):
+            found = shutil.which(path[len("which:") :])
+            if (None if found is None else [found]) != known:
+                return False
+        elif identity_of(files.look(path)[1]) != known:
+            return False
+    return True
 
 
 def identity_of(info: os.stat_result | None) -> list[int] | None:
@@ -205,12 +212,17 @@ def learn(root: str, *, run_allowed: bool, timeout: float) -> tuple[list[dict[st
 
 
 def _binary(files: Files, name: str, run_allowed: bool) -> str | None:
+    """The engine's binary: under a root, in the usual places; on the host, on PATH (podman's and
+    Docker's also in the usual places: they count only as they answer, their files add the library)."""
     daemon = DAEMONS[name]
     if run_allowed:
         found = shutil.which(daemon)
+        files.identity[f"which:{daemon}"] = [found] if found else None
         if found:
             files.real(found)
             return found
+        if name in ("crio", "containerd"):
+            return None
     candidates = [f"{d}/{daemon}" for d in BIN_DIRS]
     if name == "containerd":
         candidates += [K3S, RKE2_CONTAINERD]
@@ -225,6 +237,8 @@ def _learn_one(
 ) -> dict[str, Any] | None:
     entry = new_entry(name)
     binary = _binary(files, name, run_allowed)
+    if binary is None and run_allowed:
+        return None  # on the host an engine is a binary that can run
     package = packages.find(name)
     if binary is None and package is None:
         return None
