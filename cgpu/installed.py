@@ -243,9 +243,9 @@ def _learn_one(
     if binary is None and package is None:
         return None
     entry["binary"] = binary
-    flavour = ""
+    flavour = "k3s" if binary == K3S else "rke2" if binary == RKE2_CONTAINERD else ""
     if binary is not None:
-        flavour = _from_build_info(files, entry, binary)
+        _from_build_info(files, entry, binary, flavour)
     if entry["learned_from"] != "build-info" and package is not None:
         _from_package(entry, package)
     if entry["version"] is None and binary is not None and run_allowed and name in ("containerd", "crio"):
@@ -260,22 +260,21 @@ def _learn_one(
     return entry
 
 
-def _from_build_info(files: Files, entry: dict[str, Any], binary: str) -> str:
-    """Fill `entry` from the binary's Go build info; returns "k3s" or "rke2" for those builds."""
+def _from_build_info(files: Files, entry: dict[str, Any], binary: str, flavour: str) -> None:
+    """Fill `entry` from the binary's Go build info (k3s: the version of the containerd inside it)."""
     from cgpu.buildinfo import BuildInfoError, read_build_info
 
     shown = files.shown(binary)
     real = files.real(binary)
     if real is None:
-        return ""
+        return
     try:
         info = read_build_info(real)
     except (OSError, BuildInfoError) as exc:
         entry["problems"].append(("warning", shown, f"cgpu could not read this engine's Go build info: {exc}"))
-        return ""
+        return
     if info is None:
-        return ""
-    flavour = "k3s" if binary == K3S else "rke2" if binary == RKE2_CONTAINERD else ""
+        return
     version = None
     if flavour == "k3s":
         version = info.dep("github.com/containerd/containerd/v2", "github.com/containerd/containerd")
@@ -286,7 +285,7 @@ def _from_build_info(files: Files, entry: dict[str, Any], binary: str) -> str:
     if version is not None:
         entry["version"] = version.lstrip("v")
     if not info.module_mode:
-        return flavour  # built outside module mode: no module list, so no library named
+        return  # built outside module mode: no module list, so no library named
     library = info.dep(*CDI_MODULES)
     entry["learned_from"] = "build-info"
     entry["sources"].append(shown)
@@ -294,7 +293,6 @@ def _from_build_info(files: Files, entry: dict[str, Any], binary: str) -> str:
     entry["max_cdi_version"] = library_max_version(library) if library else None
     if library is not None and entry["max_cdi_version"] is None:
         entry["problems"].append(("warning", shown, f"its CDI library {library} is older than any cgpu knows"))
-    return flavour
 
 
 def _from_package(entry: dict[str, Any], package: tuple[Any, str]) -> None:

@@ -383,10 +383,6 @@ class _Judge:
         version = self.entry["version"]
         return f"{self.entry['name']} {version}" if version else str(self.entry["name"])
 
-    @property
-    def max_version(self) -> str | None:
-        return None if self.entry is None else self.entry["max_cdi_version"]
-
 
 def _engine_rules(
     report: ReportBuilder, engine: str | EngineOption | None, timeout: float | None, root: str
