@@ -641,3 +641,39 @@ def test_a_named_release_without_its_configuration_is_judged_as_cdi_on_and_said(
     assert (
         probe([SAMPLES / "nvidia-current/spec"], HOSTS / "nvidia-580", engine="containerd@1.7.15")["containers"] == []
     )
+
+
+def test_podman_spec_dirs_from_containers_conf_and_its_drop_ins(tmp_path: Path):
+    root = nvidia_node(
+        tmp_path,
+        {
+            "/usr/bin/podman": ef.debian_binary("github.com/containers/podman/v5/cmd/podman"),
+            "/var/lib/dpkg/status": ef.dpkg_stanza("podman", "5.4.2+ds1-2"),
+            "/usr/share/containers/containers.conf": "[engine]\ncdi_spec_dirs = ['/usr/share/cdi']\n",
+            "/etc/containers/containers.conf.d/50-gpu.conf": "[engine]\ncdi_spec_dirs = ['/etc/gpu-cdi']\n",
+        },
+        spec_dir="/etc/gpu-cdi",
+    )
+    report = judge(root)
+    entry = judged(report)
+    assert (entry["name"], entry["version"], entry["max_cdi_version"]) == ("podman", "5.4.2", "0.8.0")
+    assert entry["spec_dirs"] == ["/etc/gpu-cdi"] and entry["cdi_enabled"] is True
+    assert report["containers"] == ALL
+
+
+def test_an_unreadable_package_database_is_a_problem_and_the_version_unknown(tmp_path: Path):
+    root = nvidia_node(tmp_path, {"/usr/bin/containerd": ef.debian_binary("github.com/containerd/containerd")})
+    status = root / "var/lib/dpkg/status"
+    status.parent.mkdir(parents=True)
+    with open(status, "wb") as handle:
+        handle.truncate(200 << 20)  # sparse: refused by its size, never read
+    report = judge(root)
+    problem = next(p for p in report["problems"] if p["source"] == str(status))
+    assert "could not read the package database" in problem["message"] and "above the" in problem["message"]
+    assert any("could not learn its version or CDI library" in p["message"] for p in report["problems"])
+    assert report["containers"] == ALL  # the newest rules, said so
+    status.unlink()
+    (root / "var/lib/rpm").mkdir(parents=True)
+    (root / "var/lib/rpm/rpmdb.sqlite").write_bytes(b"SQLite format 3\0" + b"\xff" * 200)
+    report = judge(root)
+    assert any("could not read the rpm database" in p["message"] for p in report["problems"])
