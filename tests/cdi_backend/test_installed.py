@@ -677,3 +677,22 @@ def test_an_unreadable_package_database_is_a_problem_and_the_version_unknown(tmp
     (root / "var/lib/rpm/rpmdb.sqlite").write_bytes(b"SQLite format 3\0" + b"\xff" * 200)
     report = judge(root)
     assert any("could not read the rpm database" in p["message"] for p in report["problems"])
+
+
+def test_containerd_imports_of_imports_once_each_and_a_missing_import(tmp_path: Path):
+    cri = "[plugins.'io.containerd.cri.v1.runtime']"
+    root = nvidia_node(
+        tmp_path,
+        {
+            "/usr/bin/containerd": ef.upstream_containerd("v2.1.4", "v1.0.1"),
+            "/etc/containerd/config.toml": 'version = 3\nimports = ["a.toml"]\n',
+            "/etc/containerd/a.toml": f'imports = ["b.toml", "a.toml"]\n{cri}\nenable_cdi = true\n',
+            "/etc/containerd/b.toml": f'imports = ["a.toml"]\n{cri}\nenable_cdi = false\n',  # a cycle: read once
+        },
+    )
+    assert judged(judge(root))["cdi_enabled"] is False  # b.toml, merged last, wins
+    ef.node(root, {"/etc/containerd/b.toml": 'imports = ["gone.toml"]\n'})
+    report = judge(root)
+    problem = next(p for p in report["problems"] if p["source"] == str(root / "etc/containerd/gone.toml"))
+    assert "does not exist" in problem["message"]
+    assert all(report["apis"][api]["state"] == "unknown" for api in ALL)
