@@ -696,3 +696,9 @@ def test_containerd_imports_of_imports_once_each_and_a_missing_import(tmp_path: 
     problem = next(p for p in report["problems"] if p["source"] == str(root / "etc/containerd/gone.toml"))
     assert "does not exist" in problem["message"]
     assert all(report["apis"][api]["state"] == "unknown" for api in ALL)
+
+
+def test_verify_through_a_cri_runtime_says_it_cannot(tmp_path: Path):
+    report = probe([SAMPLES / "nvidia-current/spec"], HOSTS / "nvidia-580", engine="containerd@2.1.4", verify=True)
+    assert report["containers"] == ALL  # the static answer stands
+    assert any("no client for containerd's CRI" in p["message"] for p in report["problems"])
