@@ -144,7 +144,7 @@ _SAMPLE = ("--backend", "cdi", "--engine", "none", "--spec-dir", "cdi-samples/nv
     "args, words",
     [
         (("probe", *_SAMPLE, "--device", "bad", "--brief"), "argument --device: 'bad' is not a CDI device name"),
-        (("probe", "--backend", "cdi", "--engine", "crio@1", "--brief"), "argument --engine: unknown engine 'crio'"),
+        (("probe", "--backend", "cdi", "--engine", "lxc@1", "--brief"), "argument --engine: unknown engine 'lxc'"),
         (("probe", "--backend", "wsl", "--distro", "a;b", "--brief"), "argument --distro: 'a;b' is not a WSL distro"),
         (("probe", *_SAMPLE, "--root", "/nonexistent/cgpu-root"), "argument --root: '/nonexistent/cgpu-root' is not"),
         (("image", "check", "Bad::Ref"), "argument REF: 'Bad::Ref' is not an image reference"),

@@ -151,7 +151,7 @@ def test_an_engine_named_that_does_not_answer_is_an_error(tmp_path):
         env={"PATH": str(tmp_path)},  # no docker here
     )
     assert done.returncode == 0 and done.stdout == b"cuda,vulkan,opencl\n"
-    assert done.stderr.decode().startswith("cgpu probe: error: --engine docker: no docker answered on this host")
+    assert done.stderr.decode().startswith("cgpu probe: error: --engine docker: no docker is installed under ")
 
 
 def test_explain_lists_only_the_devices_seen_for_that_api():
