@@ -236,8 +236,9 @@ def _add_probe_options(parser: argparse.ArgumentParser) -> None:
     cdi.add_argument(
         "--engine",
         metavar="ENGINE@VERSION|auto|none",
-        help="whose CDI rules judge the specs: auto (default) asks the host's podman or docker; podman@X or docker@X "
-        "judges for another host; none: the newest rules",
+        help="whose CDI rules judge the specs: auto (default) the engine installed here or under --root (the "
+        "kubelet's runtime first); podman, docker, crio or containerd: that one as installed; NAME@VERSION: that "
+        "release; none: the newest rules",
     )
     cdi.add_argument(
         "--device",
@@ -379,6 +380,10 @@ def _watch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         from cgpu.cdi.scan import DEFAULT_SPEC_DIRS
 
         spec_dirs = list(args.spec_dirs or DEFAULT_SPEC_DIRS)
+        if not args.spec_dirs and args.root and os.path.abspath(args.root) != os.path.abspath(os.sep):
+            # the node's engine reads its spec dirs inside the root: watch those too (its configured ones
+            # and its configuration are read again at every interval)
+            spec_dirs += [os.path.join(os.path.abspath(args.root), d.lstrip("/")) for d in DEFAULT_SPEC_DIRS]
 
     def probe() -> dict[str, Any]:
         builder, code = _run("watch", backend, given, None)
