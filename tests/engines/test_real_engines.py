@@ -151,6 +151,8 @@ def test_engine_versions_are_read_from_the_engines(real_engines):
         pytest.skip("no suite of real engines here")
 
 
+@pytest.mark.engines
+@pytest.mark.slow
 def test_a_session_leaves_nothing_behind():
     """Start a containerd with a running pod sandbox and a dockerd on it, close the session: no process
     names its dir, nothing is mounted under it, and the shared dirs are as they were."""

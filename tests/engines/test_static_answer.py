@@ -181,3 +181,32 @@ def test_the_node_roots_are_what_dpkg_would_leave(real_engines):
     assert [p.name for p in stanzas] == ["containerd"]
     stanza = stanzas[0]
     assert f"{stanza.version}-{stanza.release}" == containerd.suite.packages["containerd"]["Version"]
+
+
+def test_the_remembered_engine_follows_docker_host(real_engines, run_cli, tmp_path):
+    """Two real Docker daemons, one cache dir: each run judges by the daemon DOCKER_HOST names, not the one
+    remembered from the run before (issue: the remembered host engine ignored DOCKER_HOST)."""
+    daemons = [real_engines.dockerd(suite, True) for suite in SUITES]
+    seen = []
+    for dockerd in [*daemons, *daemons]:
+        env = {"DOCKER_HOST": dockerd.host, "CGPU_CACHE_DIR": str(tmp_path / "cache")}
+        code, out, err = run_cli(
+            "probe",
+            "--backend",
+            "cdi",
+            "--spec-dir",
+            str(real_engines.spec_dir),
+            "--engine",
+            "docker",
+            "--json",
+            env=env,
+        )
+        assert code == 0, err
+        report = json.loads(out)
+        if "engines" not in report:
+            pytest.skip("this cgpu reports no `engines` (learning the installed engine is not merged here)")
+        judged = judged_engine(report)
+        assert (judged["name"], release(judged["version"])) == ("docker", release(dockerd.version))
+        seen.append(judged["max_cdi_version"])
+    outcomes = [specs.ceiling(real_engines.docker_measure(suite, True)) for suite in SUITES]
+    assert seen == outcomes + outcomes
