@@ -90,8 +90,13 @@ def release(version: str) -> str:
     return version.lstrip("v").split("+")[0].split("~")[0].split("-")[0]
 
 
-def assert_same_answer(report: dict[str, Any], outcomes: dict[str, Outcome], spec_dir: Path) -> None:
+def assert_same_answer(report: dict[str, Any], outcomes: dict[str, Outcome], spec_dir: Path, config: Path) -> None:
+    """Device by device, cgpu's answer is the engine's. A refused device not listed must have its reason as an
+    error: on its spec file (a cdiVersion too new) or, where the engine injected nothing, on the engine's
+    configuration file (CDI off)."""
     devices = {d["name"]: d for d in report["devices"]}
+    cdi_on = any(outcomes[v].injected for v in specs.VERSIONS)
+    errors = [p for p in report["problems"] if p["severity"] == "error"]
     for version in specs.VERSIONS:
         name = specs.device_name(version)
         outcome = outcomes[version]
@@ -103,16 +108,16 @@ def assert_same_answer(report: dict[str, Any], outcomes: dict[str, Outcome], spe
         if device is not None:
             assert device["status"] == "blocked", f"{name}: the engine refused it ({outcome.detail}); cgpu: {device}"
             assert device.get("reason") or device.get("missing"), device
-        else:
-            spec = str(spec_dir / f"{specs.tag(version)}.json")
-            said = [p for p in report["problems"] if spec in (p["source"], p["message"]) or "CDI" in p["message"]]
-            assert said, f"{name}: refused by the engine ({outcome.detail}); cgpu says nothing: {report['problems']}"
+            continue
+        where = str(spec_dir / f"{specs.tag(version)}.json") if cdi_on else str(config)
+        said = [p for p in errors if p["source"] == where]
+        assert said, f"{name}: refused by the engine ({outcome.detail}); no error on {where}: {report['problems']}"
     for api, answer in report["apis"].items():
         if api != "metal":  # the specs give no GPU: whatever the engine, no API is provided
             assert answer["state"] != "provided", (api, answer)
 
 
-def assert_judged(report: dict[str, Any], engine: str, daemon: Any, outcomes: dict[str, Outcome]) -> None:
+def assert_judged(report: dict[str, Any], engine: str, daemon: Any, outcomes: dict[str, Outcome], root: Path) -> None:
     judged = judged_engine(report)
     assert judged["name"] == engine
     assert release(judged["version"]) == release(daemon.version), (judged, daemon.version)
@@ -121,7 +126,9 @@ def assert_judged(report: dict[str, Any], engine: str, daemon: Any, outcomes: di
     if on:
         assert judged["max_cdi_version"] == specs.ceiling(outcomes), judged
     assert judged["learned_from"] in ("build-info", "package", "version"), judged
-    assert judged["sources"], judged
+    assert judged["spec_dirs"] == [str(daemon.spec_dir)], judged  # what its configuration names
+    # Learned from the node's files alone: nothing ran, every source is under the root.
+    assert judged["sources"] and all(s.startswith(f"{root}/") for s in judged["sources"]), judged
 
 
 @pytest.mark.parametrize("cdi", CDI_SETTINGS, ids=setting_id)
@@ -131,8 +138,8 @@ def test_docker_static_answer_is_the_engine_s(real_engines, run_cli, suite, cdi)
     outcomes = real_engines.docker_measure(suite, cdi)
     root = node_root(real_engines, f"{suite}-docker-{setting_id(cdi)}", "docker", dockerd)
     report = probe(run_cli, root, real_engines.spec_dir)
-    assert_judged(report, "docker", dockerd, outcomes)
-    assert_same_answer(report, outcomes, real_engines.spec_dir)
+    assert_judged(report, "docker", dockerd, outcomes, root)
+    assert_same_answer(report, outcomes, real_engines.spec_dir, root / "etc/docker/daemon.json")
 
 
 @pytest.mark.parametrize("cdi", CDI_SETTINGS, ids=setting_id)
@@ -142,8 +149,8 @@ def test_containerd_static_answer_is_the_engine_s(real_engines, run_cli, suite, 
     outcomes = real_engines.cri_measure(suite, cdi)
     root = node_root(real_engines, f"{suite}-containerd-{setting_id(cdi)}", "containerd", containerd)
     report = probe(run_cli, root, real_engines.spec_dir)
-    assert_judged(report, "containerd", containerd, outcomes)
-    assert_same_answer(report, outcomes, real_engines.spec_dir)
+    assert_judged(report, "containerd", containerd, outcomes, root)
+    assert_same_answer(report, outcomes, real_engines.spec_dir, root / "etc/containerd/config.toml")
 
 
 @pytest.mark.parametrize("engine", ["docker", "containerd"])
