@@ -86,6 +86,25 @@ def _table(document: dict[str, Any], *keys: str) -> dict[str, Any] | None:
     return node if isinstance(node, dict) else None
 
 
+def _imports(read: Reader, listdir: Lister, path: str, document: dict[str, Any], config: Config) -> list[str]:
+    """The files a containerd config imports: paths relative to its folder, globs expanded in name order."""
+    imports = document.get("imports", [])
+    if not isinstance(imports, list):
+        config.problems.append(("error", read(path)[2], "imports is not a list of paths"))
+        return []
+    found = []
+    for pattern in imports[:MAX_IMPORTS]:
+        if not isinstance(pattern, str):
+            continue
+        pattern = pattern if pattern.startswith("/") else posixpath.join(posixpath.dirname(path), pattern)
+        folder, name = posixpath.split(pattern)
+        if any(c in name for c in "*?["):
+            found += [posixpath.join(folder, n) for n in sorted(listdir(folder)) if fnmatch.fnmatchcase(n, name)]
+        else:
+            found.append(pattern)
+    return found
+
+
 def containerd(read: Reader, listdir: Lister, path: str, major: int | None) -> Config:
     """containerd's CRI plugin: `enable_cdi` (1.7: off by default; 2.x: on) and `cdi_spec_dirs`, in
     `[plugins."io.containerd.grpc.v1.cri"]` (config version 2), `[plugins.cri]` (version 1) or
@@ -104,20 +123,23 @@ def containerd(read: Reader, listdir: Lister, path: str, major: int | None) -> C
             )
         return config
     documents = [(path, main)]
-    imports = main.get("imports", [])
-    if not isinstance(imports, list):
-        config.problems.append(("error", read(path)[2], "imports is not a list of paths"))
-        imports = []
-    for pattern in imports[:MAX_IMPORTS]:
-        if not isinstance(pattern, str):
+    pending = _imports(read, listdir, path, main, config)
+    loaded = {path}
+    while pending and len(loaded) <= MAX_IMPORTS:  # imports of imports too, each file once, in order
+        target = pending.pop(0)
+        if target in loaded:
             continue
-        pattern = pattern if pattern.startswith("/") else posixpath.join(posixpath.dirname(path), pattern)
-        folder, name = posixpath.split(pattern)
-        names = [n for n in listdir(folder) if fnmatch.fnmatchcase(n, name)] if any(c in name for c in "*?[") else []
-        for target in [posixpath.join(folder, n) for n in sorted(names)] or [pattern]:
-            document = _toml_file(read, target, config)
-            if document is not None:
-                documents.append((target, document))
+        loaded.add(target)
+        text, why, shown = read(target)
+        if text is None and why is None:
+            config.problems.append(("error", shown, "this imported config file does not exist"))
+            continue
+        document = _toml_file(read, target, config)
+        if document is not None:
+            documents.append((target, document))
+            pending += _imports(read, listdir, target, document, config)
+    if any(severity == "error" for severity, _, _ in config.problems):
+        config.problems.append(("error", config.file, "containerd refuses to start with a config file it cannot load"))
     for source, document in documents:
         for keys in (
             ("plugins", "io.containerd.cri.v1.runtime"),

@@ -111,6 +111,15 @@ def host_engines(*, timeout: float, cache_dir: str | None = None) -> tuple[list[
     """(name, version) of each engine on this host that answers, podman first (Docker only when its
     daemon answers); and why an engine that is installed did not answer. Remembered while the
     binaries, their configuration files and DOCKER_HOST / CONTAINER_HOST are the same."""
+    found, failures, _ = host_engine_details(timeout=timeout, cache_dir=cache_dir)
+    return found, failures
+
+
+def host_engine_details(
+    *, timeout: float, cache_dir: str | None = None
+) -> tuple[list[tuple[str, str]], list[str], dict[str, Any]]:
+    """`host_engines`, and what the engines said beside their versions: {"docker_cdi_spec_dirs": the
+    Docker daemon's CDISpecDirs (empty: CDI off), or absent where it did not say}."""
     identity: list[list[object]] = []
     for name in ("podman", "docker"):
         path = shutil.which(name)
@@ -121,7 +130,7 @@ def host_engines(*, timeout: float, cache_dir: str | None = None) -> tuple[list[
             continue
         identity.append([name, path, *info])
     if not identity:
-        return [], []
+        return [], [], {}
     identity.append(["env", *(os.environ.get(key) for key in ENGINE_ENV)])
     for config in ENGINE_CONFIGS:
         identity.append([config, _stat_identity(os.path.expanduser(config))])
@@ -137,8 +146,12 @@ def host_engines(*, timeout: float, cache_dir: str | None = None) -> tuple[list[
 
     engines, failures = detect_engines(timeout=timeout)
     found = [(e.name, e.version) for e in engines]
-    _remember(cache_file, identity, found, failures)
-    return found, failures
+    details: dict[str, Any] = {}
+    for engine in engines:
+        if engine.name == "docker" and engine.cdi_spec_dirs is not None:
+            details["docker_cdi_spec_dirs"] = list(engine.cdi_spec_dirs)
+    _remember(cache_file, identity, found, failures, details)
+    return found, failures, details
 
 
 ENGINES_FILE = "engines.json"
@@ -191,7 +204,9 @@ def learn_engines(
     return engines, node
 
 
-def _read_remembered(cache_file: str, identity: list[list[object]]) -> tuple[list[tuple[str, str]], list[str]] | None:
+def _read_remembered(
+    cache_file: str, identity: list[list[object]]
+) -> tuple[list[tuple[str, str]], list[str], dict[str, Any]] | None:
     """The remembered answer, only from a private cache dir and a file of this user's that no one
     else can write (another user must not choose the engine that judges the specs)."""
     from pathlib import Path
@@ -206,18 +221,33 @@ def _read_remembered(cache_file: str, identity: list[list[object]]) -> tuple[lis
         if data["identity"] != identity or not 0 <= age < (HOST_ENGINE_SECONDS if found else NO_ENGINE_SECONDS):
             return None
         failures = [str(f) for f in data["failures"]]
-    except (OSError, ValueError, KeyError, TypeError, RecursionError):
+        details = data.get("details", {})
+        dirs = details.get("docker_cdi_spec_dirs") if isinstance(details, dict) else None
+        details = {"docker_cdi_spec_dirs": [str(d) for d in dirs]} if isinstance(dirs, list) else {}
+    except (OSError, ValueError, KeyError, TypeError, RecursionError, AttributeError):
         return None  # absent, unreadable, unsafe or not ours: ask the engine
-    return found, failures
+    return found, failures, details
 
 
-def _remember(cache_file: str, identity: list[list[object]], found: list[tuple[str, str]], failures: list[str]) -> None:
+def _remember(
+    cache_file: str,
+    identity: list[list[object]],
+    found: list[tuple[str, str]],
+    failures: list[str],
+    details: dict[str, Any],
+) -> None:
     """Store the answer atomically in the private cache dir; any failure only means asking again."""
     from pathlib import Path
 
     from cgpu.cache import open_private, private_directory
 
-    data = {"identity": identity, "at": time.time(), "found": [list(f) for f in found], "failures": failures}
+    data = {
+        "identity": identity,
+        "at": time.time(),
+        "found": [list(f) for f in found],
+        "failures": failures,
+        "details": details,
+    }
     temporary = Path(f"{cache_file}.{os.getpid()}.{time.monotonic_ns()}.tmp")
     try:
         private_directory(Path(cache_file).parent, create=True)

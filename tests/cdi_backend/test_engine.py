@@ -195,3 +195,38 @@ def test_the_remembered_engine_is_asked_again_when_docker_host_or_container_host
     monkeypatch.delenv("DOCKER_HOST")
     host_engines(timeout=10)  # back to an earlier environment: the one remembered answer is for another key
     assert _calls(only_stand_ins) == 4
+
+
+def _stand_in_docker(bin_dir: Path, version: str, spec_dirs: str) -> None:
+    """A `docker` whose daemon answers `docker version` and `docker info` (CDISpecDirs) like a real one."""
+    script = bin_dir / "docker"
+    script.write_text(
+        f'#!/bin/sh\necho "$1" >> "{bin_dir}/docker-calls"\n'
+        f"case \"$1\" in version) echo {version};; info) echo '{spec_dirs}';; *) exit 1;; esac\n"
+    )
+    script.chmod(0o755)
+
+
+@pytest.mark.parametrize(
+    ("spec_dirs", "enabled"), [('["/etc/cdi","/var/run/cdi"]', True), ("[]", False), ("null", False)]
+)
+def test_a_docker_daemon_says_whether_cdi_is_on_wherever_it_runs(
+    only_stand_ins: Path, monkeypatch: pytest.MonkeyPatch, spec_dirs: str, enabled: bool
+):
+    """Issue 21: Docker 25.0-28.1 injects CDI devices only with features.cdi; a daemon elsewhere
+    (DOCKER_HOST) says so itself in `docker info` (CDISpecDirs empty: off)."""
+    monkeypatch.setenv("DOCKER_HOST", "tcp://docker.invalid:2375")
+    _stand_in_docker(only_stand_ins, "27.5.1", spec_dirs)
+    spec = only_stand_ins.parent / "specs"
+    spec.mkdir()
+    shutil.copy(SAMPLES / "nvidia-current/spec/nvidia.yaml", spec)
+    report = run_backend("cdi", {"spec_dirs": [str(spec)], "root": "/"}).build()
+    [docker] = report["engines"]
+    assert docker["cdi_enabled"] is enabled and "docker info" in docker["sources"]
+    if not enabled:
+        assert report["containers"] == [] and "CDI switched off" in report["evidence"]["cuda"]
+    else:
+        assert "docker 27.5.1 has CDI off" not in str(report["problems"])
+    calls = (only_stand_ins / "docker-calls").read_text().split()
+    run_backend("cdi", {"spec_dirs": [str(spec)], "root": "/"})  # remembered: neither asked again
+    assert (only_stand_ins / "docker-calls").read_text().split() == calls == ["version", "info"]

@@ -641,3 +641,64 @@ def test_a_named_release_without_its_configuration_is_judged_as_cdi_on_and_said(
     assert (
         probe([SAMPLES / "nvidia-current/spec"], HOSTS / "nvidia-580", engine="containerd@1.7.15")["containers"] == []
     )
+
+
+def test_podman_spec_dirs_from_containers_conf_and_its_drop_ins(tmp_path: Path):
+    root = nvidia_node(
+        tmp_path,
+        {
+            "/usr/bin/podman": ef.debian_binary("github.com/containers/podman/v5/cmd/podman"),
+            "/var/lib/dpkg/status": ef.dpkg_stanza("podman", "5.4.2+ds1-2"),
+            "/usr/share/containers/containers.conf": "[engine]\ncdi_spec_dirs = ['/usr/share/cdi']\n",
+            "/etc/containers/containers.conf.d/50-gpu.conf": "[engine]\ncdi_spec_dirs = ['/etc/gpu-cdi']\n",
+        },
+        spec_dir="/etc/gpu-cdi",
+    )
+    report = judge(root)
+    entry = judged(report)
+    assert (entry["name"], entry["version"], entry["max_cdi_version"]) == ("podman", "5.4.2", "0.8.0")
+    assert entry["spec_dirs"] == ["/etc/gpu-cdi"] and entry["cdi_enabled"] is True
+    assert report["containers"] == ALL
+
+
+def test_an_unreadable_package_database_is_a_problem_and_the_version_unknown(tmp_path: Path):
+    root = nvidia_node(tmp_path, {"/usr/bin/containerd": ef.debian_binary("github.com/containerd/containerd")})
+    status = root / "var/lib/dpkg/status"
+    status.parent.mkdir(parents=True)
+    with open(status, "wb") as handle:
+        handle.truncate(200 << 20)  # sparse: refused by its size, never read
+    report = judge(root)
+    problem = next(p for p in report["problems"] if p["source"] == str(status))
+    assert "could not read the package database" in problem["message"] and "above the" in problem["message"]
+    assert any("could not learn its version or CDI library" in p["message"] for p in report["problems"])
+    assert report["containers"] == ALL  # the newest rules, said so
+    status.unlink()
+    (root / "var/lib/rpm").mkdir(parents=True)
+    (root / "var/lib/rpm/rpmdb.sqlite").write_bytes(b"SQLite format 3\0" + b"\xff" * 200)
+    report = judge(root)
+    assert any("could not read the rpm database" in p["message"] for p in report["problems"])
+
+
+def test_containerd_imports_of_imports_once_each_and_a_missing_import(tmp_path: Path):
+    cri = "[plugins.'io.containerd.cri.v1.runtime']"
+    root = nvidia_node(
+        tmp_path,
+        {
+            "/usr/bin/containerd": ef.upstream_containerd("v2.1.4", "v1.0.1"),
+            "/etc/containerd/config.toml": 'version = 3\nimports = ["a.toml"]\n',
+            "/etc/containerd/a.toml": f'imports = ["b.toml", "a.toml"]\n{cri}\nenable_cdi = true\n',
+            "/etc/containerd/b.toml": f'imports = ["a.toml"]\n{cri}\nenable_cdi = false\n',  # a cycle: read once
+        },
+    )
+    assert judged(judge(root))["cdi_enabled"] is False  # b.toml, merged last, wins
+    ef.node(root, {"/etc/containerd/b.toml": 'imports = ["gone.toml"]\n'})
+    report = judge(root)
+    problem = next(p for p in report["problems"] if p["source"] == str(root / "etc/containerd/gone.toml"))
+    assert "does not exist" in problem["message"]
+    assert all(report["apis"][api]["state"] == "unknown" for api in ALL)
+
+
+def test_verify_through_a_cri_runtime_says_it_cannot(tmp_path: Path):
+    report = probe([SAMPLES / "nvidia-current/spec"], HOSTS / "nvidia-580", engine="containerd@2.1.4", verify=True)
+    assert report["containers"] == ALL  # the static answer stands
+    assert any("no client for containerd's CRI" in p["message"] for p in report["problems"])

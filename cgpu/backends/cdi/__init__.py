@@ -18,7 +18,7 @@ from cgpu.backends.cdi.host import HostFS, HostTrace
 from cgpu.backends.cdi.rules import PARTIAL, PROVIDED, Finding, driver_mismatch, judge, mismatch_fix
 from cgpu.backends.cdi.view import ContainerView, is_bind, node_fully_specified, risky_edits
 from cgpu.cdi.model import ContainerEdits, ResolvedDevice, ScanResult, Spec
-from cgpu.engine_option import EngineOption, host_engines
+from cgpu.engine_option import EngineOption, host_engine_details
 from cgpu.report import ReportBuilder
 
 APIS = ("cuda", "rocm", "vulkan", "opencl", "directml")  # metal: the report's own evidence
@@ -489,7 +489,7 @@ def _with_running(engines: list[dict[str, Any]], timeout: float) -> tuple[list[d
     from cgpu.cdi.versions import same_version
     from cgpu.installed import with_version
 
-    answered, failures = host_engines(timeout=timeout)
+    answered, failures, details = host_engine_details(timeout=timeout)
     by_name = {e["name"]: e for e in engines}
     result = [e for e in engines if e["name"] not in ("podman", "docker")]
     for name, version in answered:
@@ -500,6 +500,12 @@ def _with_running(engines: list[dict[str, Any]], timeout: float) -> tuple[list[d
         else:
             entry = with_version(installed, name, version, "version")
         entry["sources"] = [*entry["sources"], f"{name} version"]
+        dirs = details.get("docker_cdi_spec_dirs") if name == "docker" else None
+        if dirs is not None:  # what the daemon itself says, wherever it runs
+            entry["cdi_enabled"] = bool(dirs)
+            entry["spec_dirs"] = dirs or entry["spec_dirs"]
+            entry["cdi_setting"] = entry["cdi_setting"] or '"features": {"cdi": true} in the daemon\'s daemon.json'
+            entry["sources"].append("docker info")
         result.append(entry)
     return result, failures
 
