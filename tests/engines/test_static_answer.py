@@ -90,10 +90,10 @@ def release(version: str) -> str:
     return version.lstrip("v").split("+")[0].split("~")[0].split("-")[0]
 
 
-def assert_same_answer(report: dict[str, Any], outcomes: dict[str, Outcome], spec_dir: Path, config: Path) -> None:
+def assert_same_answer(report: dict[str, Any], outcomes: dict[str, Outcome], spec_dir: Path, config: str) -> None:
     """Device by device, cgpu's answer is the engine's. A refused device not listed must have its reason as an
-    error: on its spec file (a cdiVersion too new) or, where the engine injected nothing, on the engine's
-    configuration file (CDI off)."""
+    error: on its spec file (a cdiVersion too new) or, where the engine injected nothing, on what says CDI is off
+    (the engine's configuration file; `docker` when the daemon's API said so)."""
     devices = {d["name"]: d for d in report["devices"]}
     cdi_on = any(outcomes[v].injected for v in specs.VERSIONS)
     errors = [p for p in report["problems"] if p["severity"] == "error"]
@@ -109,7 +109,7 @@ def assert_same_answer(report: dict[str, Any], outcomes: dict[str, Outcome], spe
             assert device["status"] == "blocked", f"{name}: the engine refused it ({outcome.detail}); cgpu: {device}"
             assert device.get("reason") or device.get("missing"), device
             continue
-        where = str(spec_dir / f"{specs.tag(version)}.json") if cdi_on else str(config)
+        where = str(spec_dir / f"{specs.tag(version)}.json") if cdi_on else config
         said = [p for p in errors if p["source"] == where]
         assert said, f"{name}: refused by the engine ({outcome.detail}); no error on {where}: {report['problems']}"
     for api, answer in report["apis"].items():
@@ -139,7 +139,7 @@ def test_docker_static_answer_is_the_engine_s(real_engines, run_cli, suite, cdi)
     root = node_root(real_engines, f"{suite}-docker-{setting_id(cdi)}", "docker", dockerd)
     report = probe(run_cli, root, real_engines.spec_dir)
     assert_judged(report, "docker", dockerd, outcomes, root)
-    assert_same_answer(report, outcomes, real_engines.spec_dir, root / "etc/docker/daemon.json")
+    assert_same_answer(report, outcomes, real_engines.spec_dir, str(root / "etc/docker/daemon.json"))
 
 
 @pytest.mark.parametrize("cdi", CDI_SETTINGS, ids=setting_id)
@@ -150,7 +150,30 @@ def test_containerd_static_answer_is_the_engine_s(real_engines, run_cli, suite, 
     root = node_root(real_engines, f"{suite}-containerd-{setting_id(cdi)}", "containerd", containerd)
     report = probe(run_cli, root, real_engines.spec_dir)
     assert_judged(report, "containerd", containerd, outcomes, root)
-    assert_same_answer(report, outcomes, real_engines.spec_dir, root / "etc/containerd/config.toml")
+    assert_same_answer(report, outcomes, real_engines.spec_dir, str(root / "etc/containerd/config.toml"))
+
+
+@pytest.mark.parametrize("cdi", CDI_SETTINGS, ids=setting_id)
+@pytest.mark.parametrize("suite", SUITES)
+def test_docker_api_static_answer_is_the_engine_s(real_engines, run_cli, tmp_path, suite, cdi):
+    """Without --root, the host's Docker daemon as DOCKER_HOST names it judges: its version and whether CDI is on
+    come from its API (`docker info`'s CDISpecDirs), and the answer is again the engine's."""
+    dockerd = real_engines.dockerd(suite, cdi)
+    outcomes = real_engines.docker_measure(suite, cdi)
+    env = {"DOCKER_HOST": dockerd.host, "CGPU_CACHE_DIR": str(tmp_path / "cache")}
+    code, out, err = run_cli(
+        "probe", "--backend", "cdi", "--spec-dir", str(real_engines.spec_dir), "--engine", "docker", "--json", env=env
+    )
+    assert code in (0, 1), err
+    report = json.loads(out)
+    validate_report(report)
+    if "engines" not in report:
+        pytest.skip("this cgpu reports no `engines` (learning the installed engine is not merged here)")
+    judged = judged_engine(report)
+    assert (judged["name"], release(judged["version"])) == ("docker", release(dockerd.version))
+    on = any(outcomes[v].injected for v in specs.VERSIONS)
+    assert judged["cdi_enabled"] is on, judged
+    assert_same_answer(report, outcomes, real_engines.spec_dir, "docker")
 
 
 @pytest.mark.parametrize("engine", ["docker", "containerd"])
