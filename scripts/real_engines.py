@@ -234,6 +234,8 @@ def fetch_suite(scratch: Path, suite: str, uri: str, keyring: str, deadline: flo
 
     record: dict[str, Any] = {"suite": suite, "ok": False, "cached": False, "root": str(base / "root")}
     try:
+        # A run stopped half-way must not leave a record that vouches for a half-unpacked tree.
+        record_path.unlink(missing_ok=True)
         shutil.rmtree(base / "root", ignore_errors=True)
         shutil.rmtree(base / "debs", ignore_errors=True)
         (base / "debs").mkdir(parents=True)
