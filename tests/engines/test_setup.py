@@ -104,3 +104,28 @@ def test_a_second_run_reuses_what_the_first_unpacked(tmp_path, monkeypatch):
     monkeypatch.setattr(setup, "_run", no_network)
     record = setup.fetch_suite(tmp_path, "trixie", "http://mirror.example/debian", "/k.gpg", deadline=1e18)
     assert record["ok"] and record["cached"]
+
+
+def test_a_daemon_that_does_not_come_up_skips_its_tests_with_the_reason(tmp_path):
+    """Asked again, it is not started again: every test that needs it skips with the same reason."""
+    from tests.engines.conftest import RealEngines
+
+    class Broken:
+        starts = 0
+
+        def start(self, *args):
+            Broken.starts += 1
+            raise RuntimeError("exited with status 1")
+
+        def log(self):
+            return "containerd: /lib/x86_64-linux-gnu/libc.so.6: version `GLIBC_2.38' not found"
+
+    engines = RealEngines(tmp_path)
+    key = ("sid", "containerd", True)
+    for _ in range(2):
+        with pytest.raises(
+            pytest.skip.Exception, match=r"(?s)containerd of sid \(cdi-on\) did not come up.*GLIBC_2\.38"
+        ):
+            engines._start(key, Broken())
+    assert Broken.starts == 1
+    engines.close()
