@@ -483,6 +483,6 @@ def test_vulkan_manifests_the_loader_skips(tmp_path: Path, text: str, why: str):
     ],
 )
 def test_api_version_variant_as_the_loader_parses_it(version, variant):
-    from cgpu.backends.cdi.rules import _api_version_variant
+    from cgpu.vulkan_icd import api_version_variant
 
-    assert _api_version_variant(version) == variant
+    assert api_version_variant(version) == variant

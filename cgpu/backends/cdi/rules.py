@@ -8,11 +8,11 @@ against the container view; what an ordinary image brings (loaders, Mesa, ROCm) 
 
 from __future__ import annotations
 
-import json
 import posixpath
 import re
-from typing import Any, cast
+from typing import cast
 
+from cgpu import vulkan_icd
 from cgpu.backends.cdi.view import ContainerView
 
 PROVIDED, PARTIAL, ABSENT = "provided", "partial", "absent"
@@ -524,81 +524,14 @@ def _icd_file(view: ContainerView, path: str) -> tuple[str | None, bool]:
     return line, not rest
 
 
-def _first_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A JSON object as cJSON's GetObjectItem sees it: of a key given twice, the first."""
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        out.setdefault(key, value)
-    return out
-
-
 def _vulkan_manifest(view: ContainerView, path: str) -> tuple[str | None, str | None]:
     """(the library a Vulkan ICD manifest names, why the loader skips the manifest or None), read
-    from the host file as Vulkan-Loader's loader_parse_icd_manifest reads it."""
+    from the host file as the Vulkan loader reads it (cgpu.vulkan_icd)."""
     host_path = view.host_path(path)
     text, _ = view.host.read_small(host_path) if host_path else (None, None)
-    if text is None:
-        return None, None
-    try:
-        data = json.loads(text, object_pairs_hook=_first_keys)
-    except ValueError:
-        return None, None  # loader_get_json fails: skipped, and it names nothing
-    icd = data.get("ICD") if isinstance(data, dict) else None
-    value = icd.get("library_path") if isinstance(icd, dict) else None
-    library = value if isinstance(value, str) and value else None
-    return library, (_manifest_skipped(data) if library else None)
-
-
-def _manifest_skipped(data: dict[str, Any]) -> str | None:
-    """Why loader_parse_icd_manifest (Vulkan-Loader loader/loader.c, 1.3.239 to 1.4) skips a
-    manifest that names a library, in its order, or None."""
-    if "file_format_version" not in data:
-        return "it has no file_format_version, and the loader skips a manifest without one"
-    if not isinstance(data["file_format_version"], str):
-        return (
-            "its file_format_version is not a string, and loaders from 1.4.304 skip such a manifest "
-            '(older ones read it): write it as a string, e.g. "1.0.1"'
-        )
-    icd = data["ICD"]
-    if "api_version" not in icd:
-        return "its ICD has no api_version, and the loader skips a driver manifest without one"
-    version = icd["api_version"]
-    variant = _api_version_variant(version) if isinstance(version, str) else 0
-    if variant:
-        return (
-            f"its api_version {json.dumps(version)} has variant {variant} (a four-part version's first part, "
-            "or a major version over 127 that overflows into it), and the loader takes only variant 0, Vulkan itself"
-        )
-    if icd.get("is_portability_driver") is True:
-        return (
-            "it sets is_portability_driver, and the loader skips such a driver unless the application "
-            "enables portability enumeration (VK_KHR_portability_enumeration)"
-        )
-    arch = icd.get("library_arch")
-    if isinstance(arch, str) and arch.startswith("32"):
-        return f"its library_arch is {json.dumps(arch)}, and a 64-bit process's loader skips a 32-bit driver"
-    return None
-
-
-def _strtoul16(token: str) -> int:
-    """(uint16_t)strtoul(token, NULL, 10): leading blanks, a sign, the digits; the rest ignored."""
-    match = re.match(r"[ \t\n\v\f\r]*([+-]?)([0-9]*)", token)
-    digits = match.group(2) if match else ""
-    value = int(digits) if digits else 0
-    if match and match.group(1) == "-":
-        value = -value
-    return value % (1 << 64) & 0xFFFF
-
-
-def _api_version_variant(text: str) -> int:
-    """VK_API_VERSION_VARIANT of loader_parse_version_string(text): tokens split at . " CR LF, a
-    fourth token makes the first the variant; VK_MAKE_API_VERSION's shifts in 32 bits."""
-    tokens = [t for t in re.split(r'[."\n\r]', text) if t][:4]
-    numbers = [_strtoul16(t) for t in tokens]
-    variant = numbers[0] if len(numbers) == 4 else 0
-    major = numbers[1 if len(numbers) == 4 else 0] if numbers else 0
-    version = ((variant << 29) | (major << 22)) & 0xFFFFFFFF
-    return version >> 29
+    document = vulkan_icd.load(text) if text is not None else None
+    library = vulkan_icd.library_path(document)
+    return library, (vulkan_icd.skipped_because(document) if library else None)
 
 
 def _loader_entries(view: ContainerView, api: str) -> list[tuple[str, str | None, frozenset[str]]]:
