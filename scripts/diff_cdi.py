@@ -455,7 +455,7 @@ def _mutate_text(data: bytes, r: random.Random) -> bytes:
     elif choice == 4 and lines:
         line = lines[index]
         cut = r.randrange(len(line) + 1)
-        insert = r.choice([b":", b" :", b"&a ", b"*a", b"<<: ", b"'", b'"', b"{", b"\t"])
+        insert = r.choice([b":", b" :", b"&a ", b"*a", b"<<: ", b"'", b'"', b"{", b"\t", b"?", b"?x", b" ? "])
         lines[index] = line[:cut] + insert + line[cut:]
     else:
         return data + r.choice([b"\nx: 1\n", b"\n---\nkind: other\n", b"\n...\n"])

@@ -379,6 +379,59 @@ def _goyaml_loader_class() -> type:
             key: value for key, value in yaml.SafeLoader.ESCAPE_REPLACEMENTS.items() if key != "/"
         } | {"'": "'"}
 
+        def scan_to_next_token(self) -> None:
+            # yaml_parser_scan_to_next_token: a tab is a blank in flow context and where no simple
+            # key may start (after ":", "-", "?"), so tab-indented JSON reads; PyYAML eats spaces only
+            if self.index == 0 and self.peek() == "\ufeff":
+                self.forward()
+            while True:
+                while self.peek() == " " or (self.peek() == "\t" and (self.flow_level or not self.allow_simple_key)):
+                    self.forward()
+                if self.peek() == "#":
+                    while self.peek() not in "\0\r\n\x85\u2028\u2029":
+                        self.forward()
+                if not self.scan_line_break():
+                    return
+                if not self.flow_level:
+                    self.allow_simple_key = True
+
+        def scan_plain_spaces(self, indent: int, start_mark: Any) -> Any:
+            # yaml_parser_scan_plain_scalar's blanks: spaces and tabs alike (PyYAML: spaces), a tab
+            # among the leading blanks of a line left of the indentation an error
+            length = 0
+            while self.peek(length) in " \t":
+                length += 1
+            whitespaces = self.prefix(length)
+            self.forward(length)
+            if self.peek() not in "\r\n\x85\u2028\u2029":
+                return [whitespaces] if whitespaces else []
+            line_break = self.scan_line_break()
+            self.allow_simple_key = True
+            breaks = []
+            while True:
+                if (
+                    self.column == 0
+                    and self.prefix(3) in ("---", "...")
+                    and self.peek(3) in "\0 \t\r\n\x85\u2028\u2029"
+                ):
+                    return None  # a document marker ends the scalar
+                ch = self.peek()
+                if ch == "\t" and self.column < indent:
+                    raise ScannerError(
+                        "while scanning a plain scalar",
+                        start_mark,
+                        "found a tab character that violates indentation",
+                        self.get_mark(),
+                    )
+                if ch in " \t":
+                    self.forward()
+                elif ch in "\r\n\x85\u2028\u2029":
+                    breaks.append(self.scan_line_break())
+                else:
+                    break
+            chunks = [line_break] if line_break != "\n" else ([] if breaks else [" "])
+            return chunks + breaks
+
         def scan_flow_scalar_non_spaces(self, double: bool, start_mark: Any) -> Any:
             # yaml_parser_scan_flow_scalar: "found invalid Unicode character escape code" for
             # \x, \u, \U of D800-DFFF or above 10FFFF. PyYAML's chr() makes the surrogate (the
@@ -499,11 +552,15 @@ def _check_yaml_directive(data: bytes) -> None:
 
 def _first_document(data: bytes) -> Any:
     """The first YAML document's node graph (aliases shared, not expanded), or None. The fast
-    loader first; where it fails, or the input holds `\\/`, go-yaml's rules decide."""
+    loader first; where it fails, or where libyaml reads on where go-yaml would not (`\\/`; a `?`
+    in a file with a flow collection), go-yaml's rules decide."""
 
     if b"%YAML" in data:
         _check_yaml_directive(data)
-    if b"\\/" not in data:
+    # libyaml takes the escape `\/`, which go-yaml lacks; libyaml >= 0.2.5 keeps a `?` inside a
+    # plain scalar in [] or {} ([URL=http://x?a=1]), where go-yaml v2's yaml_parser_scan_plain_scalar
+    # ends the scalar and the `?` starts a key the flow sequence does not take
+    if b"\\/" not in data and not (b"?" in data and (b"[" in data or b"{" in data)):
         try:
             return _load_first(_loader_class(), data)
         except _Invalid:

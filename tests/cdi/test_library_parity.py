@@ -470,3 +470,42 @@ def test_w_a_dir_under_a_parent_the_user_cannot_search(tmp_path):
     assert list(result.devices) == ["example.com/first=gpu0"] and list(result.unreached) == ["example.com/last=gpu0"]
     assert result.unreadable == [str(locked / "cdi")]  # root would read it: unknown, not absent
     assert "(EACCES)" in result.problems[0][2] and "an engine running as root is not refused" in result.problems[0][2]
+
+
+# Q: go-yaml v2's yaml_parser_scan_plain_scalar ends a plain scalar at "?" inside [] or {} (and the
+# "?" then starts a key the collection does not take); libyaml >= 0.2.5 keeps it in the scalar.
+@pytest.mark.parametrize("edits", ["{env: [URL=http://x?a=1]}", "{env: [A=1?]}", "{env: [A=1, B=a ? b]}"])
+def test_q_a_question_mark_in_a_flow_plain_scalar_rejects_the_file(edits):
+    error = rejection(one_device(edits))
+    assert error.by_library and "expected ',' or ']'" in error.message
+
+
+@pytest.mark.parametrize(
+    ("text", "env"),
+    [
+        (one_device('{env: ["URL=http://x?a=1"]}'), "URL=http://x?a=1"),  # quoted
+        (one_device("{env: [A=1]}") + "x-note: what?\n", None),  # outside the flow collection: an unknown field
+        (
+            '{\n\t"cdiVersion": "0.3.0",\n\t"kind": "vendor.com/gpu",\n\t"devices": [{"name": "gpu0",\n'
+            '\t\t"containerEdits": {"env": ["URL=http://x?a=1"]}}]\n}\n',
+            "URL=http://x?a=1",
+        ),  # tab-indented JSON: go-yaml's scanner takes a tab as a blank in flow context
+        (
+            'cdiVersion: "0.3.0"\nkind: vendor.com/gpu\ndevices:\n- name: gpu0\n  containerEdits:\n'
+            "    env:\n    - URL=http://x?a=1\n    deviceNodes: [{path: /dev/x}]\n",
+            "URL=http://x?a=1",
+        ),
+    ],
+)
+def test_q_question_marks_go_yaml_takes(text, env):
+    if env is None:
+        assert rejection(text).message.startswith('unknown field "x-note"')
+    else:
+        assert parse(text).devices[0].edits.env == (env,)
+
+
+def test_the_fallback_takes_tabs_where_go_yaml_does():
+    # libyaml fails at \' (go-yaml has that escape), so the fallback reads the tabs after , and :
+    text = one_device('{env: ["A=it\\\'s",\t"B=1"],\tdeviceNodes:\t[{path:\t/dev/x}]}')
+    assert parse(text).devices[0].edits.env == ("A=it's", "B=1")
+    assert "violates indentation" in rejection("kind: a\n  b\n\tc\n" + minimal()).message
