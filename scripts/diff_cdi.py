@@ -230,11 +230,33 @@ def outcome(oracle: Oracle, dirs: list[str], library: str) -> tuple[str, Verdict
     return "disagree", ours, theirs
 
 
-def write_case(root: Path, files: list[list[tuple[str, bytes]]]) -> list[str]:
-    """Files (name, bytes) per spec dir under a fresh `root`; the dirs, lowest priority first."""
+# Spec dirs whose lstat fails, as a case names them in place of a dir's files (see failing_dir).
+FAILING_DIRS = ("ENOTDIR", "ELOOP", "ENAMETOOLONG", "ENOENT")
+
+
+def failing_dir(root: Path, index: int, how: str) -> Path:
+    """A spec dir path under `root` whose lstat fails with `how`."""
+    if how == "ENOTDIR":  # a path through a regular file
+        (root / f"file{index}").write_text("x")
+        return root / f"file{index}" / "cdi"
+    if how == "ELOOP":  # a path through a symlink loop
+        (root / f"loop{index}").symlink_to(f"loop{index}")
+        return root / f"loop{index}" / "cdi"
+    if how == "ENAMETOOLONG":
+        return root / (f"{index}" + "x" * 300)
+    return root / f"missing{index}" / "cdi"
+
+
+def write_case(root: Path, files: list[Any]) -> list[str]:
+    """Files (name, bytes) per spec dir under a fresh `root`, or a FAILING_DIRS name in place of
+    a dir; the dirs, lowest priority first."""
     shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
     dirs = []
     for index, dir_files in enumerate(files):
+        if isinstance(dir_files, str):
+            dirs.append(str(failing_dir(root, index, dir_files)))
+            continue
         directory = root / f"dir{index}"
         directory.mkdir(parents=True)
         for name, data in dir_files:
@@ -243,22 +265,26 @@ def write_case(root: Path, files: list[list[tuple[str, bytes]]]) -> list[str]:
     return dirs
 
 
-def minimise(oracle: Oracle, root: Path, files: list[list[tuple[str, bytes]]], library: str, budget: int = 300):
+def minimise(oracle: Oracle, root: Path, files: list[Any], library: str, budget: int = 300):
     """Drop files, then lines (halves first, then one at a time) while the case still disagrees."""
 
-    def disagrees(candidate: list[list[tuple[str, bytes]]]) -> bool:
+    def disagrees(candidate: list[Any]) -> bool:
         nonlocal budget
         budget -= 1
         return outcome(oracle, write_case(root, candidate), library)[0] == "disagree"
 
     for d in range(len(files)):
+        if isinstance(files[d], str):
+            continue
         for f in range(len(files[d]) - 1, -1, -1):
             if len(files[d]) > 1 or len(files) > 1:
-                candidate = [list(x) for x in files]
+                candidate = [x if isinstance(x, str) else list(x) for x in files]
                 del candidate[d][f]
                 if budget > 0 and disagrees(candidate):
                     files = candidate
     for d, dir_files in enumerate(files):
+        if isinstance(dir_files, str):
+            continue
         for f, (name, data) in enumerate(dir_files):
             lines = data.split(b"\n")
             chunk = max(1, len(lines) // 2)
@@ -266,7 +292,7 @@ def minimise(oracle: Oracle, root: Path, files: list[list[tuple[str, bytes]]], l
                 index, changed = 0, False
                 while index < len(lines) and budget > 0:
                     trial = lines[:index] + lines[index + chunk :]
-                    candidate = [list(x) for x in files]
+                    candidate = [x if isinstance(x, str) else list(x) for x in files]
                     candidate[d][f] = (name, b"\n".join(trial))
                     if trial and disagrees(candidate):
                         lines, changed = trial, True
@@ -322,6 +348,30 @@ FIELDS = {
 }
 
 
+# Integer keys around int64 and uint64: go-yaml v2 gives a uint64 from 2^63 to 2^64-1, a key
+# sigs.k8s.io/yaml cannot convert (yaml.safe_dump writes them plain; json.dumps quotes them).
+BIG_KEYS = [2**63 - 1, 2**63, 2**64 - 1, 2**64, -(2**63), -(2**63) - 1]
+# Runes that fold, or look as if they fold, onto an ASCII letter of a key.
+CASE_RUNES = {
+    "i": "\u0130\u0131I",
+    "I": "\u0130\u0131i",
+    "k": "\u212aK",
+    "K": "\u212ak",
+    "s": "\u017fS",
+    "S": "\u017fs",
+}
+
+
+def _non_ascii_case(key: str, r: random.Random) -> str:
+    """`key` with one letter replaced by a rune of CASE_RUNES (İ ı fold to nothing in encoding/json;
+    the Kelvin sign and the long s fold to k and s)."""
+    spots = [index for index, char in enumerate(key) if char in CASE_RUNES]
+    if not spots:
+        return key
+    index = r.choice(spots)
+    return key[:index] + r.choice(CASE_RUNES[key[index]]) + key[index + 1 :]
+
+
 def _mutate_structure(spec: Any, r: random.Random) -> Any:
     if not isinstance(spec, dict):
         return spec
@@ -352,11 +402,11 @@ def _mutate_structure(spec: Any, r: random.Random) -> Any:
         target = r.choice([spec, *devices]) if devices else spec
         if isinstance(target, dict) and target:
             key = r.choice(list(target))
-            target[r.choice([key.lower(), key.upper(), key + "s", key])] = target.pop(key)
+            target[r.choice([key.lower(), key.upper(), key + "s", key, _non_ascii_case(key, r)])] = target.pop(key)
     elif choice == 7:
         target = r.choice([spec, *devices]) if devices else spec
         if isinstance(target, dict):
-            target["annotations"] = r.choice([{"a": "b"}, {"a b": "c"}, {"x": 1}, None])
+            target["annotations"] = r.choice([{"a": "b"}, {"a b": "c"}, {"x": 1}, None, {r.choice(BIG_KEYS): "x"}])
     elif choice == 8 and devices:
         device = r.choice(devices)
         if isinstance(device, dict):
@@ -368,29 +418,51 @@ def _mutate_structure(spec: Any, r: random.Random) -> Any:
     return spec
 
 
+# Directives: go-yaml v2 knows %YAML (1.1, at most two digits a number) and %TAG only.
+DIRECTIVES = [b"%YAML 1.2", b"%YAML 1.1", b"%FOO bar", b"%yaml 1.1", b"%YAMLX 1.1", b"%TAG !e! tag:e.com,2000:"]
+DIRECTIVES += [b"%YAML 1.001", b"%YAML\t1.1", b"%YAML 01.01", b"%FOO"]
+# Escapes in double-quoted scalars: go-yaml v2 rejects a surrogate and anything above 10FFFF.
+ESCAPES = [b"\\ud83d\\ude00", b"\\ud83d", b"\\ude00", b"\\uD800", b"\\U0000DFFF", b"\\U00110000"]
+ESCAPES += [b"\\U0010FFFF", b"\\uFFFF", b"\\x41", b"\\u00e9", b"\\'", b"\\UFFFFFFFF"]
+
+
 def _mutate_text(data: bytes, r: random.Random) -> bytes:
     lines = data.split(b"\n")
-    choice = r.randrange(6)
+    choice = r.randrange(9)
     index = r.randrange(len(lines)) if lines else 0
     if choice == 0 and len(lines) > 1:
         del lines[index]
     elif choice == 1:
         lines.insert(index, lines[index] if lines else b"")
     elif choice == 2:
-        lines.insert(0, r.choice([b"%YAML 1.2\n---", b"%YAML 1.1\n---", b"# c", b"---"]))
+        lines.insert(0, r.choice([*(d + b"\n---" for d in DIRECTIVES), b"# c", b"---"]))
+    elif choice in (6, 7):  # an escape inside a double-quoted scalar (JSON strings are ones)
+        quotes = [i for i, line in enumerate(lines) if line.count(b'"') >= 2]
+        if quotes:
+            index = r.choice(quotes)
+            line = lines[index]
+            at = line.index(b'"') + 1
+            lines[index] = line[:at] + r.choice(ESCAPES) + line[at:]
+        else:
+            return data
+    elif choice == 8:  # a large integer key where a mapping starts
+        key = str(r.choice(BIG_KEYS)).encode()
+        if b"{" in data and r.random() < 0.5:
+            return data.replace(b"{", b"{" + key + b": x, ", 1)
+        return data + b"\n" + r.choice([b"annotations", b"x"]) + b":\n  " + key + b": x\n"
     elif choice == 3 and lines:
         lines[index] = lines[index].replace(b"/", b"\\/", 1)
     elif choice == 4 and lines:
         line = lines[index]
         cut = r.randrange(len(line) + 1)
-        insert = r.choice([b":", b" :", b"&a ", b"*a", b"<<: ", b"'", b'"', b"{", b"\t"])
+        insert = r.choice([b":", b" :", b"&a ", b"*a", b"<<: ", b"'", b'"', b"{", b"\t", b"?", b"?x", b" ? "])
         lines[index] = line[:cut] + insert + line[cut:]
     else:
         return data + r.choice([b"\nx: 1\n", b"\n---\nkind: other\n", b"\n...\n"])
     return b"\n".join(lines)
 
 
-def mutated_cases(seeds: list[bytes], count: int, seed: int) -> list[list[list[tuple[str, bytes]]]]:
+def mutated_cases(seeds: list[bytes], count: int, seed: int) -> list[list[Any]]:
     import yaml
 
     r = random.Random(seed)
@@ -404,30 +476,38 @@ def mutated_cases(seeds: list[bytes], count: int, seed: int) -> list[list[list[t
             continue
         if isinstance(value, dict):
             parsed.append(value)
-    cases = []
+    cases: list[list[Any]] = []
     for _ in range(count):
-        dir_files = []
-        for index in range(r.choice([1, 1, 1, 2, 3])):
-            spec = json.loads(json.dumps(r.choice(parsed), default=str))
-            for _ in range(r.randint(1, 4)):
-                spec = _mutate_structure(spec, r)
-            if r.random() < 0.5:
-                data, name = json.dumps(spec).encode(), f"f{index}.json"
-            else:
-                data, name = yaml.safe_dump(spec, allow_unicode=r.random() < 0.5).encode(), f"f{index}.yaml"
-            if r.random() < 0.4:
-                data = _mutate_text(data, r)
-            dir_files.append((name, data))
-        cases.append([dir_files])
+        dirs: list[Any] = []
+        for _ in range(1 if r.random() < 0.85 else r.randint(2, 3)):
+            dir_files = []
+            for index in range(r.choice([1, 1, 1, 2, 3])):
+                spec = json.loads(json.dumps(r.choice(parsed), default=str))
+                for _ in range(r.randint(1, 4)):
+                    spec = _mutate_structure(spec, r)
+                if r.random() < 0.5:  # ensure_ascii writes a non-BMP character as a surrogate pair
+                    data, name = json.dumps(spec, ensure_ascii=r.random() < 0.5).encode(), f"f{index}.json"
+                else:
+                    data, name = yaml.safe_dump(spec, allow_unicode=r.random() < 0.5).encode(), f"f{index}.yaml"
+                if r.random() < 0.4:
+                    data = _mutate_text(data, r)
+                dir_files.append((name, data))
+            dirs.append(dir_files)
+        if len(dirs) > 1 or r.random() < 0.05:  # a dir list with a failing entry
+            dirs.insert(r.randint(0, len(dirs)), r.choice(FAILING_DIRS))
+        cases.append(dirs)
     return cases
 
 
 # --- the run -------------------------------------------------------------------------------------
 
 
-def show(files: list[list[tuple[str, bytes]]], ours: Verdict, theirs: Verdict) -> str:
+def show(files: list[Any], ours: Verdict, theirs: Verdict) -> str:
     out = [f"  cgpu:    {ours}", f"  library: {theirs}"]
     for index, dir_files in enumerate(files):
+        if isinstance(dir_files, str):
+            out.append(f"  --- dir{index}: a spec dir whose lstat fails with {dir_files}")
+            continue
         for name, data in dir_files:
             out.append(f"  --- dir{index}/{name}")
             out.extend("  | " + line for line in data.decode("utf-8", "replace").splitlines())

@@ -150,3 +150,9 @@ class ScanResult:
     # Spec files and dirs cgpu could not read but an engine may (permission denied, over cgpu's
     # size cap): what they define is not known.
     unreadable: list[str] = field(default_factory=list)
+    # Where the library's scan of the spec dirs ended early (a dir or entry whose lstat failed with
+    # anything but "not found"), or None. The engine reads no later dir.
+    stopped_at: str | None = None
+    # Devices only the dirs after `stopped_at` define, with the spec that defines each: read by
+    # cgpu as data, never injected by the engine (not in `devices`).
+    unreached: dict[str, Spec] = field(default_factory=dict)

@@ -8,9 +8,14 @@ from that, and what this module reproduces:
 - plain scalars resolve as go-yaml v2 does (`y`/`yes`/`on` are booleans, `0x1F` and `010` are
   integers, `1_000` is 1000, timestamps stay text), and a number or boolean where a string is
   expected becomes that string (`name: 0` -> "0", `cdiVersion: 0.5` -> "0.5");
+- the YAML scanner's rules are go-yaml's: libyaml reads first, and where it fails a
+  go-yaml-flavoured PyYAML scanner decides, which never takes what both reject (an escape of a
+  surrogate or above U+10FFFF, a directive other than %YAML and %TAG); an integer key from 2^63
+  to 2^64-1 (a uint64) is an error, as sigs.k8s.io/yaml cannot make it a JSON key;
 - struct keys match case-insensitively like encoding/json (`hostpath` is `hostPath`; we keep
-  the spec and add a warning); of two keys naming the same field (`kind`, `Kind`) the later in
-  byte order wins, as json.Marshal sorts them; unknown keys are an error;
+  the spec and add a warning; of non-ASCII runes only the Kelvin sign and the long s fold); of
+  two keys naming the same field (`kind`, `Kind`) the later in byte order wins, as json.Marshal
+  sorts them; unknown keys are an error;
 - then the library's validation: versions, names, edits, devices (reference/cdi.md §1-2).
 
 Where the library panics (a null hook, a one-character vendor on <= v1.1.0), parse_spec
@@ -317,6 +322,13 @@ class _Reader:
             raise _Invalid(f"line {line}: a null mapping key is not allowed")
         if isinstance(key, bool):
             return "true" if key else "false"
+        if isinstance(key, int) and key >= 2**63:
+            # go-yaml v2 resolves it to a uint64, and sigs.k8s.io/yaml's convertToJSONableObject
+            # turns only string, int, int64, float64 and bool keys into JSON keys
+            raise _Invalid(
+                f"line {line}: error converting YAML to JSON: unsupported map key of type: uint64 "
+                f"(key {key}; the CDI library's YAML reader, sigs.k8s.io/yaml, takes integer keys up to 2^63-1)"
+            )
         if isinstance(key, float):
             return {"+Inf": ".inf", "-Inf": "-.inf", "NaN": ".nan"}.get(_format_float32(key), _format_float32(key))
         return str(key)
@@ -344,24 +356,137 @@ def _loader_class() -> type:
     disagree on a few inputs; _goyaml_loader_class reads those."""
     import yaml
 
-    base: type[yaml.SafeLoader] | type[yaml.CSafeLoader] = yaml.SafeLoader
     if getattr(yaml, "CSafeLoader", None) is not None and yaml._yaml.get_version() >= (0, 2, 6):
-        base = yaml.CSafeLoader  # libyaml before 0.2.6 has no nesting limit: a deep spec crashes it
-    return _plain_tags(base)
+        return _plain_tags(yaml.CSafeLoader)
+    # libyaml before 0.2.6 has no nesting limit (a deep spec crashes it); without libyaml, the
+    # pure-Python loader with go-yaml's rules
+    return _goyaml_loader_class()
 
 
 @functools.cache
 def _goyaml_loader_class() -> type:
     """PyYAML's pure-Python loader with go-yaml v2's scanner rules where libyaml's differ
     (scannerc.go): the escapes of double-quoted scalars (`\\'` yes, `\\/` no), and a plain scalar
-    ends at ":" only before a blank, also inside [] and {} (`[PATH=/usr/bin:]` is one scalar)."""
+    ends at ":" only before a blank, also inside [] and {} (`[PATH=/usr/bin:]` is one scalar).
+    Where PyYAML is laxer than both libyaml and go-yaml it takes their rule: an escape of a
+    surrogate or above U+10FFFF, and a directive other than %YAML and %TAG, are errors."""
     import yaml
+    from yaml.scanner import ScannerError
     from yaml.tokens import ScalarToken
 
     class GoScanner(yaml.SafeLoader):
         ESCAPE_REPLACEMENTS = {  # type: ignore[misc]
             key: value for key, value in yaml.SafeLoader.ESCAPE_REPLACEMENTS.items() if key != "/"
         } | {"'": "'"}
+
+        def scan_to_next_token(self) -> None:
+            # yaml_parser_scan_to_next_token: a tab is a blank in flow context and where no simple
+            # key may start (after ":", "-", "?"), so tab-indented JSON reads; PyYAML eats spaces only
+            if self.index == 0 and self.peek() == "\ufeff":
+                self.forward()
+            while True:
+                while self.peek() == " " or (self.peek() == "\t" and (self.flow_level or not self.allow_simple_key)):
+                    self.forward()
+                if self.peek() == "#":
+                    while self.peek() not in "\0\r\n\x85\u2028\u2029":
+                        self.forward()
+                if not self.scan_line_break():
+                    return
+                if not self.flow_level:
+                    self.allow_simple_key = True
+
+        def scan_plain_spaces(self, indent: int, start_mark: Any) -> Any:
+            # yaml_parser_scan_plain_scalar's blanks: spaces and tabs alike (PyYAML: spaces), a tab
+            # among the leading blanks of a line left of the indentation an error
+            length = 0
+            while self.peek(length) in " \t":
+                length += 1
+            whitespaces = self.prefix(length)
+            self.forward(length)
+            if self.peek() not in "\r\n\x85\u2028\u2029":
+                return [whitespaces] if whitespaces else []
+            line_break = self.scan_line_break()
+            self.allow_simple_key = True
+            breaks = []
+            while True:
+                if (
+                    self.column == 0
+                    and self.prefix(3) in ("---", "...")
+                    and self.peek(3) in "\0 \t\r\n\x85\u2028\u2029"
+                ):
+                    return None  # a document marker ends the scalar
+                ch = self.peek()
+                if ch == "\t" and self.column < indent:
+                    raise ScannerError(
+                        "while scanning a plain scalar",
+                        start_mark,
+                        "found a tab character that violates indentation",
+                        self.get_mark(),
+                    )
+                if ch in " \t":
+                    self.forward()
+                elif ch in "\r\n\x85\u2028\u2029":
+                    breaks.append(self.scan_line_break())
+                else:
+                    break
+            chunks = [line_break] if line_break != "\n" else ([] if breaks else [" "])
+            return chunks + breaks
+
+        def scan_flow_scalar_non_spaces(self, double: bool, start_mark: Any) -> Any:
+            # yaml_parser_scan_flow_scalar: "found invalid Unicode character escape code" for
+            # \x, \u, \U of D800-DFFF or above 10FFFF. PyYAML's chr() makes the surrogate (the
+            # reader already refused raw ones, so any here came from an escape) or fails.
+            try:
+                chunks = super().scan_flow_scalar_non_spaces(double, start_mark)
+            except (ValueError, OverflowError):  # chr() above U+10FFFF
+                chunks = None
+            if chunks is None or (double and any(_SURROGATE.search(chunk) for chunk in chunks)):
+                raise ScannerError(
+                    "while parsing a quoted scalar",
+                    start_mark,
+                    "found invalid Unicode character escape code (a surrogate or above U+10FFFF)",
+                    self.get_mark(),
+                )
+            return chunks
+
+        def scan_directive_name(self, start_mark: Any) -> str:
+            # yaml_parser_scan_directive_name, then yaml_parser_scan_directive's name check:
+            # PyYAML ignores an unknown directive, go-yaml and libyaml reject the file
+            length = 0
+            while self.peek(length) in _DIRECTIVE_NAME:
+                length += 1
+            name = self.prefix(length)
+            self.forward(length)
+            if not name:
+                problem = "could not find expected directive name"
+            elif self.peek() not in "\0 \t\r\n\x85\u2028\u2029":
+                problem = "found unexpected non-alphabetical character"
+            elif name not in ("YAML", "TAG"):
+                problem = f"found unknown directive name {names.excerpt('%' + name)}"
+            else:
+                return name
+            raise ScannerError("while scanning a directive", start_mark, problem, self.get_mark())
+
+        def scan_yaml_directive_value(self, start_mark: Any) -> tuple[int, int]:
+            # yaml_parser_scan_version_directive_value: blanks are spaces and tabs (PyYAML: spaces);
+            # _check_yaml_directive has judged the numbers already
+            while self.peek() in " \t":
+                self.forward()
+            major = self.scan_yaml_directive_number(start_mark)
+            if self.peek() != ".":
+                raise ScannerError(
+                    "while scanning a %YAML directive",
+                    start_mark,
+                    "did not find expected digit or '.' character",
+                    self.get_mark(),
+                )
+            self.forward()
+            return major, self.scan_yaml_directive_number(start_mark)
+
+        def scan_directive_ignored_line(self, start_mark: Any) -> None:
+            while self.peek() in " \t":
+                self.forward()
+            super().scan_directive_ignored_line(start_mark)
 
         def scan_plain(self) -> Any:  # PyYAML's scan_plain, with go-yaml's rule for ":"
             chunks: list[str] = []
@@ -399,6 +524,8 @@ def _goyaml_loader_class() -> type:
 
 
 _DIRECTIVE: Final = re.compile(rb"%YAML[ \t]+([0-9]+)\.([0-9]+)")
+_DIRECTIVE_NAME: Final = frozenset("0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_-")  # is_alpha
+_SURROGATE: Final = re.compile("[\ud800-\udfff]")
 
 
 def _check_yaml_directive(data: bytes) -> None:
@@ -411,6 +538,11 @@ def _check_yaml_directive(data: bytes) -> None:
         if not line.startswith(b"%"):
             return  # the directives end where the document starts
         match = _DIRECTIVE.match(line)
+        if match and max(len(match[1]), len(match[2])) > 2:  # max_number_length; libyaml takes 9 digits
+            raise _Invalid(
+                f"found extremely long version number: {names.excerpt(match[0].decode())} (the CDI library's "
+                "YAML parser, go-yaml v2, reads at most two digits each)"
+            )
         if match and (int(match[1]), int(match[2])) != (1, 1):
             raise _Invalid(
                 f"found incompatible YAML document: %YAML {int(match[1])}.{int(match[2])} "
@@ -420,16 +552,19 @@ def _check_yaml_directive(data: bytes) -> None:
 
 def _first_document(data: bytes) -> Any:
     """The first YAML document's node graph (aliases shared, not expanded), or None. The fast
-    loader first; where it fails, or the input holds `\\/`, go-yaml's rules decide."""
+    loader first; where it fails, or where libyaml reads on where go-yaml would not (`\\/`; a `?`
+    in a file with a flow collection), go-yaml's rules decide."""
 
     if b"%YAML" in data:
         _check_yaml_directive(data)
-    if b"\\/" not in data:
+    # libyaml takes the escape `\/`, which go-yaml lacks; libyaml >= 0.2.5 keeps a `?` inside a
+    # plain scalar in [] or {} ([URL=http://x?a=1]), where go-yaml v2's yaml_parser_scan_plain_scalar
+    # ends the scalar and the `?` starts a key the flow sequence does not take
+    if b"\\/" not in data and not (b"?" in data and (b"[" in data or b"{" in data)):
         try:
             return _load_first(_loader_class(), data)
-        except _Invalid as exc:
-            if not exc.by_library:
-                raise
+        except _Invalid:
+            pass  # also where libyaml's binding broke (a \U escape past 2^31): go-yaml's rules decide
     return _load_first(_goyaml_loader_class(), data)
 
 
@@ -466,14 +601,16 @@ def _load_first(loader_class: type, data: bytes) -> Any:
 # ---------------------------------------------------------------------------------------------
 # plain values -> typed fields, encoding/json style
 
-_FOLD: Final = str.maketrans(
-    {**{chr(c): chr(c - 32) for c in range(ord("a"), ord("z") + 1)}, "İ": "I", "ı": "I", "ſ": "S", "\u212a": "K"}
-)
+_FOLD: Final = str.maketrans({**{chr(c): chr(c - 32) for c in range(ord("a"), ord("z") + 1)}, "ſ": "S", "\u212a": "K"})
 
 
 def _fold(key: str) -> str:
-    """encoding/json's case folding (Go >= 1.21) as far as ASCII field names can tell: ASCII
-    case, plus the four non-ASCII runes that fold onto ASCII letters (İ ı ſ, Kelvin sign)."""
+    """encoding/json's case folding as far as ASCII field names can tell: ASCII case, plus the
+    two non-ASCII runes whose simple case-folding orbit holds an ASCII letter, the long s (U+017F,
+    with S and s) and the Kelvin sign (U+212A, with K and k). Go >= 1.21's foldName maps a rune to
+    the smallest of its unicode.SimpleFold orbit; Go's caseOrbit table maps U+0130 (İ) and U+0131
+    (ı) to themselves, so `KİND` and `kınd` match no field (unknown fields); older Go's
+    equalFoldRight special-cases only k and s."""
     return key.translate(_FOLD)
 
 

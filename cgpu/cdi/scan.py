@@ -12,8 +12,11 @@ What cgpu decided where the library's behaviour is an accident rather than a rul
 - A name defined twice in one dir is removed even if a later dir also defines it: the
   library deletes conflicting names after reading every dir (reference/cdi.md §3.1). We
   mimic that and say so on the later file.
-- An unreadable dir, which the library skips silently, is a warning here: an engine running
-  as root may see specs there that cgpu cannot.
+- A dir that cannot be listed, which the library skips silently, is a warning here: an engine
+  running as root may see specs there that cgpu cannot.
+- A spec dir, or an entry of one, whose lstat fails with anything but "not found" (ENOTDIR,
+  ELOOP, ENAMETOOLONG, EACCES) ends the library's scan: no later dir is read. cgpu warns with
+  the real error, and reads the later dirs only as data (ScanResult.unreached: never injected).
 - Messages quote at most an excerpt of a file's content, and none of a file reached through a
   symlink out of a spec dir other users can write (it may be a file only this user can read).
 - A spec path that is a FIFO, socket or device is reported, never opened (the library would
@@ -23,6 +26,7 @@ What cgpu decided where the library's behaviour is an accident rather than a rul
 from __future__ import annotations
 
 import dataclasses
+import errno
 import os
 import stat
 from collections import OrderedDict
@@ -118,35 +122,60 @@ def _leaves_open_dir(directory: str, path: str, dir_info: os.stat_result) -> boo
 
 
 class _StopScan(CgpuError):
-    """LIBRARY_MAIN: scanSpecDirs returns at a spec dir os.ReadDir cannot read."""
+    """scanSpecDirs returns here: v1.1.0 where filepath.Walk's lstat of a spec dir or of an
+    entry fails with anything but "not found", main where os.ReadDir fails. `files`: what the
+    scan read before (the entries ahead of a failing one); the caller adds the problem."""
+
+    def __init__(
+        self,
+        path: str,
+        reason: str,
+        *,
+        severity: str = "warning",
+        files: list[tuple[str, os.stat_result, bool]] | None = None,
+        entry: bool = False,
+        error: OSError | None = None,
+    ) -> None:
+        super().__init__(reason)
+        self.path = path
+        self.reason = reason
+        self.severity = severity
+        self.files = files or []
+        self.entry = entry  # an entry of the dir, not the dir: the dir's later files are not read either
+        self.as_user = error is not None and _refused_as_user(error)
+
+
+def _os_error(exc: OSError) -> str:
+    """An OSError in words and by name: "Not a directory (ENOTDIR)"."""
+    name = errno.errorcode.get(exc.errno or 0)
+    text = exc.strerror or str(exc)
+    return f"{text} ({name})" if name else text
+
+
+def _refused_as_user(exc: OSError) -> bool:
+    """A permission error an engine running as root would not get (cgpu runs as another user)."""
+    return exc.errno in (errno.EACCES, errno.EPERM) and os.name == "posix" and os.geteuid() != 0
 
 
 def _spec_files(
     directory: str, problems: list[tuple[str, str, str]], unreadable: list[str], library: str
 ) -> list[tuple[str, os.stat_result, bool]]:
     """The spec files of one dir in name order, each with its (followed) stat result and
-    whether no message may quote its content (_leaves_open_dir)."""
+    whether no message may quote its content (_leaves_open_dir). Raises _StopScan where the
+    library's scan of the spec dirs ends."""
     main = library == versions.LIBRARY_MAIN
     try:
         dir_info = (os.stat if main else os.lstat)(directory)
     except FileNotFoundError:
         return []  # a missing dir is normal (/var/run/cdi often is)
     except OSError as exc:
-        problems.append(("warning", directory, f"cannot read this spec dir: {exc.strerror or exc}"))
-        unreadable.append(directory)
-        if main:
-            raise _StopScan from None
-        return []
+        # filepath.Walk calls the scan's function with the lstat error; it returns every error
+        # but fs.ErrNotExist (ENOENT alone), and scanSpecDirs returns it: no later dir is read
+        if _refused_as_user(exc):
+            unreadable.append(directory)
+        raise _StopScan(directory, f"cannot read this spec dir: {_os_error(exc)}", error=exc) from None
     if main and not stat.S_ISDIR(dir_info.st_mode):
-        problems.append(
-            (
-                "error",
-                directory,
-                "this spec dir is not a directory: the CDI library (main) stops its scan here, "
-                "so no later spec dir is read",
-            )
-        )
-        raise _StopScan
+        raise _StopScan(directory, "this spec dir is not a directory", severity="error")
     if not stat.S_ISDIR(dir_info.st_mode) and directory.endswith(SPEC_EXTENSIONS):
         # filepath.Walk calls its function for a root that is not a dir, and the library reads
         # it as a spec (following a symlink)
@@ -174,31 +203,38 @@ def _spec_files(
     try:
         entries = sorted(os.listdir(directory))
     except OSError as exc:
-        problems.append(
-            (
-                "warning",
-                directory,
-                (
-                    f"cannot list this spec dir ({exc.strerror or exc}); engines running as root may read "
-                    "specs here that cgpu cannot see"
-                ),
-            )
+        message = (
+            f"cannot list this spec dir ({exc.strerror or exc}); engines running as root may read "
+            "specs here that cgpu cannot see"
         )
         if main:
-            raise _StopScan from None
+            unreadable.append(directory)
+            raise _StopScan(directory, message) from None
+        problems.append(("warning", directory, message))  # Walk ignores a dir it cannot list
         return []
-    files = []
+    files: list[tuple[str, os.stat_result, bool]] = []
     for name in entries:
-        if not name.endswith(SPEC_EXTENSIONS):
-            continue
+        spec_name = name.endswith(SPEC_EXTENSIONS)
+        if main and not spec_name:
+            continue  # os.ReadDir: no lstat of its own
         path = os.path.join(directory, name)
         try:
             info = os.lstat(path)
+        except FileNotFoundError:
+            continue  # removed since the listing: Walk skips it too
         except OSError as exc:
-            problems.append(("error", path, f"cannot read the file: {exc.strerror or exc}"))
-            unreadable.append(path)
-            continue
-        if not stat.S_ISDIR(info.st_mode):  # subdirectories are skipped, even if named *.yaml
+            if main:
+                problems.append(("error", path, f"cannot read the file: {exc.strerror or exc}"))
+                unreadable.append(path)
+                continue
+            # Walk lstats every entry, whatever its name, before the scan's function sees the
+            # name; that function returns the error, and the walk and the whole scan end there
+            if _refused_as_user(exc):
+                unreadable.append(path)
+            raise _StopScan(
+                path, f"cannot read this entry of the spec dir: {_os_error(exc)}", files=files, entry=True, error=exc
+            ) from None
+        if spec_name and not stat.S_ISDIR(info.st_mode):  # subdirectories are skipped, even if named *.yaml
             files.extend(_spec_file(directory, path, info, problems, unreadable, dir_info))
     return files
 
@@ -269,12 +305,13 @@ def scan_spec_dirs(
     unreadable: list[str] = []
     engine = engine_label or "the engine"
     cache = _DiskCache(cache_dir, library)
+    stop: _StopScan | None = None
     for priority, directory in enumerate(spec_dirs):
         directory = os.path.normpath(directory)
         try:
             files = _spec_files(directory, problems, unreadable, library)
-        except _StopScan:
-            break
+        except _StopScan as stopped:
+            stop, files = stopped, stopped.files
         for path, info, withhold in files:
             try:
                 spec = _read_spec(path, info, priority, cache)
@@ -315,6 +352,17 @@ def scan_spec_dirs(
                         conflicts[qualified] = priority
                     continue
                 devices[qualified] = ResolvedDevice(qualified, spec, device)
+        if stop is not None:
+            break
+    unreached: dict[str, Spec] = {}
+    if stop is not None:
+        later = [os.path.normpath(d) for d in spec_dirs[priority + 1 :]]
+        if later:  # read as data: what the engine would have found there
+            beyond = scan_spec_dirs(
+                later, max_version=max_version, engine_label=engine_label, cache_dir=cache_dir, library=library
+            )
+            unreached = {name: found.spec for name, found in beyond.devices.items() if name not in devices}
+        problems.append((stop.severity, stop.path, _stop_message(stop, later, unreached, engine, library)))
     if cache.stored and cache.directory is not None:
         spec_cache.prune(cache.directory)
     for qualified, conflict_priority in conflicts.items():
@@ -341,7 +389,32 @@ def scan_spec_dirs(
         engine_dropped=engine_dropped,
         crashed=crashes,
         unreadable=unreadable,
+        stopped_at=None if stop is None else stop.path,
+        unreached=unreached,
     )
+
+
+def _stop_message(stop: _StopScan, later: list[str], unreached: dict[str, Spec], engine: str, library: str) -> str:
+    """Why the library's scan of the spec dirs ends at `stop.path`, and what the engine loses."""
+    if library == versions.LIBRARY_MAIN:
+        source = "the CDI library (main) stops its scan here (pkg/cdi/spec-dirs.go scanSpecDirs: os.ReadDir failed)"
+    else:
+        source = (
+            "the CDI library stops its scan here: filepath.Walk's lstat failed with an error other than "
+            '"not found", which pkg/cdi/spec-dirs.go scanSpecDirs returns and pkg/cdi/cache.go refresh ignores'
+        )
+    lost = sorted(unreached)
+    shown = ", ".join(lost[:10]) + (f" and {len(lost) - 10} more" if len(lost) > 10 else "")
+    what = f"; it injects none of the devices defined there ({shown})" if lost else ""
+    dirs = f"no later spec dir ({', '.join(later)}){what}" if later else ""
+    if stop.entry:
+        tail = f"reads no later file of this dir{' and ' + dirs if dirs else ''}"
+    else:
+        tail = f"reads {dirs}" if dirs else "would read no later spec dir anyway (this is the last)"
+    root = ""
+    if stop.as_user:
+        root = "; an engine running as root is not refused here, and reads it and the later dirs"
+    return f"{stop.reason}: {source}, so {engine} {tail}{root}"
 
 
 def _rejection(exc: SpecError, withhold: bool) -> str:

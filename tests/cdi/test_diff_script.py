@@ -24,7 +24,7 @@ class FakeOracle:
     """A library that reads specs as cgpu does, except that it panics on a file holding PANIC."""
 
     def load(self, dirs: list[str]) -> dict:
-        files = [path for d in dirs for path in sorted(Path(d).iterdir())]
+        files = [path for d in dirs if Path(d).is_dir() for path in sorted(Path(d).iterdir())]
         if any(b"PANIC" in path.read_bytes() for path in files):
             return {"devices": None, "errors": {}, "panic": "runtime error"}
         verdict, _, _ = diff_cdi.cgpu_verdict(dirs, "v1.1.0")
@@ -57,7 +57,39 @@ def test_the_corpus():
     seeds = [data for case in samples for _, data in case[0]]
     first = diff_cdi.mutated_cases(seeds, 50, seed=3)
     assert first == diff_cdi.mutated_cases(seeds, 50, seed=3) and len(first) == 50
-    assert len({data for case in first for _, data in case[0]}) > 40  # mutations differ
+    assert (
+        len({data for case in first for files in case if not isinstance(files, str) for _, data in files}) > 40
+    )  # mutations differ
+
+
+def test_the_mutations_reach_issue_25s_classes():
+    seeds = [data for case in diff_cdi.sample_cases() for _, data in case[0]]
+    cases = diff_cdi.mutated_cases(seeds, 2000, seed=1)
+    texts = [data for case in cases for files in case if not isinstance(files, str) for _, data in files]
+    assert any(rb"\ud83d" in t or rb"\U00110000" in t for t in texts)  # S: escapes in quoted strings
+    assert any(t.startswith((b"%FOO", b"%yaml", b"%YAMLX")) for t in texts)  # G2: unknown directives
+    assert any(str(2**64 - 1).encode() in t for t in texts)  # U: uint64 keys
+    assert any("İ".encode() in t or "ı".encode() in t or b"\\u0130" in t or b"\\u0131" in t for t in texts)  # KI
+    failing = [case for case in cases if any(isinstance(files, str) for files in case)]
+    assert {files for case in failing for files in case if isinstance(files, str)} == set(diff_cdi.FAILING_DIRS)
+    assert any(len(case) > 1 and not isinstance(case[-1], str) for case in failing)  # W: a later dir to lose
+
+
+def test_a_failing_dir_of_a_case_fails_as_named(tmp_path):
+    dirs = diff_cdi.write_case(tmp_path / "c", ["ENOTDIR", "ELOOP", "ENAMETOOLONG", "ENOENT", [("a.yaml", b"x")]])
+    errors = []
+    for directory in dirs[:4]:
+        try:
+            Path(directory).lstat()
+        except OSError as exc:
+            errors.append(exc.errno)
+    import errno
+
+    assert errors == [errno.ENOTDIR, errno.ELOOP, errno.ENAMETOOLONG, errno.ENOENT]
+    assert Path(dirs[4], "a.yaml").read_bytes() == b"x"
+    oracle = FakeOracle()
+    case = [[("a.yaml", minimal().encode())], "ENOTDIR", [("b.yaml", minimal(kind="x.com/yy").encode())]]
+    assert diff_cdi.outcome(oracle, diff_cdi.write_case(tmp_path / "c", case), "v1.1.0")[0] == "agree"
 
 
 def test_test_tables_are_go_raw_strings_with_a_spec(tmp_path):

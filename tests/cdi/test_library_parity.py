@@ -1,5 +1,6 @@
 """Where cgpu once disagreed with the CDI library engines vendor (v1.1.0), one test per class of
-disagreement (A, K, G, H, I, B2, C, E, M, N), and the messages' limits on quoting a file."""
+disagreement (A, K, G, H, I, B2, C, E, M, N, S, W, G2, U, KI), and the messages' limits on quoting
+a file."""
 
 from __future__ import annotations
 
@@ -245,3 +246,266 @@ def test_a_list_set_twice_by_keys_in_different_case_is_declined_with_the_reason(
     assert "element by element" in rejection(nested).message
     rdt = one_device("{INTELRDT: {closID: x}, intelRdt: {closID: null, memBwSchema: m}}", version="0.7.0")
     assert parse(rdt).devices[0].edits.intel_rdt == {"closID": "x", "memBwSchema": "m"}
+
+
+# S: go-yaml v2 (scannerc.go yaml_parser_scan_flow_scalar) rejects a \x, \u or \U escape of a
+# surrogate (D800-DFFF) or above 10FFFF in a double-quoted scalar, in YAML and in JSON (read as
+# YAML); Python's json.dumps writes non-BMP characters as exactly such pairs. libyaml rejects them
+# too, and the go-yaml-flavoured fallback loader (used when libyaml fails, e.g. on `\'`) must not
+# take them either.
+SURROGATE_ESCAPES = [r"\ud83d\ude00", r"\ud83d", r"\ude00", r"\uD800", r"\U0000DFFF", r"\U00110000", r"\UFFFFFFFF"]
+
+
+@pytest.mark.parametrize("escape", SURROGATE_ESCAPES)
+@pytest.mark.parametrize("form", ["yaml", "json", "yaml with \\'", "key"])
+def test_s_a_surrogate_or_out_of_range_escape_rejects_the_file(escape, form):
+    if form == "json":
+        text = (
+            '{"cdiVersion": "0.3.0", "kind": "vendor.com/gpu", "devices": [{"name": "gpu0", '
+            f'"containerEdits": {{"env": ["A={escape}"]}}}}]}}'
+        )
+    elif form == "key":
+        text = minimal(version="0.6.0") + f'annotations: {{"k{escape}": v}}\n'
+    else:
+        first = r'"B=it\'s", ' if "with" in form else ""  # libyaml fails there: the fallback reads on
+        text = one_device(f'{{env: [{first}"A={escape}"]}}')
+    error = rejection(text)
+    assert error.by_library and not error.crash
+    assert "found invalid Unicode character escape code" in error.message
+
+
+def test_s_the_fallback_loader_alone_rejects_them(monkeypatch):
+    # libyaml rejects the escape itself; the file the fallback reads after a `\'` must fail as well
+    text = one_device(r'{env: ["B=it\'s", "A=\ud83d\ude00"]}')
+    assert "invalid Unicode character escape" in rejection(text).message
+    import cgpu.cdi.parse as parse_module
+
+    parse_module._loader_class.cache_clear()
+    monkeypatch.delattr(yaml, "CSafeLoader")  # no libyaml: the pure-Python loader reads everything
+    try:
+        assert "invalid Unicode character escape" in rejection(one_device(r'{env: ["A=\ud83d"]}')).message
+        assert "unknown directive" in rejection("%FOO bar\n---\n" + minimal()).message
+    finally:
+        monkeypatch.undo()
+        parse_module._loader_class.cache_clear()
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (r'"A=\U0010FFFF"', "A=\U0010ffff"),  # the last code point
+        (r'"A=\uFFFF"', "A=\uffff"),  # a noncharacter: go-yaml takes it
+        (r'"A=\uD7FF\uE000"', "A=\ud7ff\ue000"),  # around the surrogates
+        (r"'A=\ud83d'", r"A=\ud83d"),  # no escapes in single quotes
+        (r"A=\ud83d", r"A=\ud83d"),  # nor in plain scalars
+        ('"A=\U0001f600"', "A=\U0001f600"),  # the character itself
+    ],
+)
+def test_s_escapes_go_yaml_takes(value, expected):
+    assert parse(one_device(f"{{env: [{value}]}}")).devices[0].edits.env == (expected,)
+
+
+# G2: go-yaml v2 knows the directives %YAML and %TAG only (yaml_parser_scan_directive: "found
+# unknown directive name"); its names are [0-9A-Za-z_-]. libyaml rejects them too, PyYAML ignores
+# them; and a version number has at most two digits (max_number_length).
+@pytest.mark.parametrize("directive", ["%FOO bar", "%yaml 1.1", "%YAMLX 1.1", "%Tag ! tag:x,2000:", "%FOO"])
+@pytest.mark.parametrize("fallback", [False, True])
+def test_g2_an_unknown_directive_rejects_the_file(directive, fallback):
+    body = one_device(r'{env: ["A=it\'s"]}') if fallback else minimal()
+    error = rejection(f"{directive}\n---\n{body}")
+    assert error.by_library and "found unknown directive name" in error.message
+
+
+@pytest.mark.parametrize("directive", ["%YAML 1.001", "%YAML 100.1"])
+def test_g2_a_long_version_number_rejects_the_file(directive):
+    assert "found extremely long version number" in rejection(f"{directive}\n---\n{minimal()}").message
+
+
+@pytest.mark.parametrize("directive", ["%YAML 1.1", "%YAML 01.01", "%YAML\t1.1", "%TAG !e! tag:example.com,2000:"])
+@pytest.mark.parametrize("fallback", [False, True])
+def test_g2_directives_go_yaml_takes(directive, fallback):
+    body = one_device(r'{env: ["A=it\'s"]}') if fallback else minimal()
+    assert parse(f"{directive}\n---\n{body}").devices[0].name in ("gpu0",)
+
+
+# U: go-yaml v2 resolves an integer from 2^63 to 2^64-1 to a uint64, and sigs.k8s.io/yaml's
+# convertToJSONableObject turns only string, int, int64, float64 and bool keys into JSON keys.
+@pytest.mark.parametrize(
+    "key",
+    [
+        "9223372036854775808",
+        "18446744073709551615",
+        "0xFFFFFFFFFFFFFFFF",
+        "1_0000000000000000000",
+        "!!int 9223372036854775808",
+    ],
+)
+def test_u_a_uint64_map_key_rejects_the_file(key):
+    error = rejection(minimal(version="0.6.0") + f"annotations: {{{key}: x}}\n")
+    assert error.by_library and "unsupported map key of type: uint64" in error.message
+    # anywhere in the document, before the fields are matched: also under an unknown field
+    assert "uint64" in rejection(minimal() + f"x:\n  {key}: y\n").message
+
+
+@pytest.mark.parametrize(
+    ("key", "json_key"),
+    [
+        ("9223372036854775807", "9223372036854775807"),  # int64
+        ("-9223372036854775808", "-9223372036854775808"),
+        ("18446744073709551616", "1.8446744e+19"),  # above uint64: a float64 key
+        ("-9223372036854775809", "-9.223372e+18"),
+        ('"18446744073709551615"', "18446744073709551615"),  # a string
+    ],
+)
+def test_u_keys_the_library_converts(key, json_key):
+    assert parse(minimal(version="0.6.0") + f"annotations: {{{key}: x}}\n").annotations == {json_key: "x"}
+
+
+# KI: encoding/json folds a key's runes to the smallest of their unicode.SimpleFold orbit, and Go's
+# caseOrbit maps U+0130 (dotted I) and U+0131 (dotless i) to themselves: they match no ASCII field, so such a key
+# is an unknown field. Only the long s and the Kelvin sign fold onto ASCII letters.
+@pytest.mark.parametrize(
+    ("text", "field"),
+    [
+        (minimal().replace("kind:", "KİND:"), "KİND"),
+        (minimal().replace("kind:", "kınd:"), "kınd"),
+        (minimal().replace("devices:", "devİces:"), "devİces"),
+        (one_device("{deviceNodes: [{path: /dev/x, permıssıons: rw}]}"), "permıssıons"),
+    ],
+)
+def test_ki_dotted_and_dotless_i_are_unknown_fields(text, field):
+    error = rejection(text)
+    assert error.by_library and error.message.startswith(f'unknown field "{field}"')
+
+
+def test_ki_the_long_s_and_the_kelvin_sign_fold():
+    spec = parse(minimal().replace("kind:", "\u212aind:").replace("devices:", "device\u017f:"))
+    assert spec.kind == "example.com/gpu" and "\u212aind (for kind)" in spec.warnings[0]
+
+
+# W: filepath.Walk calls the scan's function with a failed lstat of the spec dir; it returns every
+# error but "not found" (ENOENT), and pkg/cdi/spec-dirs.go scanSpecDirs returns it, leaving its
+# loop over the dirs (refresh ignores the error): no later, higher-priority dir is read.
+def _failing_dir(tmp_path, how):
+    if how == "ENOTDIR":  # a path through a regular file
+        write(tmp_path, "file", "x")
+        return tmp_path / "file" / "cdi"
+    if how == "ELOOP":  # a path through a symlink loop
+        (tmp_path / "loop").symlink_to("loop")
+        return tmp_path / "loop" / "cdi"
+    return tmp_path / ("x" * 300)  # ENAMETOOLONG: a name over 255 bytes
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX errors")
+@pytest.mark.parametrize("how", ["ENOTDIR", "ELOOP", "ENAMETOOLONG"])
+@pytest.mark.parametrize("library", ["v1.1.0", "main"])
+def test_w_a_spec_dir_whose_lstat_fails_ends_the_scan(tmp_path, how, library):
+    first, last = tmp_path / "first", tmp_path / "last"
+    write(first, "a.yaml", minimal(kind="example.com/first"))
+    write(last, "b.yaml", minimal(kind="example.com/last"))
+    bad = _failing_dir(tmp_path, how)
+    result = scan_spec_dirs([str(first), str(bad), str(last)], library=library)
+    assert list(result.devices) == ["example.com/first=gpu0"]
+    assert result.stopped_at == str(bad) and list(result.unreached) == ["example.com/last=gpu0"]
+    assert result.unreached["example.com/last=gpu0"].path == str(last / "b.yaml")
+    assert result.unreadable == []  # the engine fails the same way: nothing unknown
+    [(severity, source, message)] = result.problems
+    assert severity == "warning" and source == str(bad)
+    assert f"({how})" in message and "does not exist" not in message
+    assert f"reads no later spec dir ({last})" in message and "example.com/last=gpu0" in message
+
+
+def test_w_a_failing_last_dir_loses_nothing_and_a_missing_dir_ends_nothing(tmp_path):
+    first, last = tmp_path / "first", tmp_path / "last"
+    write(first, "a.yaml", minimal(kind="example.com/first"))
+    write(last, "b.yaml", minimal(kind="example.com/last"))
+    bad = _failing_dir(tmp_path, "ENOTDIR")
+    result = scan_spec_dirs([str(first), str(bad)])
+    assert list(result.devices) == ["example.com/first=gpu0"] and result.unreached == {}
+    assert "would read no later spec dir anyway" in result.problems[0][2]
+    missing = scan_spec_dirs([str(first), str(tmp_path / "nope" / "cdi"), str(last)])
+    assert sorted(missing.devices) == ["example.com/first=gpu0", "example.com/last=gpu0"] and not missing.problems
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="PATH_MAX of Linux")
+def test_w_an_entry_whose_lstat_fails_ends_the_scan_after_the_entries_before_it(tmp_path):
+    # Walk lstats every entry, whatever its name; an entry whose full path is over PATH_MAX fails
+    # (ENAMETOOLONG) though the dir itself lists fine
+    fd = os.open(tmp_path, os.O_RDONLY)
+    deep = tmp_path
+    try:
+        while len(str(deep)) < 4000:  # the dir's path stays under 4,096 bytes, its entry's not
+            name = "d" * min(240, 4000 - len(str(deep)) - 1) or "d"
+            os.mkdir(name, dir_fd=fd)
+            deep = deep / name
+            fd, old = os.open(name, os.O_RDONLY, dir_fd=fd), fd
+            os.close(old)
+        with os.fdopen(os.open("0.yaml", os.O_CREAT | os.O_WRONLY, 0o644, dir_fd=fd), "w") as handle:
+            handle.write(minimal(kind="example.com/early"))
+        os.close(os.open("a" * 250, os.O_CREAT | os.O_WRONLY, 0o644, dir_fd=fd))  # not even a spec name
+        with os.fdopen(os.open("b.yaml", os.O_CREAT | os.O_WRONLY, 0o644, dir_fd=fd), "w") as handle:
+            handle.write(minimal(kind="example.com/late"))
+    finally:
+        os.close(fd)
+    last = tmp_path / "last"
+    write(last, "c.yaml", minimal(kind="example.com/last"))
+    result = scan_spec_dirs([str(deep), str(last)])
+    assert list(result.devices) == ["example.com/early=gpu0"] and list(result.unreached) == ["example.com/last=gpu0"]
+    [(severity, source, message)] = result.problems
+    assert severity == "warning" and source == str(deep / ("a" * 250)) and "(ENAMETOOLONG)" in message
+    assert "reads no later file of this dir and no later spec dir" in message
+
+
+@pytest.mark.skipif(os.name != "posix" or os.geteuid() == 0, reason="needs a non-root user to deny a search")
+def test_w_a_dir_under_a_parent_the_user_cannot_search(tmp_path):
+    first, locked, last = tmp_path / "first", tmp_path / "locked", tmp_path / "last"
+    write(first, "a.yaml", minimal(kind="example.com/first"))
+    write(locked / "cdi", "x.yaml", minimal(kind="example.com/locked"))
+    write(last, "b.yaml", minimal(kind="example.com/last"))
+    locked.chmod(0o600)  # readable, not searchable: lstat of locked/cdi fails with EACCES
+    try:
+        result = scan_spec_dirs([str(first), str(locked / "cdi"), str(last)])
+    finally:
+        locked.chmod(0o700)
+    assert list(result.devices) == ["example.com/first=gpu0"] and list(result.unreached) == ["example.com/last=gpu0"]
+    assert result.unreadable == [str(locked / "cdi")]  # root would read it: unknown, not absent
+    assert "(EACCES)" in result.problems[0][2] and "an engine running as root is not refused" in result.problems[0][2]
+
+
+# Q: go-yaml v2's yaml_parser_scan_plain_scalar ends a plain scalar at "?" inside [] or {} (and the
+# "?" then starts a key the collection does not take); libyaml >= 0.2.5 keeps it in the scalar.
+@pytest.mark.parametrize("edits", ["{env: [URL=http://x?a=1]}", "{env: [A=1?]}", "{env: [A=1, B=a ? b]}"])
+def test_q_a_question_mark_in_a_flow_plain_scalar_rejects_the_file(edits):
+    error = rejection(one_device(edits))
+    assert error.by_library and "expected ',' or ']'" in error.message
+
+
+@pytest.mark.parametrize(
+    ("text", "env"),
+    [
+        (one_device('{env: ["URL=http://x?a=1"]}'), "URL=http://x?a=1"),  # quoted
+        (one_device("{env: [A=1]}") + "x-note: what?\n", None),  # outside the flow collection: an unknown field
+        (
+            '{\n\t"cdiVersion": "0.3.0",\n\t"kind": "vendor.com/gpu",\n\t"devices": [{"name": "gpu0",\n'
+            '\t\t"containerEdits": {"env": ["URL=http://x?a=1"]}}]\n}\n',
+            "URL=http://x?a=1",
+        ),  # tab-indented JSON: go-yaml's scanner takes a tab as a blank in flow context
+        (
+            'cdiVersion: "0.3.0"\nkind: vendor.com/gpu\ndevices:\n- name: gpu0\n  containerEdits:\n'
+            "    env:\n    - URL=http://x?a=1\n    deviceNodes: [{path: /dev/x}]\n",
+            "URL=http://x?a=1",
+        ),
+    ],
+)
+def test_q_question_marks_go_yaml_takes(text, env):
+    if env is None:
+        assert rejection(text).message.startswith('unknown field "x-note"')
+    else:
+        assert parse(text).devices[0].edits.env == (env,)
+
+
+def test_the_fallback_takes_tabs_where_go_yaml_does():
+    # libyaml fails at \' (go-yaml has that escape), so the fallback reads the tabs after , and :
+    text = one_device('{env: ["A=it\\\'s",\t"B=1"],\tdeviceNodes:\t[{path:\t/dev/x}]}')
+    assert parse(text).devices[0].edits.env == ("A=it's", "B=1")
+    assert "violates indentation" in rejection("kind: a\n  b\n\tc\n" + minimal()).message

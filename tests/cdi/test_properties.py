@@ -179,3 +179,113 @@ def test_valid_specs_round_trip(document, form):
     for device, raw in zip(spec.devices, document["devices"]):
         assert actual_edits(device.edits) == expected_edits(raw["containerEdits"])
     assert actual_edits(spec.edits) == expected_edits(document.get("containerEdits", {}))
+
+
+# Issue 25's classes as properties, each against the rule read from the library's source.
+ONE_DEVICE = 'cdiVersion: "0.6.0"\nkind: vendor.com/gpu\ndevices:\n- name: gpu0\n  containerEdits: {env: [%s]}\n'
+
+
+def verdict(text: str) -> str | SpecError:
+    try:
+        return parse_spec(text.encode(), path="/etc/cdi/x.yaml", priority=0).devices[0].edits.env[-1]
+    except SpecError as exc:
+        return exc
+
+
+escapes = st.one_of(
+    st.integers(0, 0xFF).map(lambda c: (c, f"\\x{c:02x}")),
+    st.integers(0, 0xFFFF).map(lambda c: (c, f"\\u{c:04X}")),
+    st.integers(0, 0xFFFFFFFF).map(lambda c: (c, f"\\U{c:08x}")),
+    st.integers(0xD800, 0xDFFF).map(lambda c: (c, f"\\u{c:04x}")),
+    st.integers(0x10FFFF, 0x110001).map(lambda c: (c, f"\\U{c:08X}")),
+)
+
+
+@SETTINGS
+@given(escapes, st.booleans())
+def test_an_escape_is_rejected_exactly_where_go_yaml_rejects_it(escape, fallback):
+    # go-yaml v2 yaml_parser_scan_flow_scalar: D800-DFFF and above 10FFFF are errors; a `\'`
+    # before it makes libyaml fail first, so the go-yaml-flavoured fallback reads the escape
+    code, written = escape
+    result = verdict(ONE_DEVICE % ((r'"B=it\'s", ' if fallback else "") + f'"A={written}"'))
+    if 0xD800 <= code <= 0xDFFF or code > 0x10FFFF:
+        assert isinstance(result, SpecError) and "invalid Unicode character escape code" in result.message
+    else:
+        assert result == "A=" + chr(code)
+
+
+@SETTINGS
+@given(st.from_regex(r"[A-Za-z0-9_-]{1,8}", fullmatch=True), st.booleans())
+def test_a_directive_is_rejected_exactly_where_go_yaml_rejects_it(name, fallback):
+    value = {"YAML": " 1.1", "TAG": " !e! tag:example.com,2000:"}.get(name, " x")
+    result = verdict(f"%{name}{value}\n---\n" + ONE_DEVICE % (r'"B=it\'s", "A=1"' if fallback else '"A=1"'))
+    if name in ("YAML", "TAG"):
+        assert result == "A=1"
+    else:
+        assert isinstance(result, SpecError) and "found unknown directive name" in result.message
+
+
+@SETTINGS
+@given(st.integers(-(2**65), 2**65) | st.integers(2**63 - 2, 2**64 + 1), st.booleans())
+def test_an_integer_key_is_rejected_exactly_where_sigs_yaml_rejects_it(key, hexadecimal):
+    written = hex(key) if hexadecimal and key >= 0 else str(key)
+    text = ONE_DEVICE % '"A=1"' + f"annotations: {{{written}: x}}\n"
+    try:
+        annotations = parse_spec(text.encode(), path="/etc/cdi/x.yaml", priority=0).annotations
+    except SpecError as exc:
+        assert 2**63 <= key < 2**64 and "unsupported map key of type: uint64" in exc.message
+    else:
+        assert not 2**63 <= key < 2**64
+        [converted] = annotations
+        if -(2**63) <= key < 2**63:
+            assert converted == str(key)
+        else:  # go-yaml: a float64 where ParseFloat takes it (decimal), else the text (hexadecimal)
+            assert converted == written if written.startswith("0x") else "e+" in converted
+
+
+variants = {"k": "kK\u212a", "i": "iI\u0130\u0131", "n": "nN", "d": "dD", "s": "sS\u017f"}
+
+
+@SETTINGS
+@given(st.data())
+def test_a_key_in_another_case_matches_exactly_where_encoding_json_folds_it(data):
+    # encoding/json: ASCII case, the Kelvin sign and the long s fold; U+0130 and U+0131 do not
+    key = "".join(data.draw(st.sampled_from(variants.get(c, c))) for c in "kind")
+    result = verdict(ONE_DEVICE.replace("kind:", f"{key}:") % '"A=1"')
+    if "\u0130" in key or "\u0131" in key:
+        assert isinstance(result, SpecError) and result.message.startswith("unknown field")
+    else:
+        assert result == "A=1"
+
+
+fragments = st.sampled_from(
+    [r"\ud83d", r"\U00110000", r"\'", "%FOO x\n", "%YAML 1.1\n", "---\n", '"', "'", ": ", "\n", "{", "}", "[", "]"]
+    + [", ", "a", "kind", " ", "\t", "#", "&a ", "*a", "- "]
+)
+
+
+triggers = st.sampled_from(['"\\ud83d"', '"\\U00110000"', '"\\ude00x"', "%FOO x\n---\n", "%yaml 1.1\n"])
+texts = st.tuples(st.lists(fragments, max_size=15), triggers, st.lists(fragments, max_size=15)).map(
+    lambda parts: "".join(parts[0]) + parts[1] + "".join(parts[2])
+)
+
+
+@SETTINGS
+@given(texts)
+def test_the_fallback_never_takes_what_libyaml_rejects_for_a_rule_go_yaml_shares(text):
+    # libyaml and go-yaml both reject these two; whatever else made libyaml fail, the YAML the
+    # go-yaml-flavoured fallback then reads must still be rejected (by the YAML layer itself)
+    from cgpu.cdi import parse
+
+    try:
+        yaml.load(text, Loader=yaml.CSafeLoader)
+    except yaml.YAMLError as exc:
+        if any(p in str(exc) for p in ("invalid Unicode character escape code", "found unknown directive name")):
+            try:
+                parse._first_document(text.encode())
+            except parse._Invalid as error:
+                assert error.by_library
+            else:
+                raise AssertionError(f"read {text!r}, which libyaml rejects: {exc}") from None
+    except Exception:  # libyaml's binding has raised odd errors on bad input
+        pass

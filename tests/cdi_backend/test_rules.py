@@ -6,6 +6,7 @@ import json
 import os
 from pathlib import Path
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -21,7 +22,9 @@ from tests.conftest import validate_report
 LIB = "/usr/lib/x86_64-linux-gnu"
 HOOK = "/usr/bin/nvidia-cdi-hook"
 NODES = ["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia0"]
-VK_ICD = json.dumps({"file_format_version": "1.0.1", "ICD": {"library_path": "libGLX_nvidia.so.0"}})
+VK_ICD = json.dumps(
+    {"file_format_version": "1.0.1", "ICD": {"library_path": "libGLX_nvidia.so.0", "api_version": "1.4.312"}}
+)
 
 
 def _mount(host: str, container: str | None = None) -> dict:
@@ -367,3 +370,105 @@ def test_any_edits_get_an_answer(edits: dict, kind: str):
     report = ReportBuilder("cdi")
     answer_scan(report, scan(spec(doc)), HostFS("/"))
     validate_report(report.build())
+
+
+def _manifest(**icd) -> dict:
+    return {"file_format_version": "1.0.1", "ICD": {"library_path": "libGLX_nvidia.so.0", **icd}}
+
+
+# Vulkan-Loader loader/loader.c loader_parse_icd_manifest: the manifests it takes and those it skips.
+MANIFESTS_TAKEN = {
+    "as nvidia-ctk mounts it": json.dumps(_manifest(api_version="1.4.312")),
+    "an unknown file_format_version (only logged)": json.dumps(
+        {**_manifest(api_version="1.4.312"), "file_format_version": "1.0.2"}
+    ),
+    "a number as api_version (read as a version)": json.dumps(_manifest(api_version=1.3)),
+    "library_arch 64": json.dumps(_manifest(api_version="1.4.312", library_arch="64")),
+    "a four-part api_version of variant 0": json.dumps(_manifest(api_version="0.1.4.312")),
+    "variant 8, which the 32-bit shift drops": json.dumps(_manifest(api_version="8.1.3.0")),
+    "is_portability_driver false": json.dumps(_manifest(api_version="1.4.312", is_portability_driver=False)),
+}
+MANIFESTS_SKIPPED = {
+    "no file_format_version": (
+        json.dumps({"ICD": _manifest(api_version="1.4.312")["ICD"]}),
+        "it has no file_format_version",
+    ),
+    "file_format_version not a string": (
+        json.dumps({**_manifest(api_version="1.4.312"), "file_format_version": 1}),
+        "its file_format_version is not a string",
+    ),
+    "no api_version": (json.dumps(_manifest()), "its ICD has no api_version"),
+    "variant 1": (json.dumps(_manifest(api_version="1.1.3.0")), 'its api_version "1.1.3.0" has variant 1'),
+    "a major version that overflows into the variant": (
+        json.dumps(_manifest(api_version="128.0.0")),
+        'its api_version "128.0.0" has variant 1',
+    ),
+    "a portability driver": (
+        json.dumps(_manifest(api_version="1.4.312", is_portability_driver=True)),
+        "it sets is_portability_driver",
+    ),
+    "library_arch 32": (
+        json.dumps(_manifest(api_version="1.4.312", library_arch="32")),
+        'its library_arch is "32", and a 64-bit process',
+    ),
+    "api_version given twice, the first of variant 1 (cJSON takes the first)": (
+        '{"file_format_version": "1.0.1", "ICD": {"library_path": "libGLX_nvidia.so.0", '
+        '"api_version": "1.1.3.0", "api_version": "1.4.312"}}',
+        "has variant 1",
+    ),
+}
+
+
+def _vulkan_doc(manifests: dict[str, str]) -> tuple[dict, dict[str, str]]:
+    lib = f"{LIB}/libGLX_nvidia.so.580.82.07"
+    glx = [
+        _mount(f"{LIB}/{stem}.so.580.82.07") for stem in ("libnvidia-glcore", "libnvidia-tls", "libnvidia-glvkspirv")
+    ]
+    icds = [_mount(f"/host/{name}", f"/etc/vulkan/icd.d/{name}") for name in manifests]
+    doc = _nvidia([_mount(lib), *glx, *icds], [_hook("update-ldcache", "--folder", LIB)])
+    return doc, {f"/host/{name}": text for name, text in manifests.items()}
+
+
+@pytest.mark.parametrize("text", MANIFESTS_TAKEN.values(), ids=MANIFESTS_TAKEN)
+def test_vulkan_manifests_the_loader_takes(tmp_path: Path, text: str):
+    doc, files = _vulkan_doc({"nvidia_icd.json": text})
+    report = _answer(doc, _host(tmp_path, doc, files))
+    assert "vulkan" in report["containers"]
+    assert "/etc/vulkan/icd.d/nvidia_icd.json naming libGLX_nvidia.so.0" in report["evidence"]["vulkan"]
+
+
+@pytest.mark.parametrize(("text", "why"), MANIFESTS_SKIPPED.values(), ids=MANIFESTS_SKIPPED)
+def test_vulkan_manifests_the_loader_skips(tmp_path: Path, text: str, why: str):
+    doc, files = _vulkan_doc({"nvidia_icd.json": text})
+    report = _answer(doc, _host(tmp_path / "skipped", doc, files))
+    assert "vulkan" not in report["containers"]
+    evidence = report["evidence"]["vulkan"]
+    assert "the Vulkan ICD /etc/vulkan/icd.d/nvidia_icd.json names it, but the loader skips that manifest" in evidence
+    assert why in evidence and "mount the driver's own nvidia_icd.json" in evidence
+    # a manifest the loader takes beside it registers the driver
+    doc, files = _vulkan_doc({"a_skipped.json": text, "nvidia_icd.json": MANIFESTS_TAKEN["as nvidia-ctk mounts it"]})
+    assert "vulkan" in _answer(doc, _host(tmp_path / "beside", doc, files))["containers"]
+
+
+@pytest.mark.parametrize(
+    ("version", "variant"),
+    [
+        ("1.4.312", 0),
+        ("0.1.4.312", 0),
+        ("1.1.3.0", 1),
+        ("7.1.0.0", 7),
+        ("8.1.0.0", 0),
+        ("128.0.0", 1),
+        ("1.128.0.0", 1),
+        ("255.0.0", 1),
+        ("65536.0.0", 0),
+        ("-1.0.0", 7),
+        ('"1".2', 0),
+        ("", 0),
+        ("x.y.z.w", 0),
+    ],
+)
+def test_api_version_variant_as_the_loader_parses_it(version, variant):
+    from cgpu.vulkan_icd import api_version_variant
+
+    assert api_version_variant(version) == variant

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from tests.cdi_backend.helpers import SAMPLES
+from tests.cdi_backend.helpers import HOSTS, SAMPLES, probe
 from tests.conftest import REPO, validate_report
 
 # sample spec dir, host tree, the answer, a phrase the output must explain it with
@@ -160,3 +160,18 @@ def test_a_fifo_where_the_spec_mounts_a_manifest_is_not_waited_on(run_cli, tmp_p
     )
     assert code == 0, err
     assert json.loads(out)["containers"] == ["vulkan", "opencl"]
+
+
+@pytest.mark.skipif(os.name != "posix", reason="POSIX errors")
+def test_a_spec_dir_that_ends_the_engines_scan_blocks_the_later_dirs_devices(tmp_path):
+    (tmp_path / "file").write_text("x")
+    bad = tmp_path / "file" / "cdi"  # lstat fails with ENOTDIR: the library reads no later dir
+    report = probe([bad, SAMPLES / "amd" / "spec"], HOSTS / "amd")
+    assert report["containers"] == []
+    assert [(p["severity"], p["source"]) for p in report["problems"]] == [("warning", str(bad))]
+    assert "Not a directory (ENOTDIR)" in report["problems"][0]["message"]  # not "does not exist"
+    assert {d["name"]: d["status"] for d in report["devices"]} == dict.fromkeys(
+        ["amd.com/gpu=0", "amd.com/gpu=1", "amd.com/gpu=all"], "blocked"
+    )
+    assert all(str(bad) in d["reason"] for d in report["devices"])
+    assert report["evidence"]["rocm"].startswith(f"not provided: the engine's scan of the spec dirs ends at {bad}")

@@ -77,7 +77,7 @@ def probe(
 ) -> None:
     from cgpu.cdi.scan import DEFAULT_SPEC_DIRS
 
-    for missing in [d for d in spec_dirs or () if not os.path.lexists(d)]:  # the defaults may well be absent
+    for missing in [d for d in spec_dirs or () if _not_found(d)]:  # the defaults may well be absent
         report.problem("warning", missing, f"the spec dir {missing} does not exist: nothing was read from it")
     root = root or "/"
     if not os.path.isdir(root):
@@ -214,6 +214,17 @@ def _spec_dir_hints(report: ReportBuilder, dirs: list[str]) -> None:
             )
 
 
+def _not_found(path: str) -> bool:
+    """lstat says "not found"; any other failure the scan reports with its real error."""
+    try:
+        os.lstat(path)
+    except FileNotFoundError:
+        return True
+    except (OSError, ValueError):
+        return False
+    return False
+
+
 def answer_scan(
     report: ReportBuilder,
     scan: ScanResult,
@@ -227,7 +238,7 @@ def answer_scan(
     for severity, source, message in scan.problems:
         report.problem(severity, source, message)  # type: ignore[arg-type]
     dropped = _engine_dropped(scan)
-    selected = _select(report, scan, devices, list(dirs), dropped)
+    selected = _select(report, scan, devices, list(dirs), {**scan.unreached, **dropped})
     if selected is None:
         return None
     answers = _answers(selected, host)
@@ -252,6 +263,15 @@ def answer_scan(
             spec=spec.path,
             reason=f"{engine_label or 'the engine'} ignores its spec: cdiVersion {spec.version} is above what "
             f"it accepts",
+        )
+    for name in dict.fromkeys(n for n in (devices or scan.unreached) if n in scan.unreached and n not in dropped):
+        report.device(
+            name,
+            [],
+            status="blocked",
+            spec=scan.unreached[name].path,
+            reason=f"{engine_label or 'the engine'} never reads its spec dir: the scan of the spec dirs ends at "
+            f"{scan.stopped_at} (see problems)",
         )
     _evidence(report, answers, scan, list(dirs), host, ignored, engine_label or "the engine")
     return answers
@@ -882,6 +902,12 @@ def _evidence(
                 f"not provided: the engine's CDI library crashes loading {', '.join(dirs)} (on "
                 f"{_names(scan.crashed, 2)}), so no CDI device resolves: fix or remove that file",
             )
+        elif scan.unreached:
+            report.absent(
+                api,
+                f"not provided: {engine_label}'s scan of the spec dirs ends at {scan.stopped_at} (see problems), "
+                f"so it never reads the specs that define {_names(list(scan.unreached))}",
+            )
         else:
             found = _drivers_without_spec(host)
             advice = f": the host has {found[0][0]} loaded, generate a spec with {found[0][1]}" if found else ""
@@ -894,7 +920,7 @@ def _evidence(
                     f"unknown: cgpu could not read {_names(scan.unreadable, 2)} (see problems), which the engine "
                     f"may read and which may define devices that give {api}",
                 )
-    if not answers and not ignored and not scan.devices and not scan.crashed:
+    if not answers and not ignored and not scan.devices and not scan.crashed and not scan.unreached:
         for driver, command in _drivers_without_spec(host):
             report.problem(
                 "warning",

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import posixpath
 import re
+from typing import cast
 
+from cgpu import vulkan_icd
 from cgpu.backends.cdi.view import ContainerView
 
 PROVIDED, PARTIAL, ABSENT = "provided", "partial", "absent"
@@ -351,6 +353,7 @@ def _nvidia_vulkan(view: ContainerView) -> Finding:
     icd = _registration(view, library, "libGLX_nvidia.so.0", "vulkan")
     dirs = vulkan_search_dirs(view)
     absent = _glx_companions_absent(view, library)
+    skipped = None if icd else _skipped_manifest(view, library, "libGLX_nvidia.so.0")
     return _nvidia_api(
         view,
         library,
@@ -362,7 +365,9 @@ def _nvidia_vulkan(view: ContainerView) -> Finding:
         unregistered=None
         if icd
         else (
-            f"no Vulkan ICD manifest naming it reaches a loader search dir ({dirs[0]}, "
+            f"{skipped}: mount the driver's own nvidia_icd.json (`nvidia-ctk cdi generate` does) or fix that one"
+            if skipped
+            else f"no Vulkan ICD manifest naming it reaches a loader search dir ({dirs[0]}, "
             f"{dirs[-1]}) or VK_DRIVER_FILES: mount the host's nvidia_icd.json at /etc/vulkan/icd.d/ "
             f"(`nvidia-ctk cdi generate` does where the host has it; RPM drivers name it nvidia_icd.x86_64.json, "
             f"picked up since toolkit 1.18.0)"
@@ -519,28 +524,47 @@ def _icd_file(view: ContainerView, path: str) -> tuple[str | None, bool]:
     return line, not rest
 
 
-def _registered_library(view: ContainerView, path: str) -> str | None:
-    """The library a Vulkan ICD manifest names, read from the host file."""
+def _vulkan_manifest(view: ContainerView, path: str) -> tuple[str | None, str | None]:
+    """(the library a Vulkan ICD manifest names, why the loader skips the manifest or None), read
+    from the host file as the Vulkan loader reads it (cgpu.vulkan_icd)."""
     host_path = view.host_path(path)
-    if host_path is None:
-        return None
-    data, _ = view.host.read_json(host_path)
-    icd = data.get("ICD") if isinstance(data, dict) else None
-    value = icd.get("library_path") if isinstance(icd, dict) else None
-    return value if isinstance(value, str) else None
+    text, _ = view.host.read_small(host_path) if host_path else (None, None)
+    document = vulkan_icd.load(text) if text is not None else None
+    library = vulkan_icd.library_path(document)
+    return library, (vulkan_icd.skipped_because(document) if library else None)
 
 
 def _loader_entries(view: ContainerView, api: str) -> list[tuple[str, str | None, frozenset[str]]]:
-    """(file, the library it names, the loaders that read it) for each Vulkan ICD manifest or OpenCL registration."""
+    """(file, the library it names, the loaders that read it) for each Vulkan ICD manifest or OpenCL
+    registration the loaders take; the Vulkan manifests the loader skips are kept for _skipped_manifest."""
     key = ("loader entries", api)
     found = view.file_memo.get(key)
     if found is None:
         if api == "vulkan":
-            found = [(p, _registered_library(view, p), frozenset({"vulkan"})) for p in _vulkan_manifests(view)]
+            taken: list[tuple[str, str | None, frozenset[str]]] = []
+            skipped: list[tuple[str, str, str]] = []
+            for path in _vulkan_manifests(view):
+                library, why = _vulkan_manifest(view, path)
+                if why is None:
+                    taken.append((path, library, frozenset({"vulkan"})))
+                elif library is not None:
+                    skipped.append((path, library, why))
+            view.file_memo[("skipped manifests", api)] = skipped
+            found = taken
         else:
             found = _opencl_entries(view)
         view.file_memo[key] = found
     return found  # type: ignore[return-value]
+
+
+def _skipped_manifest(view: ContainerView, library: str, soname: str) -> str | None:
+    """A Vulkan ICD manifest that names `library` but that the loader skips, and why, in words."""
+    _loader_entries(view, "vulkan")
+    skipped = cast("list[tuple[str, str, str]]", view.file_memo[("skipped manifests", "vulkan")])
+    for path, value, why in skipped:
+        if view.names_library(value, path, library, soname):
+            return f"the Vulkan ICD {path} names it, but the loader skips that manifest: {why}"
+    return None
 
 
 def _registration(view: ContainerView, library: str, soname: str, api: str) -> tuple[str, frozenset[str]] | None:
