@@ -331,6 +331,7 @@ def scan_spec_dirs(
                         (
                             f"cdiVersion {spec.version} is newer than {engine} accepts (at most {max_version}): "
                             f"{engine} ignores this file, so its devices are unresolvable there"
+                            f"{_upgrade_fix(engine_label, spec.version, max_version)}"
                         ),
                     )
                 )
@@ -442,3 +443,13 @@ def _crash_loss(crashes: list[str], devices: dict[str, ResolvedDevice], engine: 
         f"the CDI library panics on {files}, so {engine}'s load of every spec dir crashes: no CDI device "
         f"resolves there{'; ' + what if what else ''}. Fix or remove the file"
     )
+
+
+def _upgrade_fix(engine_label: str | None, spec_version: str, max_version: str) -> str:
+    """The fix for a spec too new for the engine: the release that reads it, or an older spec."""
+    name = (engine_label or "").partition(" ")[0]
+    first = versions.first_release_reading(name, spec_version)
+    older = f"a spec written for cdiVersion {max_version} or older"
+    if first is None:
+        return f": use {older}"
+    return f": upgrade to {name} {first} or later, or use {older}"

@@ -148,6 +148,23 @@ def cdi_on_by_default(engine: str, version: str | None) -> bool | None:
     return parsed >= ((2,) if engine == "containerd" else (28, 2))
 
 
+def first_release_reading(engine: str, cdi_version: str) -> str | None:
+    """The release of `engine` from which every later release reads `cdi_version` ("podman",
+    "0.7.0" -> "5.1"), by the rows; None for an engine cgpu has no rows for or no release reads it.
+    Not simply the first row that reads it: Docker 25.0.17 reads 0.8.0 and 26.0 again only 0.6.0."""
+    rows = ENGINE_MAX_VERSION.get(engine)
+    if rows is None:
+        return None
+    wanted = version_key(cdi_version)
+    first: tuple[int, ...] | None = None
+    for start, max_version in rows:
+        if version_key(max_version) < wanted:
+            first = None
+        elif first is None:
+            first = start
+    return ".".join(map(str, first)) if first is not None else None
+
+
 def max_cdi_version(engine: str, version: str) -> str | None:
     """The newest cdiVersion `engine` at `version` accepts; None when that version reads no
     CDI specs at all. Raises ValueError for an engine or version cgpu has no figure for."""

@@ -109,7 +109,8 @@ def test_spec_above_the_engine_maximum_is_dropped(tmp_path):
     assert [spec.path for spec in result.specs] == [str(etc / "old.yaml")]
     assert errors_for(result, new) == [
         "cdiVersion 0.6.0 is newer than podman 4.3.1 accepts (at most 0.5.0): podman 4.3.1 ignores this file, "
-        "so its devices are unresolvable there"
+        "so its devices are unresolvable there: upgrade to podman 4.7 or later, or use a spec written for "
+        "cdiVersion 0.5.0 or older"
     ]
     assert sorted(scan_spec_dirs([str(etc)]).devices) == ["example.com/new=gpu0", "example.com/old=gpu0"]
 

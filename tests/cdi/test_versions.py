@@ -130,3 +130,19 @@ def test_engine_option():
 )
 def test_library_max_version(library, reads):
     assert versions.library_max_version(library) == reads
+
+
+@pytest.mark.parametrize(
+    ("engine", "spec_version", "first"),
+    [
+        ("podman", "0.7.0", "5.1"),
+        ("containerd", "0.8.0", "1.7.27"),
+        # 25.0.17 reads 0.8.0 but 26.0 only 0.6.0 again: the fix names the release from which all do
+        ("docker", "0.8.0", "27.4"),
+        ("crio", "1.1.0", "1.35"),
+        ("podman", "9.9.9", None),
+        ("lxc", "0.3.0", None),
+    ],
+)
+def test_first_release_reading_is_the_one_from_which_every_later_release_reads_it(engine, spec_version, first):
+    assert versions.first_release_reading(engine, spec_version) == first
