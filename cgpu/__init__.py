@@ -18,8 +18,7 @@ import os
 from typing import TYPE_CHECKING, Any, Literal, overload
 
 from cgpu.errors import CgpuError, CgpuTypeError, CgpuValueError
-
-__version__ = "0.1.0"
+from cgpu.version import __version__
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

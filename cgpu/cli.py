@@ -23,10 +23,10 @@ from collections.abc import Callable, Sequence
 from enum import IntEnum
 from typing import Any
 
-from cgpu import __version__
 from cgpu.apis import API_ORDER
 from cgpu.backends import BACKENDS, MAX_TIMEOUT, OPTIONS, default_backend, run_backend
 from cgpu.report import ReportBuilder, to_json
+from cgpu.version import __version__
 
 OUTPUT_FORMATS = ("json", "yaml", "name", "wide")
 

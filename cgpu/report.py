@@ -15,8 +15,8 @@ import sys
 from collections.abc import Callable, Iterable
 from typing import Any, Literal
 
-from cgpu import __version__
 from cgpu.apis import API_ORDER, IMAGE_NEEDS, METAL_EVIDENCE, State
+from cgpu.version import __version__
 
 FORMAT_VERSION = 2  # additive changes keep it; a removed or re-typed field raises it
 Severity = Literal["error", "warning", "info"]

@@ -39,7 +39,7 @@ import sys
 import time
 from typing import Any
 
-import cgpu
+from cgpu import version
 from cgpu.cdi import model, names, parse, versions
 from cgpu.cdi.model import ContainerEdits, DeviceNode, Hook, Mount, Spec, SpecDevice
 from cgpu.cdi.parse import SpecError
@@ -71,7 +71,7 @@ def _code() -> list[list[int]]:
 def _key(path: str, info: os.stat_result) -> dict[str, Any]:
     return {
         "format": FORMAT,
-        "cgpu": cgpu.__version__,
+        "cgpu": version.__version__,
         "code": _code(),
         "path": path,
         "file": [info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns],

@@ -22,7 +22,7 @@ import datetime
 from collections.abc import Callable
 from typing import Any
 
-from cgpu import __version__
+from cgpu.version import __version__
 
 DEFAULT_TIMEOUT = 300.0  # the whole check; exporting a multi-GB image from engine storage takes a while
 

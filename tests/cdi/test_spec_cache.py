@@ -117,7 +117,7 @@ def test_another_version_of_cgpu_or_of_its_parser_does_not_read_the_entry(tmp_pa
     etc = tmp_path / "etc"
     write(etc, "a.yaml", minimal())
     fresh_scan([etc])
-    monkeypatch.setattr("cgpu.__version__", "0.0.0-other")
+    monkeypatch.setattr("cgpu.version.__version__", "0.0.0-other")
     fresh_scan([etc])
     monkeypatch.setattr(spec_cache, "_code_identity", [[1, 2]] * 4)
     fresh_scan([etc])

@@ -23,7 +23,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Final
 
-from cgpu import __version__
 from cgpu.backends.krunkit.answer_cache import AnswerCache
 from cgpu.backends.krunkit.vm import (
     BREW_INSTALL,
@@ -50,6 +49,7 @@ from cgpu.gpu_probe.answer import (
 )
 from cgpu.report import ReportBuilder, current_platform
 from cgpu.run import CommandError, Completed, decode, run
+from cgpu.version import __version__
 
 DEFAULT_PROBE_IMAGE: Final = "localhost/cgpu-venus-probe:latest"
 BUILD_PROBE_IMAGE: Final = (
