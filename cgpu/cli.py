@@ -133,12 +133,19 @@ def _parser() -> argparse.ArgumentParser:
         "version changes, and every --interval seconds. Runs until SIGTERM or Ctrl-C.",
         epilog="example:\n  cgpu watch --nfd-file /etc/kubernetes/node-feature-discovery/features.d/cgpu \\\n"
         "      --answer-file /run/cgpu/answer.json\n\n"
-        "exit status:\n  2    bad usage\n  1    an answer file cannot be written\n"
+        "signals:\n  SIGHUP probes again at once; SIGTERM and SIGINT end it at once, no temporary file left\n\n"
+        "exit status:\n  2    bad usage\n  1    the backend cannot probe at all (a file that cannot be written\n"
+        "       is logged and tried again, never an exit); with --check-age: a file is missing or old\n"
         "  130  interrupted (Ctrl-C); 143 terminated (SIGTERM): the last complete files stay",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     watch.add_argument("--answer-file", metavar="PATH", help="keep the JSON report here (replaced atomically)")
     watch.add_argument("--nfd-file", metavar="PATH", help="keep a Node Feature Discovery feature file here")
+    watch.add_argument(
+        "--metrics-file",
+        metavar="PATH",
+        help="keep a node_exporter textfile (Prometheus text format) here, e.g. .../textfile/cgpu.prom",
+    )
     watch.add_argument(
         "--interval", type=_seconds, default=300.0, metavar="SECONDS", help="probe at least this often (default: 300)"
     )
@@ -147,6 +154,12 @@ def _parser() -> argparse.ArgumentParser:
         type=_seconds,
         metavar="SECONDS",
         help="NFD drops the labels this long after the last write (default: 3 intervals)",
+    )
+    watch.add_argument(
+        "--check-age",
+        type=_seconds,
+        metavar="SECONDS",
+        help="do not watch: exit 0 when every file given was written within SECONDS, else 1 (a liveness probe)",
     )
     _add_probe_options(watch)
 
@@ -292,7 +305,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 _OUTPUT_FLAGS = ("command", "backend", "json", "brief", "list_devices", "explain", "color")
-_WATCH_ONLY = ("answer_file", "nfd_file", "interval", "expiry")
+_WATCH_ONLY = ("answer_file", "nfd_file", "metrics_file", "interval", "expiry", "check_age")
 
 
 def _backend_options(parser: argparse.ArgumentParser, args: argparse.Namespace, backend: str) -> dict[str, Any]:
@@ -368,10 +381,24 @@ def _probe(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 
 def _watch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     """Runs until SIGTERM (143) or Ctrl-C (130); bad usage found by the first probe is 2."""
-    from cgpu.fleet.watch import watch
+    from cgpu.fleet.watch import MIN_INTERVAL_S, watch
 
-    if not (args.answer_file or args.nfd_file):
-        parser.error("give --answer-file, --nfd-file or both: watch keeps its answer there")
+    if not (args.answer_file or args.nfd_file or args.metrics_file):
+        parser.error("give --answer-file, --nfd-file or both (and/or --metrics-file): watch keeps its answer there")
+    if args.check_age is not None:
+        from cgpu.fleet.health import check_age
+
+        return check_age([args.answer_file, args.nfd_file, args.metrics_file], args.check_age)
+    if args.interval < MIN_INTERVAL_S:
+        parser.error(
+            f"--interval {args.interval:g} is under {MIN_INTERVAL_S:g} second: watch would probe in a busy loop "
+            "(changes are seen at once anyway; the interval is only the longest wait)"
+        )
+    if args.expiry is not None and args.expiry < args.interval:
+        parser.error(
+            f"--expiry {args.expiry:g} is shorter than --interval {args.interval:g}: NFD would drop the labels "
+            "before the next write renews them"
+        )
     backend = args.backend or default_backend()
     given = _backend_options(parser, args, backend)
     spec_dirs: list[str] = []
@@ -399,17 +426,14 @@ def _watch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             root=args.root or "/",
             answer_file=args.answer_file,
             nfd_file=args.nfd_file,
+            metrics_file=args.metrics_file,
             interval=args.interval,
             expiry=args.expiry or 3 * args.interval,
             log=log,
+            terminated=Terminated,
         )
     except _BadUsage:
         return ExitCode.USAGE
-    except OSError as exc:  # the answer or feature file cannot be written
-        from cgpu.terminal import escape
-
-        print(f"cgpu watch: error: {escape(exc)}", file=sys.stderr)
-        return ExitCode.COULD_NOT_RUN
     return ExitCode.OK
 
 

@@ -93,6 +93,7 @@ def test_provided_apis_are_true_unknown_are_unknown_absent_have_no_label(tmp_pat
         f"{NS}/backend": "cdi",
         f"{NS}/version": report["cgpu_version"],
         f"{NS}/format": "2",
+        f"{NS}/devices": "0",
     }
 
 
@@ -127,7 +128,8 @@ def test_the_temporary_file_is_hidden_so_nfd_never_reads_a_partial_file(tmp_path
     with pytest.raises(OSError):
         _write(tmp_path, _report(provided=["vulkan"]), expires=NOW + datetime.timedelta(minutes=5))
     assert (tmp_path / "cgpu").read_bytes() == before
-    assert os.listdir(tmp_path) == ["cgpu"]
+    assert sorted(os.listdir(tmp_path)) == [".cgpu-tmp", "cgpu"]  # the private dir the temporary files go to
+    assert os.listdir(tmp_path / ".cgpu-tmp") == []
 
 
 @given(st.text(max_size=200))

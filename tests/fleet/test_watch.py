@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from cgpu.files import TEMP_DIR
 from cgpu.fleet import watch as watch_module
 from tests.conftest import REPO, validate_report
 
@@ -93,7 +94,10 @@ class Watcher:
         return self.proc.returncode, time.monotonic() - sent, err
 
     def leftovers(self) -> list[str]:
-        return [name for name in os.listdir(self.out) if name.startswith(".")]
+        """Temporary files: hidden ones beside the outputs, and any in the private temporary dir."""
+        hidden = [name for name in os.listdir(self.out) if name.startswith(".") and name != TEMP_DIR]
+        private = self.out / TEMP_DIR
+        return hidden + (os.listdir(private) if private.is_dir() else [])
 
 
 @pytest.fixture

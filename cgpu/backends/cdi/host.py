@@ -58,15 +58,22 @@ def _sorted_listing(path: str) -> list[str]:
         return []
 
 
-def _small_text(path: str) -> tuple[str | None, str | None]:
+def _small_text(path: str, follow_links: bool = True) -> tuple[str | None, str | None]:
     try:
-        with open_regular(path) as handle:  # a FIFO or device here would hang or act: never read one
+        # a FIFO or device here would hang or act: never opened, never read
+        with open_regular(path, follow_links=follow_links) as handle:
             data = handle.read(MAX_SMALL_FILE + 1)
     except _NO_SUCH_PATH as exc:
         return None, f"cannot be read ({getattr(exc, 'strerror', None) or exc})"
     if len(data) > MAX_SMALL_FILE:
         return None, f"is larger than {MAX_SMALL_FILE} bytes"
     return data.decode("utf-8", errors="replace"), None
+
+
+def _small_text_inside(path: str) -> tuple[str | None, str | None]:
+    """`_small_text` of a path whose links were resolved inside the root: a link there now was
+    swapped in since, and is not followed out of it."""
+    return _small_text(path, follow_links=False)
 
 
 Read = Callable[[str], Any]
@@ -215,7 +222,7 @@ class HostFS:
         real = self.resolve(path)
         if real is None:
             return None, "does not exist"
-        return self._read(_small_text, real)
+        return self._read(_small_text if self._plain else _small_text_inside, real)
 
     def nvidia_driver_version(self) -> tuple[str | None, str | None]:
         """The running NVIDIA kernel driver version and the file it was read from."""
