@@ -97,7 +97,10 @@ def probe(
     else:
         scan = scan_spec_dirs(dirs, max_version=max_version, engine_label=label, cache_dir=default_cache_dir())
         _spec_dir_hints(report, dirs)
-    answers = answer_scan(report, scan, HostFS(root), devices=devices, dirs=dirs, engine_label=label)
+    host = HostFS(root)
+    answers = answer_scan(report, scan, host, devices=devices, dirs=dirs, engine_label=label)
+    for path, why in host.refused_files():
+        report.problem("warning", host.display(path), f"this host file {why}; cgpu did not open it")
     if verify and answers is not None:
         _verify(report, answers, dirs=dirs, engine=option, probe_image=probe_image, timeout=timeout)
 

@@ -15,9 +15,10 @@ import stat
 from collections.abc import Callable
 from typing import Any
 
-from cgpu.files import open_regular
+from cgpu.files import NotRegularFileError, open_regular
 
 MAX_SYMLINKS = 40
+_NOT_REGULAR = ", not a regular file"
 MAX_SMALL_FILE = 64 * 1024  # ICD manifests, .icd files, sysfs values: anything larger is not one
 
 _NVRM_VERSION = re.compile(r"Kernel Module(?: for \S+)?\s+(\d+\.\d+(?:\.\d+)?)")
@@ -63,6 +64,9 @@ def _small_text(path: str, follow_links: bool = True) -> tuple[str | None, str |
         # a FIFO or device here would hang or act: never opened, never read
         with open_regular(path, follow_links=follow_links) as handle:
             data = handle.read(MAX_SMALL_FILE + 1)
+    except NotRegularFileError as exc:
+        what = (exc.strerror or "").removeprefix("not a regular file (").removesuffix(")")
+        return None, f"is {what}{_NOT_REGULAR}"
     except _NO_SUCH_PATH as exc:
         return None, f"cannot be read ({getattr(exc, 'strerror', None) or exc})"
     if len(data) > MAX_SMALL_FILE:
@@ -154,6 +158,15 @@ class HostFS:
     def read_small(self, path: str) -> tuple[str | None, str | None]:
         """(text, None) or (None, why not): a small text file, decoded leniently."""
         return self._ask("read_small", path)
+
+    def refused_files(self) -> list[tuple[str, str]]:
+        """(path, why) for each host file this probe wanted to read that is a FIFO, socket,
+        device or directory: not opened (it could block or act), and a sign of an odd host."""
+        found = []
+        for (query, arg), answer in list(self._memo.items()):
+            if query == "read_small" and answer[0] is None and answer[1].endswith(_NOT_REGULAR):
+                found.append((arg, answer[1]))
+        return found
 
     def read_json(self, path: str) -> tuple[Any, str | None]:
         text, why = self.read_small(path)
