@@ -251,3 +251,65 @@ def test_idle_watch_uses_next_to_no_cpu(node, watcher):
 def _cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@pytest.mark.parametrize(
+    ("options", "reason"),
+    [
+        (["--interval", "0.01"], "--interval 0.01 is under 1 second"),
+        (["--interval", "60", "--expiry", "30"], "--expiry 30 is shorter than --interval 60"),
+        (["--expiry", "100"], "--expiry 100 is shorter than --interval 300"),
+    ],
+)
+def test_options_that_make_no_sense_are_refused_with_the_reason(run_cli, tmp_path, options, reason):
+    code, _, err = run_cli("watch", "--spec-dir", str(tmp_path), "--answer-file", str(tmp_path / "a.json"), *options)
+    assert code == 2 and reason in err, err
+    assert not (tmp_path / "a.json").exists()
+
+
+def test_a_spec_dir_created_after_start_up_is_put_under_inotify(tmp_path):
+    pytest.importorskip("inotify_simple", reason="inotify_simple is a Linux dependency")
+    later = tmp_path / "later"
+    wakeup = watch_module.Wakeup([str(later)], str(tmp_path))
+    try:
+        assert wakeup.uses_inotify and wakeup.watched() == []
+        assert "not there yet" in wakeup.describe()
+        wakeup.snapshot()
+        assert not wakeup.poll()
+        later.mkdir()
+        assert wakeup.poll() and wakeup.watched() == [str(later)]  # a change, and watched from now on
+        assert wakeup.newly_watched == [str(later)] and "(inotify)" in wakeup.describe()
+        (later / "nvidia.yaml").write_text("# new\n")
+        assert wakeup.wait(5)  # an inotify event, not a poll
+        later.rename(tmp_path / "gone")  # moved away: off inotify, looked for again
+        wakeup.wait(5)
+        assert wakeup.watched() == []
+        later.mkdir()
+        assert wakeup.poll() and wakeup.watched() == [str(later)]
+    finally:
+        wakeup.close()
+
+
+def test_the_log_says_when_a_spec_dir_appears_and_its_changes_reach_the_answer(node, tmp_path):
+    _, host, out = node
+    later = tmp_path / "later"
+    answer = out / "answer.json"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cgpu", "watch", "--spec-dir", str(later), "--root", str(host), "--engine", "none",
+         "--answer-file", str(answer), "--interval", "120"],
+        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not answer.exists():
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.02)
+        later.mkdir()
+        shutil.copy(SPEC, later / "nvidia.yaml")
+        while json.loads(answer.read_text())["containers"] != ["cuda", "vulkan", "opencl"]:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=10)
+    assert f"{later} (not there yet" in err and f"{later} is there now: watching it (inotify)" in err, err
