@@ -402,10 +402,15 @@ def _watch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     backend = args.backend or default_backend()
     given = _backend_options(parser, args, backend)
     spec_dirs: list[str] = []
+    spec_dirs_of = None
     if backend == "cdi":
-        from cgpu.cdi.scan import DEFAULT_SPEC_DIRS
+        from cgpu.fleet.watch import engine_spec_dirs
 
-        spec_dirs = list(args.spec_dirs or DEFAULT_SPEC_DIRS)
+        spec_dirs = list(args.spec_dirs or engine_spec_dirs({}, args.root or "/"))
+        if not args.spec_dirs:  # the dirs the judging engine reads, as each report says
+
+            def spec_dirs_of(report: dict[str, Any]) -> list[str]:
+                return engine_spec_dirs(report, args.root or "/")
 
     def probe() -> dict[str, Any]:
         builder, code = _run("watch", backend, given, None)
@@ -431,6 +436,7 @@ def _watch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             expiry=args.expiry or 3 * args.interval,
             log=log,
             terminated=Terminated,
+            spec_dirs_of=spec_dirs_of,
         )
     except _BadUsage:
         return ExitCode.USAGE

@@ -80,6 +80,21 @@ def fingerprint(spec_dirs: Sequence[str], root: str) -> tuple[Any, ...]:
     return tuple((directory, dir_fingerprint(directory)) for directory in spec_dirs), driver_fingerprint(root)
 
 
+def engine_spec_dirs(report: dict[str, Any], root: str) -> list[str]:
+    """The spec dirs the report's judging engine reads (its `engines` entry with `judged: true`),
+    else the CDI defaults; host paths, looked up under `root`."""
+    from cgpu.cdi.scan import DEFAULT_SPEC_DIRS
+    from cgpu.fleet.nfd import judging_engine
+
+    judge = judging_engine(report)
+    dirs = judge.get("spec_dirs") if judge is not None else None
+    if not isinstance(dirs, list) or not all(isinstance(d, str) for d in dirs):
+        dirs = list(DEFAULT_SPEC_DIRS)
+    if os.path.abspath(root) == os.path.abspath(os.sep):
+        return list(dirs)
+    return [os.path.join(os.path.abspath(root), d.lstrip("/")) for d in dirs]
+
+
 def _identity(directory: str) -> tuple[int, int] | None:
     try:
         info = os.stat(directory)
@@ -159,6 +174,20 @@ class Wakeup:
         self._watches[descriptor] = directory
         self._identities[directory] = identity
         self.newly_watched.append(directory)
+        return True
+
+    def set_spec_dirs(self, spec_dirs: Sequence[str]) -> bool:
+        """Watch these dirs from now on (the judging engine's, learned by the last probe); True
+        when they changed."""
+        if list(spec_dirs) == self.spec_dirs:
+            return False
+        self.spec_dirs = list(spec_dirs)
+        for descriptor, directory in list(self._watches.items()):
+            if directory not in self.spec_dirs:
+                self._drop(descriptor)
+        for directory in self.spec_dirs:
+            self._add(directory)
+        self.newly_watched.clear()
         return True
 
     def _drop(self, descriptor: int) -> None:
@@ -453,9 +482,12 @@ def watch(
     metrics_file: str | None = None,
     rounds: int | None = None,
     terminated: type[BaseException] = KeyboardInterrupt,
+    spec_dirs_of: Callable[[dict[str, Any]], list[str]] | None = None,
 ) -> None:
     """Probe and publish, then again on every change, SIGHUP and interval; runs until SIGTERM
-    (raises `terminated`) or SIGINT (KeyboardInterrupt), or for `rounds` probes (tests)."""
+    (raises `terminated`) or SIGINT (KeyboardInterrupt), or for `rounds` probes (tests).
+    `spec_dirs_of`: the dirs to watch after each probe, from its report (the judging engine's
+    spec dirs when no --spec-dir was given); `spec_dirs` are watched until the first report."""
     control = Control(terminated)
     control.install()
     wakeup: Wakeup | None = None
@@ -480,6 +512,8 @@ def watch(
             with control.held():
                 publisher.publish(report, finished_at=time.time(), duration=duration)
             done += 1
+            if spec_dirs_of is not None and wakeup.set_spec_dirs(spec_dirs_of(report)):
+                log(f"watching the judging engine's spec dirs: {wakeup.describe()}")
             if summary(report) != last:  # log changes of answer, not every refresh
                 last = summary(report)
                 log(describe(report))

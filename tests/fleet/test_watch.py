@@ -313,3 +313,28 @@ def test_the_log_says_when_a_spec_dir_appears_and_its_changes_reach_the_answer(n
         proc.terminate()
         _, err = proc.communicate(timeout=10)
     assert f"{later} (not there yet" in err and f"{later} is there now: watching it (inotify)" in err, err
+
+
+def test_without_spec_dirs_watch_follows_the_judging_engines_dirs_under_the_root(tmp_path):
+    pytest.importorskip("inotify_simple", reason="inotify_simple is a Linux dependency")
+    report = {"engines": [{"name": "containerd", "judged": True, "spec_dirs": ["/etc/cdi", "/opt/cdi"]}]}
+    assert watch_module.engine_spec_dirs(report, str(tmp_path)) == [
+        str(tmp_path / "etc/cdi"),
+        str(tmp_path / "opt/cdi"),
+    ]
+    assert watch_module.engine_spec_dirs({}, str(tmp_path)) == [
+        str(tmp_path / "etc/cdi"),
+        str(tmp_path / "var/run/cdi"),
+    ]
+    assert watch_module.engine_spec_dirs({}, "/") == ["/etc/cdi", "/var/run/cdi"]
+    (tmp_path / "etc/cdi").mkdir(parents=True)
+    (tmp_path / "opt/cdi").mkdir(parents=True)
+    wakeup = watch_module.Wakeup(watch_module.engine_spec_dirs({}, str(tmp_path)), str(tmp_path))
+    try:
+        assert wakeup.watched() == [str(tmp_path / "etc/cdi")]
+        assert wakeup.set_spec_dirs(watch_module.engine_spec_dirs(report, str(tmp_path)))
+        assert wakeup.watched() == [str(tmp_path / "etc/cdi"), str(tmp_path / "opt/cdi")]
+        (tmp_path / "opt/cdi/dra.yaml").write_text("# a claim\n")
+        assert wakeup.wait(5)
+    finally:
+        wakeup.close()
