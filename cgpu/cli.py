@@ -249,8 +249,9 @@ def _add_probe_options(parser: argparse.ArgumentParser) -> None:
     cdi.add_argument(
         "--engine",
         metavar="ENGINE@VERSION|auto|none",
-        help="whose CDI rules judge the specs: auto (default) asks the host's podman or docker; podman@X or docker@X "
-        "judges for another host; none: the newest rules",
+        help="whose CDI rules judge the specs: auto (default) the engine installed here or under --root (the "
+        "kubelet's runtime first); podman, docker, crio or containerd: that one as installed; NAME@VERSION: that "
+        "release; none: the newest rules",
     )
     cdi.add_argument(
         "--device",

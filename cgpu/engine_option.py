@@ -11,9 +11,14 @@ import json
 import os
 import shutil
 import time
+from typing import Any
 
 AUTO, NONE, NAMED = "auto", "none", "named"
-ENGINE_NAMES = ("podman", "docker")  # the order `auto` prefers
+# Every engine cgpu judges by, in the order `auto` prefers where no kubelet names one (docs/cdi.md):
+# the engines people run containers with by hand first, containerd last (it is installed beside
+# Docker as its back end, and judges only where nothing else runs containers).
+ENGINE_NAMES = ("podman", "docker", "crio", "containerd")
+_ALIASES = {"cri-o": "crio"}
 # `podman version` costs about 100 ms: its answer is reused while the engine binaries are the
 # same files (path, size, mtime) and for at most this long (a Docker daemon can be upgraded or
 # stopped while its CLI stays the same).
@@ -68,12 +73,13 @@ def parse_engine(value: str | EngineOption | None) -> EngineOption:
         return EngineOption(NONE)
     name, sep, version = text.partition("@")
     name, version = name.strip().lower(), version.strip()
+    name = _ALIASES.get(name, name)
     if not sep and name in ENGINE_NAMES:
         return EngineOption(NAMED, name)
     if not sep or not name or not version:
         raise ValueError(
-            f"--engine {value!r}: expected NAME@VERSION such as podman@4.3.1 or docker@28.2.0, a bare podman or "
-            f"docker (the one installed here), or auto, or none"
+            f"--engine {value!r}: expected NAME@VERSION such as podman@4.3.1, docker@28.2.0, containerd@1.7.27 or "
+            f"crio@1.31.0, a bare {', '.join(ENGINE_NAMES)} (the one installed here), or auto, or none"
         )
     from cgpu.cdi.versions import max_cdi_version
 
@@ -81,21 +87,53 @@ def parse_engine(value: str | EngineOption | None) -> EngineOption:
     return EngineOption(NAMED, name, version)
 
 
+# What else decides which engine answers and what it reads: where the clients connect, and the
+# configuration files of podman and Docker (a changed one is asked again, not remembered).
+ENGINE_ENV = ("DOCKER_HOST", "DOCKER_CONTEXT", "CONTAINER_HOST", "CONTAINER_CONNECTION", "CONTAINERS_CONF")
+ENGINE_CONFIGS = (
+    "/etc/docker/daemon.json",
+    "/etc/containers/containers.conf",
+    "/usr/share/containers/containers.conf",
+    "~/.config/containers/containers.conf",
+    "~/.docker/config.json",
+)
+
+
+def _stat_identity(path: str) -> list[object] | None:
+    try:
+        info = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return [info.st_size, info.st_mtime_ns, info.st_ino]
+
+
 def host_engines(*, timeout: float, cache_dir: str | None = None) -> tuple[list[tuple[str, str]], list[str]]:
-    """(name, version) of each engine on this host, podman first (Docker only when its daemon
-    answers); and why an engine that is installed did not answer."""
-    identity = []
-    for name in ENGINE_NAMES:
+    """(name, version) of each engine on this host that answers, podman first (Docker only when its
+    daemon answers); and why an engine that is installed did not answer. Remembered while the
+    binaries, their configuration files and DOCKER_HOST / CONTAINER_HOST are the same."""
+    found, failures, _ = host_engine_details(timeout=timeout, cache_dir=cache_dir)
+    return found, failures
+
+
+def host_engine_details(
+    *, timeout: float, cache_dir: str | None = None
+) -> tuple[list[tuple[str, str]], list[str], dict[str, Any]]:
+    """`host_engines`, and what the engines said beside their versions: {"docker_cdi_spec_dirs": the
+    Docker daemon's CDISpecDirs (empty: CDI off), or absent where it did not say}."""
+    identity: list[list[object]] = []
+    for name in ("podman", "docker"):
         path = shutil.which(name)
         if path is None:
             continue
-        try:
-            info = os.stat(path)
-        except OSError:
+        info = _stat_identity(path)
+        if info is None:
             continue
-        identity.append([name, path, info.st_size, info.st_mtime_ns])
+        identity.append([name, path, *info])
     if not identity:
-        return [], []
+        return [], [], {}
+    identity.append(["env", *(os.environ.get(key) for key in ENGINE_ENV)])
+    for config in ENGINE_CONFIGS:
+        identity.append([config, _stat_identity(os.path.expanduser(config))])
     if cache_dir is None:
         from cgpu.cache import default_cache_dir
 
@@ -108,11 +146,67 @@ def host_engines(*, timeout: float, cache_dir: str | None = None) -> tuple[list[
 
     engines, failures = detect_engines(timeout=timeout)
     found = [(e.name, e.version) for e in engines]
-    _remember(cache_file, identity, found, failures)
-    return found, failures
+    details: dict[str, Any] = {}
+    for engine in engines:
+        if engine.name == "docker" and engine.cdi_spec_dirs is not None:
+            details["docker_cdi_spec_dirs"] = list(engine.cdi_spec_dirs)
+    _remember(cache_file, identity, found, failures, details)
+    return found, failures, details
 
 
-def _read_remembered(cache_file: str, identity: list[list[object]]) -> tuple[list[tuple[str, str]], list[str]] | None:
+ENGINES_FILE = "engines.json"
+MAX_ENGINES_BYTES = 1 << 20
+
+
+def learn_engines(
+    root: str | None, *, timeout: float, cache_dir: str | None = None
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Every engine installed under `root` (None: this host), learned from its files
+    (`cgpu.installed`), and the node's facts (the kubelet's runtime). Remembered by the identity
+    (size, mtime, inode, mode) of every file consulted, absent ones included, and the environment:
+    a repeat call stats those files and reads one small file."""
+    from pathlib import Path
+
+    from cgpu.cache import default_cache_dir, open_private, private_directory, read_private
+
+    where = os.path.abspath(root or "/")
+    key = {
+        "root": where,
+        "env": [os.environ.get(k) for k in (*ENGINE_ENV, "XDG_CONFIG_HOME", "HOME")],
+        "path": None if root else os.get_exec_path(),
+    }
+    cache_file = Path(cache_dir or default_cache_dir()) / ENGINES_FILE
+    from cgpu.installed import identity_unchanged, learn
+
+    try:
+        private_directory(cache_file.parent, create=False)
+        data = json.loads(read_private(cache_file, limit=MAX_ENGINES_BYTES))
+        if data["key"] == key and identity_unchanged(where, data["node"]["identity"]):
+            return data["engines"], data["node"]
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
+        pass  # absent, unreadable, unsafe or stale: learn again
+    engines, node = learn(where, run_allowed=root is None, timeout=timeout)
+    temporary = Path(f"{cache_file}.{os.getpid()}.{time.monotonic_ns()}.tmp")
+    try:
+        private_directory(cache_file.parent, create=True)
+        fd = open_private(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+    except OSError:
+        return engines, node
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump({"key": key, "engines": engines, "node": node}, handle)
+        os.replace(temporary, cache_file)
+    except (OSError, TypeError, ValueError):
+        try:
+            os.unlink(temporary)
+        except OSError:
+            pass
+    return engines, node
+
+
+def _read_remembered(
+    cache_file: str, identity: list[list[object]]
+) -> tuple[list[tuple[str, str]], list[str], dict[str, Any]] | None:
     """The remembered answer, only from a private cache dir and a file of this user's that no one
     else can write (another user must not choose the engine that judges the specs)."""
     from pathlib import Path
@@ -127,18 +221,33 @@ def _read_remembered(cache_file: str, identity: list[list[object]]) -> tuple[lis
         if data["identity"] != identity or not 0 <= age < (HOST_ENGINE_SECONDS if found else NO_ENGINE_SECONDS):
             return None
         failures = [str(f) for f in data["failures"]]
-    except (OSError, ValueError, KeyError, TypeError, RecursionError):
+        details = data.get("details", {})
+        dirs = details.get("docker_cdi_spec_dirs") if isinstance(details, dict) else None
+        details = {"docker_cdi_spec_dirs": [str(d) for d in dirs]} if isinstance(dirs, list) else {}
+    except (OSError, ValueError, KeyError, TypeError, RecursionError, AttributeError):
         return None  # absent, unreadable, unsafe or not ours: ask the engine
-    return found, failures
+    return found, failures, details
 
 
-def _remember(cache_file: str, identity: list[list[object]], found: list[tuple[str, str]], failures: list[str]) -> None:
+def _remember(
+    cache_file: str,
+    identity: list[list[object]],
+    found: list[tuple[str, str]],
+    failures: list[str],
+    details: dict[str, Any],
+) -> None:
     """Store the answer atomically in the private cache dir; any failure only means asking again."""
     from pathlib import Path
 
     from cgpu.cache import open_private, private_directory
 
-    data = {"identity": identity, "at": time.time(), "found": [list(f) for f in found], "failures": failures}
+    data = {
+        "identity": identity,
+        "at": time.time(),
+        "found": [list(f) for f in found],
+        "failures": failures,
+        "details": details,
+    }
     temporary = Path(f"{cache_file}.{os.getpid()}.{time.monotonic_ns()}.tmp")
     try:
         private_directory(Path(cache_file).parent, create=True)

@@ -51,6 +51,8 @@ CLEANUP_S = 5.0
 class EngineVersion:
     name: str  # "podman" or "docker"
     version: str  # "4.3.1"
+    # Docker: the daemon's `CDISpecDirs` (`docker info`, API 1.44+): [] when CDI is off; None: not told
+    cdi_spec_dirs: tuple[str, ...] | None = None
 
 
 def detect_engines(*, timeout: float = 10) -> tuple[list[EngineVersion], list[str]]:
@@ -75,8 +77,24 @@ def detect_engines(*, timeout: float = 10) -> tuple[list[EngineVersion], list[st
         if done.returncode != 0 or match is None:
             failures.append(f"{name} version: exit {done.returncode}: {decode(done.stderr).strip()[:300]}")
             continue
-        found.append(EngineVersion(name, match.group(0)))
+        found.append(EngineVersion(name, match.group(0), _docker_spec_dirs(exe, timeout) if name == "docker" else None))
     return found, failures
+
+
+def _docker_spec_dirs(exe: str, timeout: float) -> tuple[str, ...] | None:
+    """The Docker daemon's CDI spec dirs as it reports them (empty: CDI off); None when it does not say."""
+    try:
+        done = run([exe, "info", "--format", "{{json .CDISpecDirs}}"], timeout=timeout)
+        if done.returncode != 0:
+            return None  # a CLI older than the field, or no answer: not told
+        value = json.loads(decode(done.stdout))
+    except (CommandError, ValueError, RecursionError):
+        return None
+    if value is None:
+        return ()  # a daemon with CDI off leaves the list out
+    if isinstance(value, list) and all(isinstance(d, str) for d in value):
+        return tuple(value)
+    return None
 
 
 class EngineError(CgpuError):

@@ -117,6 +117,68 @@ class CdiIgnoredDevice(_Device):
     reason: str = Field(description="why the engine ignores the spec")
 
 
+class NvidiaRuntime(BaseModel):
+    """NVIDIA's runtime as the engine's default runtime: what a container asking by environment gets."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    runtime: str = Field(description="the default runtime's name in the engine's configuration (nvidia, nvidia-cdi)")
+    configured_in: str = Field(description="the engine configuration file that makes it the default")
+    mode: Literal["auto", "legacy", "cdi", "csv", "jit-cdi"] | None = Field(
+        description="its mode ([nvidia-container-runtime] mode, default auto); null when cgpu cannot tell"
+    )
+    mode_from: str | None = Field(description="where the mode was read (its config.toml); null: the default")
+    requires_env: str = Field(description="the variable a container must set to get GPUs this way")
+    default_capabilities: list[str] = Field(description="NVIDIA_DRIVER_CAPABILITIES when the container sets none")
+    capabilities: dict[Literal["cuda", "opencl", "vulkan"], str] = Field(
+        description="the driver capability each API needs in NVIDIA_DRIVER_CAPABILITIES (or all)"
+    )
+
+
+class Engine(BaseModel):
+    """A container engine found on the node (or named with `--engine`), as the cdi backend learned it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: Literal["podman", "docker", "containerd", "crio"] = Field(description="the engine")
+    version: str | None = Field(
+        description="its upstream version as learned (1.7.24 for Debian's 1.7.24~ds1-6); null: unknown"
+    )
+    cdi_library: str | None = Field(
+        description=(
+            "the exact CDI library release it links (e.g. v0.8.1), from its build info or package; null where only "
+            "its version (and so the release table) is known, or where it links none"
+        )
+    )
+    max_cdi_version: str | None = Field(
+        description="the highest spec cdiVersion it reads (e.g. 0.8.0); null when it reads no CDI spec or is unknown"
+    )
+    cdi_enabled: bool | None = Field(
+        description=(
+            "whether its configuration has CDI on (containerd 1.7: enable_cdi; Docker before 28.2: features.cdi); "
+            "null when cgpu cannot tell (a daemon elsewhere, an unreadable or invalid configuration)"
+        )
+    )
+    spec_dirs: list[str] = Field(description="the spec dirs it reads, as its configuration names them (on its node)")
+    learned_from: Literal["build-info", "package", "version", "option"] = Field(
+        description=(
+            "what decided its CDI library: build-info: the Go build info in its binary; package: its package's "
+            "metadata (dpkg Built-Using, rpm bundled provides); version: its version and the release table; "
+            "option: the version given with --engine NAME@VERSION"
+        )
+    )
+    sources: list[str] = Field(description="the files and commands it was learned from, paths as cgpu read them")
+    judged: bool = Field(description="whether this engine's rules judged the specs (exactly one, unless --engine none)")
+    containers: list[Api] = Field(description="the APIs containers of this engine get, canonical order")
+    nvidia_runtime: NvidiaRuntime | None = Field(
+        default=None,
+        description=(
+            "where NVIDIA's runtime is the default runtime: containers asking by NVIDIA_VISIBLE_DEVICES get what its "
+            "mode injects from the driver, not the spec files; null otherwise"
+        ),
+    )
+
+
 # --- local and krunkit: what the probe saw ----------------------------------------------------------
 
 
@@ -223,6 +285,13 @@ class Report(BaseModel):
         )
     )
     problems: list[Problem] = Field(description="every bad input, failed command or finding, errors first")
+    engines: list[Engine] = Field(
+        default_factory=list,
+        description=(
+            "cdi: each container engine found (or named with --engine), what it reads and what its containers get; "
+            "the one whose rules judged has judged = true; empty with --engine none and for other backends"
+        ),
+    )
     cgpu_version: str = Field(description="the cgpu that wrote the report")
     checked_at: str = Field(description="when, ISO 8601 in UTC, to the second")
 

@@ -37,6 +37,7 @@ class ReportBuilder:
         self._states: dict[str, State] = {"metal": "absent"}
         self._image_needs: dict[str, list[str]] = {}
         self.devices: list[dict[str, Any]] = []
+        self.engines: list[dict[str, Any]] = []  # cdi: the container engines found, the judging one marked
         self.problems: list[dict[str, str]] = []
         self.could_not_run = False
         self.bad_usage = False
@@ -112,6 +113,7 @@ class ReportBuilder:
             "backend": self.backend,
             "platform": current_platform(),
             "devices": self.devices,
+            "engines": self.engines,
             "problems": self.problems,
             "cgpu_version": __version__,
             "checked_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

@@ -31,28 +31,88 @@ def version_key(version: str) -> tuple[int, ...]:
     return tuple(int(part) for part in version.split("."))
 
 
-# Highest cdiVersion each engine's vendored CDI library accepts (reference/cdi.md §3.5.3):
-# (first engine version of the row, max cdiVersion), oldest first. A version between rows
-# takes the row at or below it.
-ENGINE_MAX_VERSION: Final[dict[str, tuple[tuple[tuple[int, ...], str], ...]]] = {
+# The highest cdiVersion each CDI library release reads (`specs-go/version.go`: `CurrentVersion`
+# and the valid-versions list), by major.minor. The module path is
+# github.com/container-orchestrated-devices/container-device-interface up to v0.5.x and
+# tags.cncf.io/container-device-interface from v0.6.0.
+LIBRARY_MAX_VERSION: Final = {
+    (0, 3): "0.3.0",
+    (0, 4): "0.4.0",
+    (0, 5): "0.5.0",
+    (0, 6): "0.6.0",
+    (0, 7): "0.7.0",
+    (0, 8): "0.8.0",
+    (1, 0): "1.0.0",
+    (1, 1): "1.1.0",
+}
+CDI_MODULES: Final = (
+    "tags.cncf.io/container-device-interface",
+    "github.com/container-orchestrated-devices/container-device-interface",
+)
+_LIBRARY = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?(?:[-+~][0-9A-Za-z.+~-]*)?")
+
+
+def library_max_version(library: str) -> str | None:
+    """The highest cdiVersion a CDI library release reads ("v0.8.1" -> "0.8.0"); a release newer than
+    any cgpu knows reads at least the newest version cgpu knows. None for text that is no release
+    (or one older than v0.3.0, before the versions were checked)."""
+    match = _LIBRARY.fullmatch(library.strip())
+    if match is None:
+        return None
+    key = (int(match.group(1)), int(match.group(2)))
+    if key in LIBRARY_MAX_VERSION:
+        return LIBRARY_MAX_VERSION[key]
+    newest = max(LIBRARY_MAX_VERSION)
+    return LIBRARY_MAX_VERSION[newest] if key > newest else None
+
+
+# Highest cdiVersion each engine release reads, from the CDI library it vendors at that tag
+# (docs/cdi.md names each row's source): (first engine version of the row, max cdiVersion,
+# library), oldest first. A version between rows takes the last row at or below it.
+ENGINE_ROWS: Final[dict[str, tuple[tuple[tuple[int, ...], str, str], ...]]] = {
     "podman": (
-        ((4, 3, 1), "0.5.0"),  # observed on Debian 12's podman 4.3.1
-        ((4, 9), "0.6.0"),
-        ((5, 4), "0.8.0"),
-        ((5, 5), "1.0.0"),
-        ((6, 0), "1.1.0"),
+        ((4, 3, 1), "0.5.0", "v0.5.x"),  # observed on Debian 12's podman 4.3.1
+        ((4, 7), "0.6.0", "v0.6.1/v0.6.2"),
+        ((5, 1), "0.7.0", "v0.7.2"),
+        ((5, 2), "0.8.0", "v0.8.0"),
+        ((5, 5), "1.0.0", "v1.0.x"),
+        ((6, 0), "1.1.0", "v1.1.0"),
     ),
     "docker": (
-        ((25, 0), "0.6.0"),  # CDI support (opt-in) starts with Docker Engine 25.0
-        ((27, 0), "0.7.0"),
-        ((27, 5), "0.8.0"),
-        ((28, 2), "1.0.0"),
-        ((29, 0), "1.1.0"),  # moby main (29.x) vendors CDI v1.1.0
+        ((25, 0), "0.6.0", "v0.6.x"),  # CDI support (opt-in) starts with Docker Engine 25.0
+        ((25, 0, 17), "0.8.0", "v0.8.1"),  # a late 25.0 patch release vendors v0.8.1
+        ((26, 0), "0.6.0", "v0.6.x"),
+        ((26, 1), "0.7.0", "v0.7.1/v0.7.2"),
+        ((27, 4), "0.8.0", "v0.8.0"),
+        ((28, 1), "1.0.0", "v1.0.1"),
+        ((29, 2), "1.1.0", "v1.1.0"),
+    ),
+    "containerd": (
+        ((1, 7), "0.5.0", "v0.5.4"),
+        ((1, 7, 12), "0.6.0", "v0.6.1/v0.6.2"),
+        ((1, 7, 16), "0.7.0", "v0.7.2"),
+        ((1, 7, 27), "0.8.0", "v0.8.1"),
+        ((2, 0), "0.8.0", "v0.8.0/v0.8.1"),
+        ((2, 0, 5), "1.0.0", "v1.0.0"),
+        ((2, 1), "1.0.0", "v1.0.1"),
+        ((2, 2, 1), "1.1.0", "v1.1.0"),
+    ),
+    "crio": (
+        ((1, 24), "0.3.0", "v0.3.2"),
+        ((1, 25), "0.5.0", "v0.5.x"),
+        ((1, 28), "0.6.0", "v0.6.0/v0.6.2"),
+        ((1, 30), "0.7.0", "v0.7.2"),
+        ((1, 31), "0.8.0", "v0.8.0/v0.8.1"),
+        ((1, 33), "1.0.0", "v1.0.1"),
+        ((1, 35), "1.1.0", "v1.1.0"),
     ),
 }
+ENGINE_MAX_VERSION: Final = {
+    name: tuple((first, max_version) for first, max_version, _ in rows) for name, rows in ENGINE_ROWS.items()
+}
 # Engine versions without any CDI support: None from max_cdi_version.
-_NO_CDI_BELOW: Final = {"podman": (3, 2), "docker": (25, 0)}
-_VERSION = re.compile(r"(\d+)(?:\.(\d+))?(?:\.(\d+))?(?:[-+~][0-9A-Za-z.+~-]*)?")
+_NO_CDI_BELOW: Final = {"podman": (3, 2), "docker": (25, 0), "containerd": (1, 7), "crio": (1, 23)}
+_VERSION = re.compile(r"v?(\d+)(?:\.(\d+))?(?:\.(\d+))?(?:[-+~][0-9A-Za-z.+~-]*)?")
 
 
 def _parse_engine_version(version: str) -> tuple[int, ...]:
@@ -62,12 +122,37 @@ def _parse_engine_version(version: str) -> tuple[int, ...]:
     return tuple(int(part) for part in match.groups() if part is not None)
 
 
+def same_version(a: str | None, b: str | None) -> bool:
+    """Two engine version texts name the same release ("4.3.1+ds1" and "4.3.1")."""
+    if a is None or b is None:
+        return False
+    try:
+        return _parse_engine_version(a) == _parse_engine_version(b)
+    except ValueError:
+        return False
+
+
+def cdi_on_by_default(engine: str, version: str | None) -> bool | None:
+    """Whether CDI is on when the engine's configuration does not say: containerd 1.7 off, 2.x on;
+    Docker off before 28.2, on from it; CRI-O and podman always. None: the version is not known."""
+    if engine in ("crio", "podman"):
+        return True
+    if version is None:
+        return None
+    try:
+        parsed = _parse_engine_version(version)
+    except ValueError:
+        return None
+    return parsed >= ((2,) if engine == "containerd" else (28, 2))
+
+
 def max_cdi_version(engine: str, version: str) -> str | None:
     """The newest cdiVersion `engine` at `version` accepts; None when that version reads no
     CDI specs at all. Raises ValueError for an engine or version cgpu has no figure for."""
     rows = ENGINE_MAX_VERSION.get(engine)
     if rows is None:
-        raise ValueError(f"unknown engine {engine!r}; cgpu knows the CDI limits of {' and '.join(ENGINE_MAX_VERSION)}")
+        known = ", ".join(ENGINE_MAX_VERSION)
+        raise ValueError(f"unknown engine {engine!r}; cgpu knows the CDI limits of {known}")
     wanted = _parse_engine_version(version)
     if wanted < _NO_CDI_BELOW[engine]:
         return None

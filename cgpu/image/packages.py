@@ -27,6 +27,7 @@ from cgpu.image.fs import Deadline, ImageReadError
 TAG_NAME, TAG_VERSION, TAG_RELEASE, TAG_EPOCH = 1000, 1001, 1002, 1003
 TAG_BUILDHOST, TAG_VENDOR, TAG_PACKAGER, TAG_ARCH = 1007, 1011, 1015, 1022
 TAG_DIRINDEXES, TAG_BASENAMES, TAG_DIRNAMES = 1116, 1117, 1118
+TAG_PROVIDENAME, TAG_PROVIDEVERSION = 1047, 1113
 TYPE_INT32, TYPE_STRING, TYPE_STRING_ARRAY, TYPE_I18NSTRING = 4, 6, 8, 9
 _MAX_INDEX = 0xFFFF  # rpm's HEADER_TAGS_MAX
 _MAX_DATA = 256 * 1024**2  # rpm's HEADER_DATA_MAX
@@ -48,6 +49,11 @@ class Package:
     packager: str = ""
     buildhost: str = ""
     files: list[str] = field(default_factory=list)  # only when asked for
+    # What the package was built with: dpkg's Built-Using and Static-Built-Using fields, as written
+    built_using: str = ""
+    # rpm Provides as (name, version), only when asked for: Go packages list their bundled modules
+    # as `bundled(golang(MODULE)) = VERSION`
+    provides: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def evr(self) -> str:
@@ -64,7 +70,7 @@ class Package:
         return f"{self.nevr}.{self.arch}"
 
 
-def parse_rpm_header(blob: bytes, *, with_files: bool = False) -> Package:
+def parse_rpm_header(blob: bytes, *, with_files: bool = False, with_provides: bool = False) -> Package:
     """One rpm header blob -> Package; RpmHeaderError for anything malformed."""
     if len(blob) < 8:
         raise RpmHeaderError("rpm header shorter than its 8-byte preamble")
@@ -129,15 +135,26 @@ def parse_rpm_header(blob: bytes, *, with_files: bool = False) -> Package:
         if len(where) != len(bases) or any(not 0 <= i < len(dirs) for i in where):
             raise RpmHeaderError(f"{name}: the file list's directory indexes do not match its names")
         package.files = [dirs[i] + base for i, base in zip(where, bases, strict=False)]
+    if with_provides:
+        names, versions = strings(TAG_PROVIDENAME), strings(TAG_PROVIDEVERSION)
+        if len(versions) != len(names):
+            raise RpmHeaderError(f"{name}: {len(names)} provides but {len(versions)} provide versions")
+        package.provides = list(zip(names, versions, strict=True))
     return package
 
 
 def read_rpmdb(
-    db: bytes, wal: bytes | None = None, *, files_with: bytes = b"", deadline: Deadline | None = None
+    db: bytes,
+    wal: bytes | None = None,
+    *,
+    files_with: bytes = b"",
+    provides_with: bytes = b"",
+    deadline: Deadline | None = None,
 ) -> tuple[list[Package], list[str]]:
     """All packages in an rpmdb.sqlite (its bytes, and its -wal file's if any).
 
-    File lists are parsed only for headers that contain `files_with`. Returns the packages and
+    File lists are parsed only for headers that contain `files_with`, provides only for those
+    that contain `provides_with`. Returns the packages and
     one message per header that could not be parsed; ImageReadError when the database can't be
     read, holds something other than rpm's `Packages` table, or is not read within the deadline.
     """
@@ -148,7 +165,13 @@ def read_rpmdb(
             bad.append(f"header {hnum}: not a blob")
             continue
         try:
-            packages.append(parse_rpm_header(blob, with_files=bool(files_with) and files_with in blob))
+            packages.append(
+                parse_rpm_header(
+                    blob,
+                    with_files=bool(files_with) and files_with in blob,
+                    with_provides=bool(provides_with) and provides_with in blob,
+                )
+            )
         except RpmHeaderError as exc:
             bad.append(f"header {hnum}: {exc}")
     return packages, bad
@@ -257,10 +280,14 @@ def read_dpkg_status(text: str) -> list[Package]:
     packages = []
     for stanza in re.split(r"\n\s*\n", text):
         fields: dict[str, str] = {}
+        key = ""
         for line in stanza.splitlines():
             if line[:1] not in (" ", "\t") and ":" in line:
                 key, _, value = line.partition(":")
-                fields[key.strip().lower()] = value.strip()
+                key = key.strip().lower()
+                fields[key] = value.strip()
+            elif key.endswith("built-using") and line.strip():  # a folded list goes on in continuation lines
+                fields[key] = f"{fields[key]} {line.strip()}".strip()
         if fields.get("package") and fields.get("status", "").endswith(" installed"):
             upstream, _, revision = fields.get("version", "").rpartition("-")
             if not upstream:
@@ -272,6 +299,9 @@ def read_dpkg_status(text: str) -> list[Package]:
                     release=revision,
                     arch=fields.get("architecture", ""),
                     vendor=fields.get("maintainer", ""),
+                    built_using=", ".join(
+                        v for v in (fields.get("built-using", ""), fields.get("static-built-using", "")) if v
+                    ),
                 )
             )
     return packages

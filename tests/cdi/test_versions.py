@@ -31,7 +31,8 @@ def test_normalize_version(declared, known):
     ("engine", "version", "limit"),
     [
         ("podman", "4.3.1", "0.5.0"),
-        ("podman", "4.8.0", "0.5.0"),
+        ("podman", "4.8.0", "0.6.0"),
+        ("podman", "4.6.2", "0.5.0"),
         ("podman", "4.9.3", "0.6.0"),
         ("podman", "5.0.0", "0.6.0"),
         ("podman", "5.4.2", "0.8.0"),
@@ -39,14 +40,45 @@ def test_normalize_version(declared, known):
         ("podman", "5.8.1", "1.0.0"),
         ("podman", "6.0.0-dev", "1.1.0"),
         ("podman", "3.0.1", None),
+        ("podman", "4.7.2", "0.6.0"),  # issue 21: amd-ctk's 0.6.0 spec works here
+        ("podman", "5.1.2", "0.7.0"),
+        ("podman", "5.2.0", "0.8.0"),
+        ("podman", "5.3.1", "0.8.0"),
         ("docker", "24.0.7", None),
         ("docker", "25.0.0", "0.6.0"),
-        ("docker", "26.1", "0.6.0"),
+        ("docker", "25.0.16", "0.6.0"),
+        ("docker", "25.0.17", "0.8.0"),
+        ("docker", "26.0.2", "0.6.0"),
+        ("docker", "26.1", "0.7.0"),
+        ("docker", "26.1.5", "0.7.0"),  # Debian 13's docker.io, observed
         ("docker", "27.0.3", "0.7.0"),
+        ("docker", "27.4.0", "0.8.0"),
         ("docker", "27.5.1", "0.8.0"),
-        ("docker", "28.1.1", "0.8.0"),
+        ("docker", "28.0.4", "0.8.0"),
+        ("docker", "28.1.1", "1.0.0"),
         ("docker", "28.2.0", "1.0.0"),
-        ("docker", "29.1.0", "1.1.0"),
+        ("docker", "28.5.2", "1.0.0"),  # Debian unstable's docker.io, observed
+        ("docker", "29.1.0", "1.0.0"),
+        ("docker", "29.2.0", "1.1.0"),
+        ("containerd", "1.6.33", None),
+        ("containerd", "1.7.0", "0.5.0"),
+        ("containerd", "1.7.15", "0.6.0"),
+        ("containerd", "1.7.16", "0.7.0"),
+        ("containerd", "1.7.24", "0.7.0"),  # upstream; Debian 13's build reads 0.8.0 (its CDI package)
+        ("containerd", "1.7.27", "0.8.0"),
+        ("containerd", "2.0.4", "0.8.0"),
+        ("containerd", "2.0.5", "1.0.0"),
+        ("containerd", "2.1.9", "1.0.0"),
+        ("containerd", "2.2.0", "1.0.0"),
+        ("containerd", "2.2.1", "1.1.0"),
+        ("containerd", "v1.7.20-k3s1", "0.7.0"),
+        ("crio", "1.22.0", None),
+        ("crio", "1.24.6", "0.3.0"),
+        ("crio", "1.29.4", "0.6.0"),
+        ("crio", "1.30.0", "0.7.0"),
+        ("crio", "1.32.2", "0.8.0"),
+        ("crio", "1.34.1", "1.0.0"),
+        ("crio", "1.35.0", "1.1.0"),
     ],
 )
 def test_max_cdi_version(engine, version, limit):
@@ -56,9 +88,10 @@ def test_max_cdi_version(engine, version, limit):
 @pytest.mark.parametrize(
     ("value", "message"),
     [
-        ("crio", "expected NAME@VERSION"),
+        ("runc", "expected NAME@VERSION"),
         ("podman@", "expected NAME@VERSION"),
-        ("crio@1.30", "unknown engine 'crio'"),
+        ("lxd@5.0", "unknown engine 'lxd'"),
+        ("crio@1.23.5", "does not know which cdiVersion crio 1.23.5 accepts"),
         ("podman@latest", "is not a version number"),
         ("podman@4.0.0", "does not know which cdiVersion podman 4.0.0 accepts"),
     ],
@@ -74,3 +107,26 @@ def test_engine_option():
     assert str(parse_engine("Docker@28.2.0")) == "docker@28.2.0"
     assert parse_engine(None).mode == parse_engine("auto").mode == "auto"
     assert parse_engine("none").mode == "none"
+    assert str(parse_engine("CRI-O@1.31.0")) == "crio@1.31.0"
+    assert str(parse_engine("containerd")) == "containerd"
+
+
+@pytest.mark.parametrize(
+    ("library", "reads"),
+    [
+        ("v0.3.2", "0.3.0"),
+        ("v0.5.4", "0.5.0"),
+        ("v0.6.2", "0.6.0"),
+        ("v0.7.2", "0.7.0"),
+        ("v0.8.1", "0.8.0"),
+        ("0.8.0", "0.8.0"),  # Debian's package version form
+        ("v1.0.1", "1.0.0"),
+        ("v1.1.0", "1.1.0"),
+        ("v0.8.2-0.20250101000000-abcdef123456", "0.8.0"),  # a pseudo-version
+        ("v1.3.0", "1.1.0"),  # newer than cgpu knows: at least what cgpu knows
+        ("v0.2.0", None),
+        ("latest", None),
+    ],
+)
+def test_library_max_version(library, reads):
+    assert versions.library_max_version(library) == reads

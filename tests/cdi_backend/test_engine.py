@@ -46,22 +46,36 @@ def _report(root: Path | str = HOSTS / "nvidia-580", **options: object) -> dict:
     return run_backend("cdi", given).build()
 
 
-def test_without_engine_the_hosts_engine_judges_even_under_root(only_stand_ins: Path):
+def test_without_engine_the_hosts_engine_judges_on_the_host(only_stand_ins: Path):
     _stand_in_podman(only_stand_ins, "4.3.1")
-    report = _report()  # --root given, no --engine: still the host's engine
+    report = _report(root="/")  # no --root: the host's engine
     assert report["containers"] == []
     assert [d["status"] for d in report["devices"]] == ["blocked"] * 3
     assert "podman 4.3.1 ignores its spec" in report["devices"][0]["reason"]
     messages = [p["message"] for p in report["problems"]]
-    assert "podman 4.3.1 judged the specs (the host's engine, --engine auto): it reads cdiVersion up to 0.5.0" in (
-        messages
+    assert any(
+        m.startswith(
+            "podman 4.3.1 judged the specs (the host's engine, --engine auto): it reads cdiVersion up to 0.5.0"
+        )
+        for m in messages
     )
-    assert _report(engine="none")["containers"] == ["cuda", "vulkan", "opencl"]
-    bare = _report(engine="podman")  # the host's podman, by name
+    [podman] = report["engines"]
+    assert podman["judged"] and podman["max_cdi_version"] == "0.5.0" and "podman version" in podman["sources"]
+    assert _report(root="/", engine="none")["engines"] == []
+    bare = _report(root="/", engine="podman")  # the host's podman, by name
     assert "podman 4.3.1 judged the specs (the host's engine, --engine podman)" in str(bare["problems"])
-    docker = _report(engine="docker")  # none here: the newest rules, said so
-    assert docker["containers"] == ["cuda", "vulkan", "opencl"]
+    docker = _report(root="/", engine="docker")  # none here: the newest rules, said so
     assert any(p["source"] == "--engine docker" and "no docker answered" in p["message"] for p in docker["problems"])
+
+
+def test_under_root_the_roots_engines_judge_never_the_hosts(only_stand_ins: Path):
+    _stand_in_podman(only_stand_ins, "4.3.1")  # the host's: never asked under --root
+    report = _report()
+    assert report["containers"] == ["cuda", "vulkan", "opencl"] and report["engines"] == []
+    warning = next(p for p in report["problems"] if p["source"] == "--engine auto")
+    assert "is installed under" in warning["message"] and "newest CDI rules" in warning["message"]
+    assert _calls(only_stand_ins) == 0
+    assert _report(engine="none")["containers"] == ["cuda", "vulkan", "opencl"]
 
 
 def test_no_engine_answering_means_the_newest_rules_with_a_warning(only_stand_ins: Path):
@@ -112,8 +126,6 @@ def test_this_hosts_podman_judges_a_0_7_0_spec_without_engine(run_cli, tmp_path:
         "cdi",
         "--spec-dir",
         "cdi-samples/nvidia-current/spec",
-        "--root",
-        "cdi-samples/hosts/nvidia-580",
         "--json",
         env={"CGPU_CACHE_DIR": str(tmp_path / "cache")},
     )
@@ -160,3 +172,61 @@ def test_a_remembered_engine_another_user_could_write_is_not_believed(only_stand
         assert host_engines(timeout=10) == ([("podman", "4.3.1")], [])
     finally:
         cache.chmod(0o700)
+
+
+def test_the_remembered_engine_is_asked_again_when_docker_host_or_container_host_changes(
+    only_stand_ins: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """Issue 21: for 300 s after a run without a daemon, a run pointed at a live one was judged by
+    the remembered answer. What decides the answer is the key: the binaries and the environment."""
+    _stand_in_podman(only_stand_ins, "4.3.1")
+    monkeypatch.delenv("DOCKER_HOST", raising=False)
+    monkeypatch.delenv("CONTAINER_HOST", raising=False)
+    host_engines(timeout=10)
+    host_engines(timeout=10)
+    assert _calls(only_stand_ins) == 1
+    monkeypatch.setenv("CONTAINER_HOST", "unix:///run/user/1000/podman/podman.sock")
+    host_engines(timeout=10)
+    assert _calls(only_stand_ins) == 2
+    monkeypatch.setenv("DOCKER_HOST", "unix:///run/docker.sock")
+    host_engines(timeout=10)
+    host_engines(timeout=10)
+    assert _calls(only_stand_ins) == 3
+    monkeypatch.delenv("DOCKER_HOST")
+    host_engines(timeout=10)  # back to an earlier environment: the one remembered answer is for another key
+    assert _calls(only_stand_ins) == 4
+
+
+def _stand_in_docker(bin_dir: Path, version: str, spec_dirs: str) -> None:
+    """A `docker` whose daemon answers `docker version` and `docker info` (CDISpecDirs) like a real one."""
+    script = bin_dir / "docker"
+    script.write_text(
+        f'#!/bin/sh\necho "$1" >> "{bin_dir}/docker-calls"\n'
+        f"case \"$1\" in version) echo {version};; info) echo '{spec_dirs}';; *) exit 1;; esac\n"
+    )
+    script.chmod(0o755)
+
+
+@pytest.mark.parametrize(
+    ("spec_dirs", "enabled"), [('["/etc/cdi","/var/run/cdi"]', True), ("[]", False), ("null", False)]
+)
+def test_a_docker_daemon_says_whether_cdi_is_on_wherever_it_runs(
+    only_stand_ins: Path, monkeypatch: pytest.MonkeyPatch, spec_dirs: str, enabled: bool
+):
+    """Issue 21: Docker 25.0-28.1 injects CDI devices only with features.cdi; a daemon elsewhere
+    (DOCKER_HOST) says so itself in `docker info` (CDISpecDirs empty: off)."""
+    monkeypatch.setenv("DOCKER_HOST", "tcp://docker.invalid:2375")
+    _stand_in_docker(only_stand_ins, "27.5.1", spec_dirs)
+    spec = only_stand_ins.parent / "specs"
+    spec.mkdir()
+    shutil.copy(SAMPLES / "nvidia-current/spec/nvidia.yaml", spec)
+    report = run_backend("cdi", {"spec_dirs": [str(spec)], "root": "/"}).build()
+    [docker] = report["engines"]
+    assert docker["cdi_enabled"] is enabled and "docker info" in docker["sources"]
+    if not enabled:
+        assert report["containers"] == [] and "CDI switched off" in report["evidence"]["cuda"]
+    else:
+        assert "docker 27.5.1 has CDI off" not in str(report["problems"])
+    calls = (only_stand_ins / "docker-calls").read_text().split()
+    run_backend("cdi", {"spec_dirs": [str(spec)], "root": "/"})  # remembered: neither asked again
+    assert (only_stand_ins / "docker-calls").read_text().split() == calls == ["version", "info"]

@@ -95,9 +95,9 @@ def test_bad_device_name_and_bad_engine_are_refused(run_cli):
     assert code == 2 and out == ""
     assert "not a CDI device name" in err
     code, out, err = run_cli(
-        "probe", "--backend", "cdi", "--spec-dir", "cdi-samples/amd/spec", "--engine", "crio@1.0", "--json"
+        "probe", "--backend", "cdi", "--spec-dir", "cdi-samples/amd/spec", "--engine", "lxd@1.0", "--json"
     )
-    assert code == 2 and out == "" and "crio" in err
+    assert code == 2 and out == "" and "lxd" in err
 
 
 def test_missing_root_is_refused(run_cli, tmp_path):

@@ -338,3 +338,43 @@ def test_without_spec_dirs_watch_follows_the_judging_engines_dirs_under_the_root
         assert wakeup.wait(5)
     finally:
         wakeup.close()
+
+
+def test_under_root_without_spec_dir_the_nodes_engine_dirs_are_watched(node, tmp_path):
+    """The node's engine reads its spec dirs inside the root: a spec added there reaches the answer."""
+    from tests.cdi_backend.engine_files import upstream_containerd
+
+    _, host, out = node
+    (host / "usr/bin").mkdir(parents=True, exist_ok=True)
+    (host / "usr/bin/containerd").write_bytes(upstream_containerd("v2.1.4", "v1.0.1"))  # CDI on by default
+    (host / "etc/cdi").mkdir(parents=True, exist_ok=True)
+    answer = out / "answer.json"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cgpu", "watch", "--root", str(host), "--answer-file", str(answer), "--interval", "120"],
+        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "CGPU_CACHE_DIR": str(tmp_path / "cache")},
+    )  # fmt: skip
+    try:
+
+        def containers() -> list[str] | None:
+            try:
+                return json.loads(answer.read_text())["containers"]
+            except (FileNotFoundError, ValueError):
+                return None
+
+        def wait_for(wanted: list[str], within: float) -> float:
+            start = time.monotonic()
+            while time.monotonic() - start < within:
+                if containers() == wanted:
+                    return time.monotonic() - start
+                time.sleep(0.02)
+            raise AssertionError(f"containers {containers()} after {within} s, expected {wanted}")
+
+        wait_for([], within=10)
+        shutil.copy(SPEC, host / "etc/cdi/nvidia.yaml")
+        assert wait_for(["cuda", "vulkan", "opencl"], within=2) < 2
+        report = json.loads(answer.read_text())
+        assert [e["name"] for e in report["engines"] if e["judged"]] == ["containerd"]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=10)

@@ -18,7 +18,7 @@ from cgpu.backends.cdi.host import HostFS, HostTrace
 from cgpu.backends.cdi.rules import PARTIAL, PROVIDED, Finding, driver_mismatch, judge, mismatch_fix
 from cgpu.backends.cdi.view import ContainerView, is_bind, node_fully_specified, risky_edits
 from cgpu.cdi.model import ContainerEdits, ResolvedDevice, ScanResult, Spec
-from cgpu.engine_option import EngineOption, host_engines
+from cgpu.engine_option import EngineOption, host_engine_details
 from cgpu.report import ReportBuilder
 
 APIS = ("cuda", "rocm", "vulkan", "opencl", "directml")  # metal: the report's own evidence
@@ -75,34 +75,109 @@ def probe(
     probe_image: str | None = None,
     timeout: float | None = None,
 ) -> None:
-    from cgpu.cache import default_cache_dir
-    from cgpu.cdi.scan import DEFAULT_SPEC_DIRS, scan_spec_dirs
+    from cgpu.cdi.scan import DEFAULT_SPEC_DIRS
 
-    dirs = list(spec_dirs) if spec_dirs else list(DEFAULT_SPEC_DIRS)
     for missing in [d for d in spec_dirs or () if not os.path.lexists(d)]:  # the defaults may well be absent
         report.problem("warning", missing, f"the spec dir {missing} does not exist: nothing was read from it")
     root = root or "/"
     if not os.path.isdir(root):
         report.usage_error("--root", f"--root {root} is not a directory")
         return
-    rules = _engine_rules(report, engine, timeout)
-    if rules is None:
+    judge = _engine_rules(report, engine, timeout, root)
+    if judge is None:
         return
-    option, max_version, label = rules
-    if max_version is None and label is not None:
-        report.problem(
-            "error", "--engine", f"{label} reads no CDI specs at all, so no container there gets a CDI device"
+    if spec_dirs:
+        dirs = list(spec_dirs)
+    elif judge.entry is not None:  # what the judging engine reads, inside the root under --root
+        dirs = [_under(root, d) for d in judge.entry["spec_dirs"]]
+    else:
+        dirs = list(DEFAULT_SPEC_DIRS)
+    answers = _answer(report, judge.entry, dirs, root, devices)
+    for entry in judge.engines:
+        if entry is not judge.entry:  # each other engine's answer, as data
+            own = list(spec_dirs) if spec_dirs else [_under(root, d) for d in entry["spec_dirs"]]
+            entry["containers"] = _answer(ReportBuilder("cdi"), entry, own, root, devices, quiet=True)[1]
+    if judge.entry is not None:
+        judge.entry["containers"] = [api for api in APIS if report.state(api) == "provided"]
+    report.engines = [engine_entry(e) for e in judge.engines]
+    if verify and answers[0] is not None:
+        engine_dirs = judge.entry["spec_dirs"] if judge.entry is not None else list(DEFAULT_SPEC_DIRS)
+        _verify(
+            report,
+            answers[0],
+            dirs=dirs,
+            engine_dirs=engine_dirs,
+            engine=judge.option,
+            probe_image=probe_image,
+            timeout=timeout,
         )
+
+
+def _cdi_off(report: ReportBuilder, entry: dict[str, Any], label: str | None, quiet: bool) -> tuple[None, list[str]]:
+    """The engine has CDI switched off in its configuration: no CDI device, the setting named."""
+    setting = entry.get("cdi_setting") or "its CDI setting"
+    why = (
+        f"{label or entry['name']} has CDI switched off, so it injects no CDI device and a container that asks "
+        f"for one {'is refused' if entry['name'] == 'docker' else 'starts without it'}: set {setting}"
+    )
+    if not quiet:
+        report.problem("error", entry.get("cdi_file") or entry["name"], why)
+    for api in APIS:
+        report.absent(api, f"not provided: {why}")
+    return None, []
+
+
+def _under(root: str, path: str) -> str:
+    if os.path.abspath(root) == os.path.abspath(os.sep):
+        return path
+    return os.path.join(os.path.abspath(root), path.lstrip("/"))
+
+
+def _answer(
+    report: ReportBuilder,
+    entry: dict[str, Any] | None,
+    dirs: list[str],
+    root: str,
+    devices: Sequence[str] | None,
+    *,
+    quiet: bool = False,
+) -> tuple[list[DeviceAnswer] | None, list[str]]:
+    """The answer of one engine (`entry`; None: the newest rules) into `report`: its answers and the
+    APIs its containers get."""
+    from cgpu.cache import default_cache_dir
+    from cgpu.cdi.scan import scan_spec_dirs
+
+    label = None
+    max_version = None
+    if entry is not None and not entry.get("rules_unknown") and not _unlearned(entry):
+        version = entry["version"]
+        label = f"{entry['name']} {version}" if version else str(entry["name"])
+        max_version = entry["max_cdi_version"]
+    if entry is not None and entry.get("config_broken"):
+        for api in APIS:
+            report.unknown(
+                api,
+                f"unknown: {entry['name']} may not start with its configuration ({entry['config_broken']}), and "
+                f"cgpu cannot tell what it would inject: fix that file",
+            )
+        return None, []
+    if label is not None and max_version is None:
+        why = f"{label} reads no CDI specs at all, so no container there gets a CDI device"
+        if not quiet:
+            report.problem("error", "--engine", why)
         scan = ScanResult(devices={}, specs=[], problems=[])
+    elif entry is not None and entry["cdi_enabled"] is False:
+        return _cdi_off(report, entry, label, quiet)
     else:
         scan = scan_spec_dirs(dirs, max_version=max_version, engine_label=label, cache_dir=default_cache_dir())
-        _spec_dir_hints(report, dirs)
+        if not quiet:
+            _spec_dir_hints(report, dirs)
     host = HostFS(root)
     answers = answer_scan(report, scan, host, devices=devices, dirs=dirs, engine_label=label)
-    for path, why in host.refused_files():
-        report.problem("warning", host.display(path), f"this host file {why}; cgpu did not open it")
-    if verify and answers is not None:
-        _verify(report, answers, dirs=dirs, engine=option, probe_image=probe_image, timeout=timeout)
+    if not quiet:
+        for path, why in host.refused_files():
+            report.problem("warning", host.display(path), f"this host file {why}; cgpu did not open it")
+    return answers, [api for api in APIS if report.state(api) == "provided"]
 
 
 _BACKUP_SUFFIXES = ("~", ".bak", ".orig", ".old", ".swp", ".tmp", ".rpmnew", ".rpmsave", ".dpkg-old", ".dpkg-dist")
@@ -279,14 +354,46 @@ _NOT_ON_HOST = "does not exist on the host"
 # --- engine rules and device selection ----------------------------------------------------------
 
 
+_ENTRY_FIELDS = (
+    "name",
+    "version",
+    "cdi_library",
+    "max_cdi_version",
+    "cdi_enabled",
+    "spec_dirs",
+    "learned_from",
+    "sources",
+    "judged",
+    "containers",
+    "nvidia_runtime",
+)
+
+
+class _Judge:
+    """Who judges the specs: the parsed option, the judging engine's entry (None: the newest rules)
+    and every engine's entry for the report."""
+
+    __slots__ = ("engines", "entry", "option")
+
+    def __init__(self, option: EngineOption, entry: dict[str, Any] | None, engines: list[dict[str, Any]]) -> None:
+        self.option = option
+        self.entry = entry
+        self.engines = engines
+
+    @property
+    def label(self) -> str | None:
+        if self.entry is None:
+            return None
+        version = self.entry["version"]
+        return f"{self.entry['name']} {version}" if version else str(self.entry["name"])
+
+
 def _engine_rules(
-    report: ReportBuilder, engine: str | EngineOption | None, timeout: float | None
-) -> tuple[EngineOption, str | None, str | None] | None:
-    """(the parsed option, highest cdiVersion the judging engine accepts, "podman 4.3.1"); the
-    version and label are None for the newest rules. None when the option is unusable (reported).
-    A label without a version: that engine reads no CDI. Says in an info problem who judged."""
-    from cgpu.cdi.versions import max_cdi_version
-    from cgpu.engine_option import AUTO, NONE, parse_engine
+    report: ReportBuilder, engine: str | EngineOption | None, timeout: float | None, root: str
+) -> _Judge | None:
+    """Who judges the specs, with every engine found as data. None when the option is unusable
+    (reported). Says in an info problem who judged and what decided."""
+    from cgpu.engine_option import AUTO, ENGINE_NAMES, NONE, parse_engine
 
     try:
         option = parse_engine(engine)
@@ -294,32 +401,189 @@ def _engine_rules(
         report.usage_error("--engine", str(exc))
         return None
     if option.mode == NONE:  # asked for: nothing to report
-        return option, None, None
-    if option.mode == AUTO or option.version is None:
-        engines, failures = host_engines(timeout=timeout or 10)
-        found = [e for e in engines if option.name in (None, e[0])]
+        return _Judge(option, None, [])
+    on_host = os.path.abspath(root) == os.path.abspath(os.sep)
+    engines: list[dict[str, Any]] = []
+    kubelet: dict[str, str] | None = None
+    failures: list[str] = []
+    if not (on_host and option.version is not None):  # NAME@VERSION on the host runs and reads nothing
+        engines, kubelet, failures = _installed(None if on_host else root, timeout or 10)
+    if option.version is not None:
+        entry = _named_entry(option, next((e for e in engines if e["name"] == option.name), None))
+        engines = [entry, *(e for e in engines if e["name"] != option.name)]
+        how = f"--engine {option}"
+    else:
+        found = [e for e in engines if option.name in (None, e["name"])]
         if not found:
-            wanted = f"no {option.name}" if option.name else "no podman or docker"
+            every = f"{', '.join(ENGINE_NAMES[:-1])} or {ENGINE_NAMES[-1]}"
+            wanted = f"no {option.name}" if option.name else f"none of {every}"
             why = f" ({'; '.join(failures)})" if failures else ""
+            where = "on this host" if on_host else f"under {root}"
             report.problem(
                 "warning",
                 f"--engine {option}",
-                f"{wanted} answered on this host{why}, so specs are judged by the newest CDI rules; "
-                f"name the engine that will run the containers with --engine NAME@VERSION",
+                f"{wanted} {'answered' if on_host else 'is installed'} {where}{why}, so specs are judged by the "
+                f"newest CDI rules; name the engine that will run the containers with --engine NAME@VERSION",
             )
-            return option, None, None
-        name, version = found[0]
-    else:
-        name, version = option.name or "", option.version
-    how = f"the host's engine, --engine {option}" if option.version is None else f"--engine {option}"
-    try:
-        max_version = max_cdi_version(name, version)
-    except ValueError as exc:  # an engine found by `auto` that cgpu has no figure for
-        report.problem("warning", f"--engine {option}", f"{exc}; specs are judged by the newest CDI rules")
-        return option, None, None
+            _report_engine_problems(report, engines)
+            return _Judge(option, None, engines)
+        entry, how = _default_judge(found, kubelet, option, on_host)
+        missed = kubelet if kubelet is not None and option.name is None and kubelet["engine"] != entry["name"] else None
+        if missed is not None:
+            report.problem(
+                "warning",
+                missed["source"],
+                f"the kubelet runs pods through {missed['endpoint']}, but cgpu found no "
+                f"{missed['engine'] or 'engine behind that socket'} installed under {root}: {entry['name']} judged "
+                f"instead; name the runtime with --engine NAME@VERSION",
+            )
+        if option.mode != AUTO:
+            how = f"the {'host' if on_host else 'node'}'s engine, --engine {option}"
+    entry["judged"] = True
+    _report_engine_problems(report, engines)
+    _nvidia_runtime_note(report, entry)
+    judge = _Judge(option, entry, engines)
+    if _unlearned(entry):
+        report.problem(
+            "warning",
+            f"--engine {option}",
+            f"{entry['name']} is installed ({', '.join(entry['sources']) or entry.get('binary')}) but cgpu could "
+            f"not learn its version or CDI library from its files, so specs are judged by the newest CDI rules; "
+            f"name it with --engine {entry['name']}@VERSION",
+        )
+        return judge
+    _unknown_setting(report, entry)
+    max_version = entry["max_cdi_version"]
     accepts = f"cdiVersion up to {max_version}" if max_version else "no CDI spec at all"
-    report.problem("info", "--engine", f"{name} {version} judged the specs ({how}): it reads {accepts}")
-    return option, max_version, f"{name} {version}"
+    library = f", its CDI library {entry['cdi_library']}" if entry["cdi_library"] else ""
+    evidence = {
+        "build-info": "the Go build info in its binary",
+        "package": "its package's metadata",
+        "version": "its version and the release table",
+    }.get(entry["learned_from"])
+    sources = f" ({', '.join(entry['sources'])})" if entry["sources"] else ""
+    learned = f", learned from {evidence}{sources}" if evidence else ""
+    report.problem("info", "--engine", f"{judge.label} judged the specs ({how}): it reads {accepts}{library}{learned}")
+    return judge
+
+
+def _unlearned(entry: dict[str, Any]) -> bool:
+    """Installed, but neither its version nor its library could be learned: the newest rules judge."""
+    return entry["version"] is None and entry["learned_from"] == "version"
+
+
+def _installed(root: str | None, timeout: float) -> tuple[list[dict[str, Any]], dict[str, str] | None, list[str]]:
+    """The engines installed (under `root`, or on this host with podman and Docker asked), the
+    kubelet's runtime, and why an engine on the host did not answer."""
+    from cgpu.engine_option import ENGINE_NAMES, learn_engines
+
+    engines, node = learn_engines(root, timeout=timeout)  # fresh objects on every call: ours to change
+    kubelet = node.get("kubelet_runtime") if root is not None else None
+    failures: list[str] = []
+    if root is None:
+        engines, failures = _with_running(engines, timeout)
+    order = {name: index for index, name in enumerate(ENGINE_NAMES)}
+    engines.sort(key=lambda e: order.get(e["name"], len(order)))
+    return engines, kubelet if isinstance(kubelet, dict) else None, failures
+
+
+def _with_running(engines: list[dict[str, Any]], timeout: float) -> tuple[list[dict[str, Any]], list[str]]:
+    """On the host, podman and Docker count as they answer (`podman version`, the Docker daemon's
+    version), as before; their files add the exact library only where they name the same version."""
+    from cgpu.cdi.versions import same_version
+    from cgpu.installed import with_version
+
+    answered, failures, details = host_engine_details(timeout=timeout)
+    by_name = {e["name"]: e for e in engines}
+    result = [e for e in engines if e["name"] not in ("podman", "docker")]
+    for name, version in answered:
+        installed = by_name.get(name)
+        exact = installed is not None and installed["learned_from"] != "version"
+        if installed is not None and exact and same_version(installed["version"], version):
+            entry = installed
+        else:
+            entry = with_version(installed, name, version, "version")
+        entry["sources"] = [*entry["sources"], f"{name} version"]
+        dirs = details.get("docker_cdi_spec_dirs") if name == "docker" else None
+        if dirs is not None:  # what the daemon itself says, wherever it runs
+            entry["cdi_enabled"] = bool(dirs)
+            entry["spec_dirs"] = dirs or entry["spec_dirs"]
+            entry["cdi_setting"] = entry["cdi_setting"] or '"features": {"cdi": true} in the daemon\'s daemon.json'
+            entry["sources"].append("docker info")
+        result.append(entry)
+    return result, failures
+
+
+def _named_entry(option: EngineOption, installed: dict[str, Any] | None) -> dict[str, Any]:
+    """The entry for --engine NAME@VERSION: the version given and the release rows; under --root the
+    configuration of that engine as installed there, if it is."""
+    from cgpu.installed import with_version
+
+    entry = with_version(installed, str(option.name), str(option.version), "option")
+    entry["sources"] = [f"--engine {option}"]
+    return entry
+
+
+def _default_judge(
+    found: list[dict[str, Any]], kubelet: dict[str, str] | None, option: EngineOption, on_host: bool
+) -> tuple[dict[str, Any], str]:
+    """The kubelet's CRI runtime where a kubelet names one, else the first in ENGINE_NAMES order."""
+    if kubelet is not None and option.name is None:
+        for entry in found:
+            if entry["name"] == kubelet["engine"]:
+                return entry, f"the kubelet's runtime {kubelet['endpoint']} in {kubelet['source']}, --engine auto"
+    where = "host" if on_host else "node"
+    return found[0], f"the {where}'s engine, --engine {option}"
+
+
+def _unknown_setting(report: ReportBuilder, entry: dict[str, Any]) -> None:
+    """The judge's configuration was not read (another host, a daemon elsewhere) and its release has
+    CDI off unless configured: the specs are judged as if it were on, and that is said."""
+    from cgpu.cdi.versions import cdi_on_by_default
+
+    if entry["cdi_enabled"] is not None or entry.get("config_broken") or entry["version"] is None:
+        return
+    if cdi_on_by_default(entry["name"], entry["version"]) is False:
+        setting = "enable_cdi = true" if entry["name"] == "containerd" else '"features": {"cdi": true} in daemon.json'
+        report.problem(
+            "info",
+            f"--engine {entry['name']}",
+            f"{entry['name']} {entry['version']} has CDI off unless its configuration sets {setting}; cgpu did not "
+            f"read that configuration, so the specs are judged as if it were on",
+        )
+
+
+def _nvidia_runtime_note(report: ReportBuilder, entry: dict[str, Any]) -> None:
+    """NVIDIA's runtime is the judging engine's default runtime: containers that ask by environment get
+    what its mode injects from the driver, not the spec files; said as a warning, the facts are data."""
+    facts = entry.get("nvidia_runtime")
+    if not facts:
+        return
+    mode = facts["mode"] or "unknown (see problems)"
+    where = f" ({facts['mode_from']})" if facts["mode_from"] else " (no config.toml: its default)"
+    report.problem(
+        "warning",
+        facts["configured_in"] or entry["name"],
+        f"{entry['name']}'s default runtime is NVIDIA's ({facts['runtime']}), mode {mode}{where}: a container that "
+        f"asks by NVIDIA_VISIBLE_DEVICES (NVIDIA's device plugin's default envvar strategy) gets what that mode "
+        f"injects from the host's driver, not what these spec files define, limited by NVIDIA_DRIVER_CAPABILITIES "
+        f"(default compute,utility: cuda and opencl, no vulkan, which needs graphics); this report judges "
+        f"containers that ask for CDI devices",
+    )
+
+
+def _report_engine_problems(report: ReportBuilder, engines: list[dict[str, Any]]) -> None:
+    seen = set()
+    for entry in engines:
+        for severity, source, message in entry.get("problems", ()):
+            if (source, message) not in seen:
+                seen.add((source, message))
+                report.problem(severity, source, message)
+
+
+def engine_entry(entry: dict[str, Any]) -> dict[str, Any]:
+    """An engine's entry as the report gives it (the interface fields only)."""
+    return {key: entry[key] for key in _ENTRY_FIELDS}
 
 
 def _select(
@@ -657,20 +921,19 @@ def _verify(
     answers: list[DeviceAnswer],
     *,
     dirs: list[str],
+    engine_dirs: list[str],
     engine: EngineOption,
     probe_image: str | None,
     timeout: float | None,
 ) -> None:
     from cgpu.backends.cdi.verify import verify_devices
-    from cgpu.cdi.scan import DEFAULT_SPEC_DIRS
 
-    own = [d for d in dirs if os.path.realpath(d) not in {os.path.realpath(e) for e in DEFAULT_SPEC_DIRS}]
+    own = [d for d in dirs if os.path.realpath(d) not in {os.path.realpath(e) for e in engine_dirs}]
     if own:
         report.problem(
             "info",
             "--verify",
-            f"the engine reads its own spec dirs (by default "
-            f"{', '.join(DEFAULT_SPEC_DIRS)}), not {', '.join(own)}: a device "
+            f"the engine reads its own spec dirs ({', '.join(engine_dirs)}), not {', '.join(own)}: a device "
             f"defined only there is unresolvable to it",
         )
     runnable = [a for a in answers if not a.blocked]

@@ -50,6 +50,14 @@ def verify_devices(
         return
     option = parse_engine(engine)
     choice = option.live_engine
+    if choice in ("containerd", "crio"):
+        report.problem(
+            "error",
+            SOURCE,
+            f"did not run: the live check runs containers through podman or Docker, and cgpu has no client for "
+            f"{choice}'s CRI; the static answer stands (--engine auto, podman or docker to verify through those)",
+        )
+        return
     report.progress(f"verify: connecting to {choice or 'the container engine'}")
     try:
         with open_engine(choice, timeout=min(API_TIMEOUT, container_timeout), progress=report.progress) as eng:

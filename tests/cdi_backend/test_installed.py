@@ -1,0 +1,704 @@
+"""The engine that will inject, learned from its installed files under --root: Go build info, the
+package database, its configuration (CDI on or off, spec dirs), the kubelet's runtime; remembered
+by file identity. Fabricated nodes laid out as real ones are (the Debian stanzas are the control
+data of Debian 13's and unstable's packages)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from cgpu import buildinfo, engine_config
+from cgpu.buildinfo import BuildInfoError, parse_blob, read_build_info
+from tests.cdi_backend import engine_files as ef
+from tests.cdi_backend.helpers import HOSTS, SAMPLES, probe
+
+CURRENT = SAMPLES / "nvidia-current/spec/nvidia.yaml"  # cdiVersion 0.7.0 (nvidia-ctk 1.19+)
+ALL = ["cuda", "vulkan", "opencl"]
+
+
+@pytest.fixture(autouse=True)
+def own_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CGPU_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def nvidia_node(tmp_path: Path, files: dict[str, bytes | str], spec_dir: str = "/etc/cdi") -> Path:
+    """The nvidia-580 sample host with the current spec in `spec_dir` and these engine files."""
+    root = tmp_path / "node"
+    shutil.copytree(HOSTS / "nvidia-580", root, symlinks=True)
+    (root / spec_dir.lstrip("/")).mkdir(parents=True, exist_ok=True)
+    shutil.copy(CURRENT, root / spec_dir.lstrip("/") / "nvidia.yaml")
+    return ef.node(root, files)
+
+
+def judge(root: Path, **options: object) -> dict:
+    options.setdefault("engine", "auto")
+    return probe([], root, **options)
+
+
+def judged(report: dict) -> dict:
+    [entry] = [e for e in report["engines"] if e["judged"]]
+    return entry
+
+
+# --- Go build info ------------------------------------------------------------------------------
+
+
+def test_build_info_of_an_upstream_containerd_names_its_cdi_library(tmp_path: Path):
+    binary = tmp_path / "containerd"
+    binary.write_bytes(ef.upstream_containerd("v2.0.4", "v0.8.1"))
+    info = read_build_info(str(binary))
+    assert info is not None and info.module_mode
+    assert info.version_flag() == "v2.0.4"
+    assert info.dep(ef.CDI) == "v0.8.1"
+    assert info.path == "github.com/containerd/containerd/v2/cmd/containerd"
+
+
+def test_build_info_in_a_plain_file_and_the_replacement_of_a_dep(tmp_path: Path):
+    plain = tmp_path / "k3s"
+    plain.write_bytes(b"#!junk" + bytes(9) + ef.blob(["path\tx", "mod\tx\t(devel)\t", f"dep\t{ef.CDI}\tv0.8.0\t"]))
+    assert read_build_info(str(plain)) is None  # the blob must sit at a 16-byte boundary
+    plain.write_bytes(bytes(32) + ef.blob(["mod\tx\t(devel)\t", "dep\ta\tv1.0.0\t", "=>\tb\tv1.0.0-fork\t"]))
+    info = read_build_info(str(plain))
+    assert info is not None and info.deps == {"a": "v1.0.0-fork"}
+
+
+def test_debian_builds_have_no_module_list(tmp_path: Path):
+    binary = tmp_path / "dockerd"
+    binary.write_bytes(ef.debian_binary("github.com/docker/docker/cmd/dockerd"))
+    info = read_build_info(str(binary))
+    assert info is not None and not info.module_mode and info.deps == {}
+
+
+def test_an_elf_without_build_info_and_files_that_are_not_binaries(tmp_path: Path):
+    other = tmp_path / "other"
+    other.write_bytes(ef.elf_with_section(b"hello", name=b".rodata"))
+    assert read_build_info(str(other)) is None
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(OSError):
+        read_build_info(str(fifo))  # refused, never waited on
+    old = tmp_path / "go117"
+    old.write_bytes(ef.elf_with_section(ef.blob(["mod\tx\tv1\t"], inline=False)))
+    assert read_build_info(str(old)) is None  # Go 1.17's pointer format: no module list read
+
+
+def test_a_cut_blob_is_a_clear_error():
+    whole = ef.blob(["mod\tx\tv1\t", f"dep\t{ef.CDI}\tv0.8.1\t"])
+    with pytest.raises(BuildInfoError, match="runs past"):
+        parse_blob(whole[:60])
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(st.binary(max_size=400), st.integers(min_value=0, max_value=200))
+def test_any_bytes_after_the_magic_parse_or_fail_cleanly(tail: bytes, cut: int):
+    data = buildinfo.MAGIC + tail
+    try:
+        info = parse_blob(data[: len(buildinfo.MAGIC) + cut])
+    except BuildInfoError:
+        return
+    assert info is None or isinstance(info.deps, dict)
+
+
+@settings(max_examples=200)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["dep", "mod", "=>", "build", "path", "junk"]), st.text(max_size=30)), max_size=12
+    )
+)
+def test_any_module_list_is_read_without_error(lines: list[tuple[str, str]]):
+    info = parse_blob(ef.blob([f"{kind}\t{rest}" for kind, rest in lines]))
+    assert info is not None
+    assert all(isinstance(k, str) and isinstance(v, str) for k, v in info.deps.items())
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.binary(min_size=0, max_size=600), st.sampled_from([b"\x7fELF\x02\x01", b"\x7fELF\x01\x02", b""]))
+def test_any_file_is_read_for_build_info_without_an_unexpected_error(tmp_path: Path, body: bytes, magic: bytes):
+    path = tmp_path / "binary"
+    path.write_bytes(magic + body)
+    try:
+        info = read_build_info(str(path))
+    except BuildInfoError:
+        return
+    assert info is None or isinstance(info.deps, dict)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    st.integers(0, 400),
+    st.integers(0, 200),
+    st.integers(0, 8),
+    st.integers(0, 8),
+    st.binary(max_size=500),
+)
+def test_any_elf_section_table_is_read_bounded(tmp_path: Path, shoff: int, entsize: int, count: int, names: int, rest):
+    import struct
+
+    header = bytearray(ef.elf_with_section(ef.blob(["mod\tx\tv1\t"]))[:64])
+    struct.pack_into("<Q", header, 0x28, shoff)
+    struct.pack_into("<HHH", header, 0x3A, entsize, count, names)
+    path = tmp_path / "binary"
+    path.write_bytes(bytes(header) + rest)
+    try:
+        info = read_build_info(str(path))
+    except BuildInfoError:
+        return
+    assert info is None or isinstance(info.deps, dict)
+
+
+# --- learned as installed ---------------------------------------------------------------------------
+
+
+def test_debian_13_containerd_reads_0_8_0_but_has_cdi_off_by_default(tmp_path: Path):
+    root = nvidia_node(
+        tmp_path,
+        {
+            "/usr/bin/containerd": ef.debian_binary("github.com/containerd/containerd/cmd/containerd"),
+            "/var/lib/dpkg/status": ef.DEBIAN_13_CONTAINERD,
+        },
+    )
+    report = judge(root)
+    entry = judged(report)
+    assert entry["name"] == "containerd" and entry["version"] == "1.7.24"
+    assert entry["cdi_library"] == "v0.8.0" and entry["max_cdi_version"] == "0.8.0"
+    assert entry["learned_from"] == "package" and entry["sources"] == [str(root / "var/lib/dpkg/status")]
+    assert entry["cdi_enabled"] is False and entry["containers"] == []
+    assert report["containers"] == []
+    error = next(p for p in report["problems"] if p["severity"] == "error")
+    assert error["source"] == str(root / "etc/containerd/config.toml")
+    assert "CDI switched off" in error["message"] and "enable_cdi = true" in error["message"]
+    assert str(root / "etc/containerd/config.toml") in error["message"]
+    assert "enable_cdi" in report["evidence"]["cuda"]
+    # Switched on: the 0.7.0 spec is read (upstream 1.7.24 would not: v0.7.2 reads up to 0.7.0 too, but
+    # the library is Debian's)
+    ef.node(
+        root, {"/etc/containerd/config.toml": 'version = 2\n[plugins."io.containerd.grpc.v1.cri"]\nenable_cdi = true\n'}
+    )
+    report = judge(root)
+    assert report["containers"] == ALL and judged(report)["cdi_enabled"] is True
+    assert judged(report)["containers"] == ALL
+
+
+def test_upstream_containerd_1_7_15_refuses_the_current_nvidia_spec(tmp_path: Path):
+    config = '[plugins."io.containerd.grpc.v1.cri"]\nenable_cdi = true\n'
+    root = nvidia_node(
+        tmp_path,
+        {
+            "/usr/local/bin/containerd": ef.upstream_containerd("v1.7.15", "v0.6.2"),
+            "/etc/containerd/config.toml": config,
+        },
+    )
+    report = judge(root)
+    entry = judged(report)
+    assert (entry["version"], entry["cdi_library"], entry["learned_from"]) == ("1.7.15", "v0.6.2", "build-info")
+    assert entry["sources"] == [str(root / "usr/local/bin/containerd")]
+    assert report["containers"] == [] and all(d["status"] == "blocked" for d in report["devices"])
+    assert "containerd 1.7.15 ignores its spec" in report["devices"][0]["reason"]
+
+
+def test_containerd_2_config_version_3_imports_and_spec_dirs(tmp_path: Path):
+    root = nvidia_node(
+        tmp_path,
+        {
+            "/usr/bin/containerd": ef.upstream_containerd("v2.1.4", "v1.0.1"),
+            "/etc/containerd/config.toml": 'version = 3\nimports = ["conf.d/*.toml"]\n',
+            "/etc/containerd/conf.d/10-cdi.toml": (
+                "version = 3\n[plugins.'io.containerd.cri.v1.runtime']\ncdi_spec_dirs = ['/opt/cdi']\n"
+            ),
+        },
+        spec_dir="/opt/cdi",
+    )
+    report = judge(root)
+    entry = judged(report)
+    assert entry["cdi_enabled"] is True and entry["spec_dirs"] == ["/opt/cdi"]
+    assert report["containers"] == ALL
+    assert report["devices"][0]["spec"] == str(root / "opt/cdi/nvidia.yaml")  # read inside the root
+    ef.node(
+        root, {"/etc/containerd/conf.d/20-off.toml": "[plugins.'io.containerd.cri.v1.runtime']\nenable_cdi = false\n"}
+    )
+    assert judge(root)["containers"] == []
+
+
+def test_containerd_without_a_cdi_library_reads_no_cdi(tmp_path: Path):
+    root = nvidia_node(tmp_path, {"/usr/bin/containerd": ef.upstream_containerd("v1.6.33", None)})
+    report = judge(root)
+    entry = judged(report)
+    assert entry["cdi_library"] is None and entry["max_cdi_version"] is None and entry["learned_from"] == "build-info"
+    assert report["containers"] == []
+    assert any("reads no CDI specs at all" in p["message"] for p in report["problems"])
+
+
+def test_k3s_is_judged_by_its_embedded_containerd(tmp_path: Path):
+    k3s_config = "var/lib/rancher/k3s/agent/etc/containerd/config.toml"
+    root = nvidia_node(
+        tmp_path,
+        {
+            "/usr/local/bin/k3s": ef.k3s_binary("v2.0.5-k3s1", "v1.0.1"),
+            k3s_config: "version = 3\n[plugins.'io.containerd.cri.v1.runtime']\nenable_cdi = true\n",
+        },
+    )
+    entry = judged(judge(root))
+    assert (entry["name"], entry["version"], entry["cdi_library"]) == ("containerd", "2.0.5-k3s1", "v1.0.1")
+    assert entry["cdi_enabled"] is True
+
+
+@pytest.mark.parametrize(
+    ("stanza", "daemon_json", "enabled", "containers"),
+    [
+        (ef.DEBIAN_13_DOCKER, None, False, []),  # 26.1: CDI only with features.cdi
+        (ef.DEBIAN_13_DOCKER, '{"features": {"cdi": true}}', True, ALL),  # reads 0.7.0
+        (ef.DEBIAN_SID_DOCKER, None, True, ALL),  # 28.5: on by default
+        (ef.DEBIAN_SID_DOCKER, '{"features": {"cdi": false}}', False, []),
+    ],
+)
+def test_docker_engine_cdi_on_or_off_by_version_and_daemon_json(tmp_path, stanza, daemon_json, enabled, containers):
+    files: dict[str, bytes | str] = {
+        "/usr/sbin/dockerd": ef.debian_binary("github.com/docker/docker/cmd/dockerd"),
+        "/var/lib/dpkg/status": stanza,
+    }
+    if daemon_json:
+        files["/etc/docker/daemon.json"] = daemon_json
+    report = judge(nvidia_node(tmp_path, files))
+    entry = judged(report)
+    assert entry["name"] == "docker" and entry["cdi_enabled"] is enabled
+    assert report["containers"] == containers
+    if stanza is ef.DEBIAN_13_DOCKER:
+        assert (entry["version"], entry["max_cdi_version"], entry["learned_from"]) == ("26.1.5", "0.7.0", "version")
+    else:
+        assert (entry["cdi_library"], entry["learned_from"]) == ("v1.0.1", "package")
+    if not enabled:
+        assert "is refused" in report["evidence"]["cuda"] and '"features": {"cdi": true}' in report["evidence"]["cuda"]
+        error = next(p for p in report["problems"] if p["severity"] == "error")
+        assert error["source"] == str(tmp_path / "node/etc/docker/daemon.json")
+
+
+def test_rpm_bundled_provides_name_the_library(tmp_path: Path):
+    from tests.image.trees import rpm_header, write_rpmdb
+
+    root = nvidia_node(tmp_path, {"/usr/bin/crio": b"not a go binary"})
+    header = rpm_header(
+        NAME="cri-o",
+        VERSION="1.30.4",
+        RELEASE="1.fc41",
+        PROVIDENAME=["cri-o", f"bundled(golang({ef.CDI}))"],
+        PROVIDEVERSION=["1.30.4-1.fc41", "0.7.2"],
+    )
+    write_rpmdb(root / "var/lib/rpm/rpmdb.sqlite", [header])
+    entry = judged(judge(root))
+    assert (entry["name"], entry["version"], entry["cdi_library"], entry["learned_from"]) == (
+        "crio",
+        "1.30.4",
+        "v0.7.2",
+        "package",
+    )
+    assert entry["cdi_enabled"] is True
+
+
+def test_crio_spec_dirs_from_its_drop_ins(tmp_path: Path):
+    root = nvidia_node(
+        tmp_path,
+        {
+            "/usr/bin/crio": ef.elf_with_section(
+                ef.blob(["path\tgithub.com/cri-o/cri-o/cmd/crio", "mod\tgithub.com/cri-o/cri-o\tv1.33.2\t"])
+            ),
+            "/etc/crio/crio.conf": "[crio.runtime]\ncdi_spec_dirs = ['/etc/cdi']\n",
+            "/etc/crio/crio.conf.d/10-gpu.conf": "[crio.runtime]\ncdi_spec_dirs = ['/srv/cdi']\n",
+        },
+        spec_dir="/srv/cdi",
+    )
+    report = judge(root)
+    entry = judged(report)
+    assert entry["version"] == "1.33.2" and entry["cdi_library"] is None and entry["max_cdi_version"] is None
+    assert entry["spec_dirs"] == ["/srv/cdi"]
+
+
+# --- which one judges ---------------------------------------------------------------------------------
+
+
+def two_runtimes(tmp_path: Path, kubelet: dict[str, str]) -> Path:
+    return nvidia_node(
+        tmp_path,
+        {
+            "/usr/bin/containerd": ef.upstream_containerd("v2.1.4", "v1.0.1"),
+            "/usr/bin/crio": ef.elf_with_section(
+                ef.blob(["mod\tgithub.com/cri-o/cri-o\t(devel)\t", f"dep\t{ef.CDI}\tv0.6.2\t"])
+            ),
+            "/var/lib/dpkg/status": ef.dpkg_stanza("cri-o", "1.28.2-1"),
+            **kubelet,
+        },
+    )
+
+
+def test_the_kubelets_runtime_judges_and_every_engine_answers(tmp_path: Path):
+    config = "kind: KubeletConfiguration\ncontainerRuntimeEndpoint: unix:///run/containerd/containerd.sock\n"
+    root = two_runtimes(tmp_path, {"/var/lib/kubelet/config.yaml": config})
+    report = judge(root)
+    names = {e["name"]: e for e in report["engines"]}
+    assert names["containerd"]["judged"] and not names["crio"]["judged"]
+    assert names["containerd"]["containers"] == ALL == report["containers"]
+    assert names["crio"]["containers"] == [] and names["crio"]["max_cdi_version"] == "0.6.0"
+    assert any(
+        "the kubelet's runtime unix:///run/containerd/containerd.sock" in p["message"] for p in report["problems"]
+    )
+    chosen = judge(root, engine="crio")  # --engine NAME chooses
+    assert judged(chosen)["name"] == "crio" and chosen["containers"] == []
+
+
+def test_an_older_kubelet_flag_names_the_runtime_and_without_one_the_order_decides(tmp_path: Path):
+    flags = 'KUBELET_KUBEADM_ARGS="--container-runtime-endpoint=unix:///var/run/crio/crio.sock --pod-infra=x"\n'
+    root = two_runtimes(tmp_path, {"/var/lib/kubelet/kubeadm-flags.env": flags})
+    assert judged(judge(root))["name"] == "crio"
+    (root / "var/lib/kubelet/kubeadm-flags.env").unlink()
+    assert judged(judge(root))["name"] == "crio"  # the documented order: crio before containerd
+    assert [e["name"] for e in judge(root)["engines"]] == ["crio", "containerd"]
+
+
+def test_engine_name_at_version_under_root_keeps_the_roots_configuration(tmp_path: Path):
+    root = nvidia_node(
+        tmp_path,
+        {
+            "/usr/bin/containerd": ef.debian_binary("github.com/containerd/containerd/cmd/containerd"),
+            "/var/lib/dpkg/status": ef.DEBIAN_13_CONTAINERD,
+        },
+    )
+    report = judge(root, engine="containerd@2.1.4")
+    entry = judged(report)
+    assert (entry["learned_from"], entry["max_cdi_version"], entry["cdi_enabled"]) == ("option", "1.0.0", True)
+    assert judge(root, engine="containerd@1.7.27")["containers"] == []  # CDI off in 1.7 by default
+    assert judge(root, engine="none")["engines"] == []
+
+
+# --- bad and hostile files ----------------------------------------------------------------------------
+
+
+def containerd_node(tmp_path: Path) -> Path:
+    return nvidia_node(
+        tmp_path,
+        {
+            "/usr/bin/containerd": ef.upstream_containerd("v1.7.27", "v0.8.1"),
+            "/etc/containerd/config.toml": '[plugins."io.containerd.grpc.v1.cri"]\nenable_cdi = true\n',
+        },
+    )
+
+
+@pytest.mark.parametrize(
+    ("damage", "said"),
+    [
+        ("bad-toml", "is not valid TOML"),
+        ("wrong-type", "enable_cdi is 'yes'"),
+        ("fifo", "not a regular file"),
+        ("huge", "above the"),
+    ],
+)
+def test_a_bad_config_is_a_problem_naming_the_file_and_the_answer_unknown(tmp_path: Path, damage: str, said: str):
+    root = containerd_node(tmp_path)
+    config = root / "etc/containerd/config.toml"
+    config.unlink()
+    if damage == "bad-toml":
+        config.write_text('[plugins."io.containerd.grpc.v1.cri"\nenable_cdi = true\n')
+    elif damage == "wrong-type":
+        config.write_text('[plugins."io.containerd.grpc.v1.cri"]\nenable_cdi = "yes"\n')
+    elif damage == "fifo":
+        os.mkfifo(config)
+    else:
+        with open(config, "wb") as handle:
+            handle.truncate(engine_config.MAX_CONFIG_BYTES + 1)
+    report = judge(root)
+    problem = next(p for p in report["problems"] if p["source"] == str(config))
+    assert problem["severity"] == "error" and said in problem["message"]
+    assert all(report["apis"][api]["state"] == "unknown" for api in ALL)
+    assert judged(report)["cdi_enabled"] is None
+
+
+def test_a_config_linked_out_of_the_root_is_read_inside_it(tmp_path: Path):
+    root = containerd_node(tmp_path)
+    outside = tmp_path / "outside.toml"
+    outside.write_text('[plugins."io.containerd.grpc.v1.cri"]\nenable_cdi = true\n')
+    config = root / "etc/containerd/config.toml"
+    config.unlink()
+    config.symlink_to(outside)  # an absolute link: resolved inside the root, where it names nothing
+    report = judge(root)
+    assert judged(report)["cdi_enabled"] is False  # no config file there: containerd 1.7's default, off
+    assert report["containers"] == []
+
+
+def test_a_binary_linked_out_of_the_root_is_not_read(tmp_path: Path):
+    root = nvidia_node(tmp_path, {})
+    outside = tmp_path / "containerd"
+    outside.write_bytes(ef.upstream_containerd("v2.1.4", "v1.0.1"))
+    (root / "usr/bin").mkdir(parents=True, exist_ok=True)
+    (root / "usr/bin/containerd").symlink_to(outside)
+    report = judge(root)
+    assert report["engines"] == []  # the link names /…/containerd inside the root: nothing there
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=300))
+def test_any_config_text_gives_problems_never_an_exception(text: str):
+    def read(path: str) -> tuple[str | None, str | None, str]:
+        return text, None, path
+
+    for config in (
+        engine_config.containerd(read, lambda _: ["a.toml"], "/etc/containerd/config.toml", 2),
+        engine_config.crio(read, lambda _: ["a.conf"], "/etc/crio/crio.conf", "/etc/crio/crio.conf.d"),
+        engine_config.podman(read, lambda _: [], ["/etc/containers/containers.conf"], []),
+        engine_config.docker(read, "/etc/docker/daemon.json"),
+    ):
+        assert config.enabled in (True, False, None)
+        assert config.spec_dirs is None or all(isinstance(d, str) for d in config.spec_dirs)
+        assert all(severity in ("error", "warning", "info") for severity, _, _ in config.problems)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.dictionaries(
+        st.sampled_from(["enable_cdi", "cdi_spec_dirs", "other"]),
+        st.one_of(st.booleans(), st.text(max_size=5), st.lists(st.text(max_size=5), max_size=3), st.integers()),
+    )
+)
+def test_any_cri_table_is_judged_by_its_types(table: dict):
+    document = {"version": 2, "plugins": {"io.containerd.grpc.v1.cri": table}}
+    text = _toml(document)
+
+    def read(path: str) -> tuple[str | None, str | None, str]:
+        return text, None, path
+
+    config = engine_config.containerd(read, lambda _: [], "/etc/containerd/config.toml", 1)
+    value = table.get("enable_cdi")
+    if isinstance(value, bool):
+        assert config.enabled is value
+    elif "enable_cdi" in table:
+        assert config.enabled is None and config.problems
+
+
+def _toml(document: dict) -> str:
+    """A small TOML writer for the property test's documents (json's strings are TOML basic strings)."""
+
+    def value(v: object) -> str:
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, list):
+            return "[" + ", ".join(value(x) for x in v) + "]"
+        return json.dumps(v, ensure_ascii=False).replace("\x7f", "\\u007f")  # TOML refuses a raw DEL
+
+    table = document["plugins"]["io.containerd.grpc.v1.cri"]
+    lines = [f"version = {document['version']}", '[plugins."io.containerd.grpc.v1.cri"]']
+    lines += [f"{key} = {value(v)}" for key, v in table.items()]
+    return "\n".join(lines) + "\n"
+
+
+# --- remembered by file identity --------------------------------------------------------------------
+
+
+def test_what_was_learned_is_remembered_until_a_file_changes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    from cgpu import installed
+
+    root = containerd_node(tmp_path)
+    calls = []
+    real_learn = installed.learn
+
+    def counting(*args: object, **kwargs: object):
+        calls.append(1)
+        return real_learn(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(installed, "learn", counting)
+    first = judge(root)
+    assert judge(root)["engines"] == first["engines"] and len(calls) == 1
+    config = root / "etc/containerd/config.toml"
+    config.write_text('[plugins."io.containerd.grpc.v1.cri"]\nenable_cdi = false\n')
+    assert judge(root)["containers"] == [] and len(calls) == 2
+    (root / "var/lib/kubelet").mkdir(parents=True)
+    (root / "var/lib/kubelet/config.yaml").write_text("kind: KubeletConfiguration\n")  # consulted before, absent
+    judge(root)
+    assert len(calls) == 3
+    monkeypatch.setenv("DOCKER_HOST", "unix:///elsewhere.sock")
+    judge(root)
+    assert len(calls) == 4
+
+
+def test_a_kubelet_runtime_that_is_not_installed_is_said(tmp_path: Path):
+    config = "containerRuntimeEndpoint: unix:///var/run/crio/crio.sock\n"
+    root = nvidia_node(
+        tmp_path,
+        {"/usr/bin/containerd": ef.upstream_containerd("v2.1.4", "v1.0.1"), "/var/lib/kubelet/config.yaml": config},
+    )
+    report = judge(root)
+    assert judged(report)["name"] == "containerd"
+    warning = next(p for p in report["problems"] if p["source"] == str(root / "var/lib/kubelet/config.yaml"))
+    assert "found no crio installed" in warning["message"]
+
+
+# --- NVIDIA's runtime in front of the engine -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("runtime_config", "mode", "mode_from"),
+    [
+        (None, "auto", None),  # no config.toml: the runtime's default
+        ('[nvidia-container-runtime]\nmode = "legacy"\n', "legacy", "etc/nvidia-container-runtime/config.toml"),
+        ('[nvidia-container-runtime]\nmode = "bogus"\n', None, "etc/nvidia-container-runtime/config.toml"),
+        ("[nvidia-container-runtime\n", None, "etc/nvidia-container-runtime/config.toml"),
+    ],
+)
+def test_nvidias_runtime_as_the_default_is_data(tmp_path: Path, runtime_config, mode, mode_from):
+    config = (
+        "version = 2\n"
+        '[plugins."io.containerd.grpc.v1.cri"]\nenable_cdi = true\n'
+        '[plugins."io.containerd.grpc.v1.cri".containerd]\ndefault_runtime_name = "nvidia"\n'
+    )
+    files: dict[str, bytes | str] = {
+        "/usr/bin/containerd": ef.upstream_containerd("v1.7.27", "v0.8.1"),
+        "/etc/containerd/config.toml": config,
+    }
+    if runtime_config is not None:
+        files["/etc/nvidia-container-runtime/config.toml"] = runtime_config
+    root = nvidia_node(tmp_path, files)
+    report = judge(root)
+    facts = judged(report)["nvidia_runtime"]
+    assert facts["runtime"] == "nvidia" and facts["configured_in"] == str(root / "etc/containerd/config.toml")
+    assert facts["mode"] == mode
+    assert facts["mode_from"] == (str(root / mode_from) if mode_from else None)
+    assert facts["capabilities"]["vulkan"] == "graphics" and facts["default_capabilities"] == ["compute", "utility"]
+    note = next(p for p in report["problems"] if "default runtime is NVIDIA's" in p["message"])
+    assert "NVIDIA_VISIBLE_DEVICES" in note["message"] and "no vulkan" in note["message"]
+    assert report["containers"] == ALL  # containers asking for CDI devices: judged by the specs as before
+
+
+def test_docker_default_runtime_nvidia_cdi_fixes_the_mode(tmp_path: Path):
+    root = nvidia_node(
+        tmp_path,
+        {
+            "/usr/sbin/dockerd": ef.debian_binary("github.com/docker/docker/cmd/dockerd"),
+            "/var/lib/dpkg/status": ef.DEBIAN_SID_DOCKER,
+            "/etc/docker/daemon.json": '{"default-runtime": "nvidia-cdi", "runtimes": {"nvidia-cdi": {}}}',
+        },
+    )
+    facts = judged(judge(root))["nvidia_runtime"]
+    assert (facts["mode"], facts["mode_from"]) == ("cdi", "the runtime's name nvidia-cdi")
+
+
+def test_no_nvidia_runtime_no_entry(tmp_path: Path):
+    assert judged(judge(containerd_node(tmp_path)))["nvidia_runtime"] is None
+
+
+# --- the CLI on node roots laid out as the real-engine suite lays them out ------------------------
+
+
+def _hard_linked(root: Path, path: str, content: bytes, store: Path) -> None:
+    """The engine binary hard-linked into the root, as the suite links an unpacked package's file."""
+    store.parent.mkdir(parents=True, exist_ok=True)
+    store.write_bytes(content)
+    target = root / path.lstrip("/")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    os.link(store, target)
+
+
+@pytest.mark.parametrize(
+    ("engine", "stanza", "config", "containers", "reads"),
+    [
+        ("containerd", ef.DEBIAN_13_CONTAINERD, ("etc/containerd/config.toml", ""), [], "0.8.0"),
+        (
+            "containerd",
+            ef.DEBIAN_13_CONTAINERD,
+            ("etc/containerd/config.toml", 'version = 2\n[plugins."io.containerd.grpc.v1.cri"]\nenable_cdi = true\n'),
+            ALL,
+            "0.8.0",
+        ),
+        ("docker", ef.DEBIAN_13_DOCKER, ("etc/docker/daemon.json", "{}"), [], "0.7.0"),
+        ("docker", ef.DEBIAN_13_DOCKER, ("etc/docker/daemon.json", '{"features": {"cdi": true}}'), ALL, "0.7.0"),
+        ("docker", ef.DEBIAN_SID_DOCKER, ("etc/docker/daemon.json", "{}"), ALL, "1.0.0"),
+    ],
+)
+def test_cli_judges_by_the_roots_engine(run_cli, tmp_path: Path, engine, stanza, config, containers, reads):
+    root = nvidia_node(tmp_path, {"/var/lib/dpkg/status": stanza, config[0]: config[1]})
+    binary = "/usr/bin/containerd" if engine == "containerd" else "/usr/bin/dockerd"
+    go_path = "github.com/containerd/containerd/cmd/containerd" if engine == "containerd" else "cmd/dockerd"
+    _hard_linked(root, binary, ef.debian_binary(go_path), tmp_path / "unpacked" / engine)
+    code, out, err = run_cli(
+        "probe", "--backend", "cdi", "--root", str(root), "--json", env={"CGPU_CACHE_DIR": str(tmp_path / "c")}
+    )
+    assert code == 0, err
+    report = json.loads(out)
+    [entry] = report["engines"]
+    assert entry["name"] == engine and entry["judged"] and entry["max_cdi_version"] == reads
+    assert report["containers"] == containers == entry["containers"]
+
+
+def test_a_named_release_without_its_configuration_is_judged_as_cdi_on_and_said(tmp_path: Path):
+    report = probe([SAMPLES / "nvidia-current/spec"], HOSTS / "nvidia-580", engine="containerd@1.7.27")
+    entry = judged(report)
+    assert entry["cdi_enabled"] is None and report["containers"] == ALL
+    assert any(
+        "has CDI off unless its configuration sets enable_cdi = true" in p["message"] for p in report["problems"]
+    )
+    assert (
+        probe([SAMPLES / "nvidia-current/spec"], HOSTS / "nvidia-580", engine="containerd@1.7.15")["containers"] == []
+    )
+
+
+def test_podman_spec_dirs_from_containers_conf_and_its_drop_ins(tmp_path: Path):
+    root = nvidia_node(
+        tmp_path,
+        {
+            "/usr/bin/podman": ef.debian_binary("github.com/containers/podman/v5/cmd/podman"),
+            "/var/lib/dpkg/status": ef.dpkg_stanza("podman", "5.4.2+ds1-2"),
+            "/usr/share/containers/containers.conf": "[engine]\ncdi_spec_dirs = ['/usr/share/cdi']\n",
+            "/etc/containers/containers.conf.d/50-gpu.conf": "[engine]\ncdi_spec_dirs = ['/etc/gpu-cdi']\n",
+        },
+        spec_dir="/etc/gpu-cdi",
+    )
+    report = judge(root)
+    entry = judged(report)
+    assert (entry["name"], entry["version"], entry["max_cdi_version"]) == ("podman", "5.4.2", "0.8.0")
+    assert entry["spec_dirs"] == ["/etc/gpu-cdi"] and entry["cdi_enabled"] is True
+    assert report["containers"] == ALL
+
+
+def test_an_unreadable_package_database_is_a_problem_and_the_version_unknown(tmp_path: Path):
+    root = nvidia_node(tmp_path, {"/usr/bin/containerd": ef.debian_binary("github.com/containerd/containerd")})
+    status = root / "var/lib/dpkg/status"
+    status.parent.mkdir(parents=True)
+    with open(status, "wb") as handle:
+        handle.truncate(200 << 20)  # sparse: refused by its size, never read
+    report = judge(root)
+    problem = next(p for p in report["problems"] if p["source"] == str(status))
+    assert "could not read the package database" in problem["message"] and "above the" in problem["message"]
+    assert any("could not learn its version or CDI library" in p["message"] for p in report["problems"])
+    assert report["containers"] == ALL  # the newest rules, said so
+    status.unlink()
+    (root / "var/lib/rpm").mkdir(parents=True)
+    (root / "var/lib/rpm/rpmdb.sqlite").write_bytes(b"SQLite format 3\0" + b"\xff" * 200)
+    report = judge(root)
+    assert any("could not read the rpm database" in p["message"] for p in report["problems"])
+
+
+def test_containerd_imports_of_imports_once_each_and_a_missing_import(tmp_path: Path):
+    cri = "[plugins.'io.containerd.cri.v1.runtime']"
+    root = nvidia_node(
+        tmp_path,
+        {
+            "/usr/bin/containerd": ef.upstream_containerd("v2.1.4", "v1.0.1"),
+            "/etc/containerd/config.toml": 'version = 3\nimports = ["a.toml"]\n',
+            "/etc/containerd/a.toml": f'imports = ["b.toml", "a.toml"]\n{cri}\nenable_cdi = true\n',
+            "/etc/containerd/b.toml": f'imports = ["a.toml"]\n{cri}\nenable_cdi = false\n',  # a cycle: read once
+        },
+    )
+    assert judged(judge(root))["cdi_enabled"] is False  # b.toml, merged last, wins
+    ef.node(root, {"/etc/containerd/b.toml": 'imports = ["gone.toml"]\n'})
+    report = judge(root)
+    problem = next(p for p in report["problems"] if p["source"] == str(root / "etc/containerd/gone.toml"))
+    assert "does not exist" in problem["message"]
+    assert all(report["apis"][api]["state"] == "unknown" for api in ALL)
+
+
+def test_verify_through_a_cri_runtime_says_it_cannot(tmp_path: Path):
+    report = probe([SAMPLES / "nvidia-current/spec"], HOSTS / "nvidia-580", engine="containerd@2.1.4", verify=True)
+    assert report["containers"] == ALL  # the static answer stands
+    assert any("no client for containerd's CRI" in p["message"] for p in report["problems"])
