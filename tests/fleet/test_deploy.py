@@ -149,3 +149,97 @@ def test_systemd_analyze_security_rates_the_unit_safe(tmp_path):
     match = re.search(r"Overall exposure level for \S+: (\d+\.\d+)", done.stdout)
     assert match, done.stdout + done.stderr
     assert float(match.group(1)) <= 3.0, done.stdout
+
+
+# --- the DaemonSet's view of a node: the host's / at /host, judged by the node's runtime ---------
+
+
+def _daemonset_watch(host, out, *, rounds_env=None) -> tuple[dict, dict[str, str]]:
+    """Run the DaemonSet's own `cgpu watch` arguments against `host` (its /host) until the first
+    answer; the report and the labels nfd-worker would publish."""
+    import json
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from tests.fleet.test_nfd import read_features_dir
+
+    container = _daemonset()["spec"]["template"]["spec"]["containers"][0]
+    features = out / "features.d"
+    features.mkdir()
+    rewrite = {
+        "/host": str(host),
+        "/etc/kubernetes/node-feature-discovery/features.d": str(features),
+        "/run/cgpu": str(out),
+    }
+    args = []
+    for arg in container["args"]:
+        for old, new in rewrite.items():
+            arg = arg.replace(f"={old}", f"={new}")
+        args.append(arg)
+    env = {**os.environ, "CGPU_CACHE_DIR": str(out / "cache")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cgpu", *args], cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    answer = out / "answer.json"
+    try:
+        deadline = time.monotonic() + 120
+        while not (answer.exists() and (features / "cgpu").exists()):
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=10)
+    return json.loads(answer.read_text()), read_features_dir(features)
+
+
+def _nvidia_node(tmp_path, files: dict[str, bytes | str]):
+    import shutil
+
+    from tests.cdi_backend import engine_files as ef
+
+    host = tmp_path / "host"
+    shutil.copytree(REPO / "cdi-samples" / "hosts" / "nvidia-580", host, symlinks=True)
+    spec = (REPO / "cdi-samples" / "nvidia-current" / "spec" / "nvidia.yaml").read_text()  # cdiVersion 0.7.0
+    return ef.node(host, {"/etc/cdi/nvidia.yaml": spec, **files})
+
+
+def test_the_daemonset_sees_cuda_vulkan_opencl_where_the_nodes_runtime_reads_the_spec(tmp_path):
+    from tests.cdi_backend import engine_files as ef
+
+    host = _nvidia_node(tmp_path, {"/usr/bin/containerd": ef.upstream_containerd("v2.1.4", "v1.0.1")})
+    (tmp_path / "out").mkdir()
+    report, labels = _daemonset_watch(host, tmp_path / "out")
+    assert report["containers"] == ["cuda", "vulkan", "opencl"]
+    assert labels[f"{NAMESPACE}/cuda"] == labels[f"{NAMESPACE}/vulkan"] == labels[f"{NAMESPACE}/opencl"] == "true"
+    assert labels[f"{NAMESPACE}/engine"] == "containerd" and labels[f"{NAMESPACE}/engine-version"] == "2.1.4"
+    assert labels[f"{NAMESPACE}/devices"] == "1" and f"{NAMESPACE}/problem" not in labels
+
+
+@pytest.mark.parametrize(
+    ("binary", "config", "problem", "reason"),
+    [
+        # containerd 1.7.15 vendors CDI v0.6.2: cdiVersion 0.7.0 is above what it reads
+        (("v1.7.15", "v0.6.2"), '[plugins."io.containerd.grpc.v1.cri"]\nenable_cdi = true\n', "spec-too-new",
+         "ignores its spec"),
+        # containerd 1.7 with CDI switched off in its config: no CDI device at all
+        (("v1.7.24", "v0.8.1"), '[plugins."io.containerd.grpc.v1.cri"]\nenable_cdi = false\n', "cdi-off",
+         "CDI switched off"),
+    ],
+)  # fmt: skip
+def test_the_daemonset_sees_nothing_with_the_reason_where_the_runtime_does_not_read_it(
+    tmp_path, binary, config, problem, reason
+):
+    from tests.cdi_backend import engine_files as ef
+
+    host = _nvidia_node(
+        tmp_path, {"/usr/bin/containerd": ef.upstream_containerd(*binary), "/etc/containerd/config.toml": config}
+    )
+    (tmp_path / "out").mkdir()
+    report, labels = _daemonset_watch(host, tmp_path / "out")
+    assert report["containers"] == []
+    texts = [d.get("reason", "") for d in report["devices"]] + [p["message"] for p in report["problems"]]
+    assert any(reason in text for text in texts), texts
+    assert not [k for k, v in labels.items() if v == "true" and k.split("/")[1] in ("cuda", "vulkan", "opencl")]
+    assert labels[f"{NAMESPACE}/problem"] == problem and labels[f"{NAMESPACE}/engine"] == "containerd"
