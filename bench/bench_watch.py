@@ -118,6 +118,7 @@ def many(work: Path, count: int, idle: float) -> None:
     watch.wait_written(before)
     second = time.monotonic() - started
     size = os.stat(watch.answer).st_size
+    time.sleep(3)  # the probe's tail: the collection and heap trim after the write
     rss = rss_kib(watch.proc.pid)
     cpu = cpu_seconds(watch.proc.pid)
     time.sleep(idle)

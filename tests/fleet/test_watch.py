@@ -378,3 +378,39 @@ def test_under_root_without_spec_dir_the_nodes_engine_dirs_are_watched(node, tmp
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=10)
+
+
+def test_a_write_that_fails_never_ends_watch_and_is_retried_at_the_next_wake_up(node, tmp_path):
+    etc, host, out = node
+    features = tmp_path / "features.d"  # missing at start, as before NFD made it
+    answer = out / "answer.json"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cgpu", "watch", "--spec-dir", str(etc), "--root", str(host), "--engine", "none",
+         "--answer-file", str(answer), "--nfd-file", str(features / "cgpu"), "--interval", "120"],
+        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not answer.exists():  # the other file is written
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.02)
+        features.mkdir()
+        made = time.monotonic()
+        while not (features / "cgpu").exists():  # no spec change: the retry at the next wake-up writes it
+            assert proc.poll() is None, proc.communicate()[1]
+            assert time.monotonic() - made < watch_module.POLL_S + 30
+            time.sleep(0.02)
+        shutil.rmtree(features)  # removed under it: the next write fails, watch goes on
+        shutil.copy(SPEC, etc / "nvidia.yaml")
+        while json.loads(answer.read_text())["containers"] != ["cuda", "vulkan", "opencl"]:
+            assert proc.poll() is None and time.monotonic() < deadline + 60
+            time.sleep(0.05)
+        assert proc.poll() is None
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=10)
+    failures = [line for line in err.splitlines() if "cannot write the NFD feature file" in line]
+    assert len(failures) == 2, err  # once at start, once after the removal: not at every retry
+    assert all(f"its directory {features} does not exist" in line for line in failures)
+    assert f"wrote the NFD feature file {features / 'cgpu'} again" in err
+    assert "Traceback" not in err and ".tmp" not in err
