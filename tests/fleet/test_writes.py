@@ -199,3 +199,24 @@ def test_a_failed_write_is_logged_once_the_other_file_is_written_and_the_retry_s
     publisher.publish(_report(), finished_at=0.0, duration=0.1)
     assert "the file system is full" in logged[-1] and len(logged[-2:]) == 2
     assert os.listdir(features / TEMP_DIR) == [] and os.listdir(answers / TEMP_DIR) == []
+
+
+@posix_only
+def test_the_first_feature_file_write_after_making_the_temporary_dir_waits_out_nfds_rate_limit(tmp_path):
+    """Making `.cgpu-tmp` in features.d is an event nfd-worker acts on; one within the same second
+    would be dropped, so the first write comes at least NFD_RATE_S later (once, interruptibly)."""
+    import time
+
+    from cgpu.fleet import watch as watch_module
+
+    features = tmp_path / "features.d"
+    features.mkdir()
+    publisher = Publisher(answer_file=None, nfd_file=str(features / "cgpu"), expiry=60, log=lambda line: None)
+    made = time.monotonic()
+    publisher.prepare()
+    publisher.settle()
+    assert time.monotonic() - made >= watch_module.NFD_RATE_S
+    again = time.monotonic()
+    publisher.settle()  # once only
+    Publisher(answer_file=None, nfd_file=str(features / "cgpu"), expiry=60, log=lambda line: None).prepare()
+    assert time.monotonic() - again < watch_module.NFD_RATE_S  # the dir was there: no wait
