@@ -113,7 +113,7 @@ class Wakeup:
         self._signal_fd = signal_fd
         self._inotify: Any = None
         self._mask = 0
-        self._watches: dict[int, str] = {}  # watch descriptor -> dir
+        self._watches: dict[str, int] = {}  # dir -> watch descriptor (two dirs of one inode share one)
         self._identities: dict[str, tuple[int, int] | None] = {}
         self._seen: Any = None
         self.newly_watched: list[str] = []
@@ -147,22 +147,21 @@ class Wakeup:
         return self._inotify is not None
 
     def watched(self) -> list[str]:
-        return sorted(set(self._watches.values()), key=self.spec_dirs.index)
+        return [d for d in self.spec_dirs if d in self._watches]
 
     def describe(self) -> str:
         if not self.spec_dirs:
             return "no spec dir"
         if not self.uses_inotify:
             return f"{', '.join(self.spec_dirs)} (polling every {POLL_S:g} s)"
-        watched = set(self._watches.values())
         parts = [
-            f"{d} (inotify)" if d in watched else f"{d} (not there yet: looked for every {POLL_S:g} s)"
+            f"{d} (inotify)" if d in self._watches else f"{d} (not there yet: looked for every {POLL_S:g} s)"
             for d in self.spec_dirs
         ]
         return ", ".join(parts)
 
     def _add(self, directory: str) -> bool:
-        if self._inotify is None or directory in self._watches.values():
+        if self._inotify is None or directory in self._watches:
             return False
         identity = _identity(directory)
         if identity is None:
@@ -171,7 +170,7 @@ class Wakeup:
             descriptor = self._inotify.add_watch(directory, self._mask)
         except OSError:  # gone again, or out of watches: polled
             return False
-        self._watches[descriptor] = directory
+        self._watches[directory] = descriptor
         self._identities[directory] = identity
         self.newly_watched.append(directory)
         return True
@@ -182,19 +181,19 @@ class Wakeup:
         if list(spec_dirs) == self.spec_dirs:
             return False
         self.spec_dirs = list(spec_dirs)
-        for descriptor, directory in list(self._watches.items()):
+        for directory in list(self._watches):
             if directory not in self.spec_dirs:
-                self._drop(descriptor)
+                self._drop(directory)
         for directory in self.spec_dirs:
             self._add(directory)
         self.newly_watched.clear()
         return True
 
-    def _drop(self, descriptor: int) -> None:
-        directory = self._watches.pop(descriptor, None)
-        if directory is not None:
-            self._identities.pop(directory, None)
-            with contextlib.suppress(OSError):
+    def _drop(self, directory: str) -> None:
+        descriptor = self._watches.pop(directory, None)
+        self._identities.pop(directory, None)
+        if descriptor is not None and descriptor not in self._watches.values():
+            with contextlib.suppress(OSError):  # already gone with the dir
                 self._inotify.rm_watch(descriptor)
 
     def snapshot(self) -> None:
@@ -202,16 +201,16 @@ class Wakeup:
         self._seen = self._polled()
 
     def _polled(self) -> Any:
-        unwatched = [d for d in self.spec_dirs if d not in self._watches.values()]
+        unwatched = [d for d in self.spec_dirs if d not in self._watches]
         return tuple((d, dir_fingerprint(d)) for d in unwatched), driver_fingerprint(self.root)
 
     def poll(self) -> bool:
         """What inotify cannot see changed: the driver files, a dir appeared, replaced or went
         away (which puts it under inotify, or takes it off), or, without inotify, a dir's files."""
         changed = False
-        for descriptor, directory in list(self._watches.items()):
+        for directory in list(self._watches):
             if _identity(directory) != self._identities.get(directory):  # replaced, or a link retargeted
-                self._drop(descriptor)
+                self._drop(directory)
                 changed = True
         for directory in self.spec_dirs:
             changed |= self._add(directory)
@@ -257,7 +256,8 @@ class Wakeup:
         events = self._inotify.read(timeout=0)
         for event in events:
             if event.mask & (flags.IGNORED | flags.DELETE_SELF | flags.MOVE_SELF):
-                self._drop(event.wd)  # the dir went away: looked for again at each poll
+                for directory in [d for d, wd in self._watches.items() if wd == event.wd]:
+                    self._drop(directory)  # the dir went away: looked for again at each poll
         return bool(events)
 
     def close(self) -> None:

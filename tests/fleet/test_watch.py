@@ -414,3 +414,23 @@ def test_a_write_that_fails_never_ends_watch_and_is_retried_at_the_next_wake_up(
     assert all(f"its directory {features} does not exist" in line for line in failures)
     assert f"wrote the NFD feature file {features / 'cgpu'} again" in err
     assert "Traceback" not in err and ".tmp" not in err
+
+
+def test_two_spec_dirs_that_are_one_dir_are_watched_once_and_do_not_wake_it(tmp_path):
+    pytest.importorskip("inotify_simple", reason="inotify_simple is a Linux dependency")
+    (tmp_path / "run/cdi").mkdir(parents=True)
+    (tmp_path / "var").mkdir()
+    (tmp_path / "var/run").symlink_to(tmp_path / "run")  # /var/run -> /run, as on most hosts
+    dirs = [str(tmp_path / "var/run/cdi"), str(tmp_path / "run/cdi")]
+    wakeup = watch_module.Wakeup(dirs, str(tmp_path))
+    try:
+        assert wakeup.watched() == dirs
+        wakeup.snapshot()
+        assert not wakeup.poll() and not wakeup.poll()  # no change: no probe every poll
+        (tmp_path / "run/cdi/a.yaml").write_text("# a\n")
+        assert wakeup.wait(5)
+        assert wakeup.set_spec_dirs(dirs[1:]) and wakeup.watched() == dirs[1:]
+        (tmp_path / "run/cdi/b.yaml").write_text("# b\n")
+        assert wakeup.wait(5)  # the shared watch stayed for the dir still wanted
+    finally:
+        wakeup.close()
