@@ -365,7 +365,9 @@ class Publisher:
     ) -> None:
         self.outputs = [
             Output(kind, path)
-            for kind, path in (("answer", answer_file), ("NFD feature", nfd_file), ("metrics", metrics_file))
+            # the answer after the feature file (once it is there, the other was tried: a probe's
+            # whole round), the metrics last (they say how the others' writes went)
+            for kind, path in (("NFD feature", nfd_file), ("answer", answer_file), ("metrics", metrics_file))
             if path
         ]
         self.expiry = expiry
