@@ -175,13 +175,22 @@ def _parser() -> argparse.ArgumentParser:
         "driver version changes, and every --interval seconds. Runs until SIGTERM or\nCtrl-C.",
         epilog="example:\n  cgpu watch --nfd-file /etc/kubernetes/node-feature-discovery/features.d/cgpu \\\n"
         "      --answer-file /run/cgpu/answer.json\n\n"
-        "exit status:\n  2    bad usage\n  1    an answer file cannot be written\n"
+        "signals:\n  SIGHUP probes again at once; SIGTERM and SIGINT end it at once, no\n"
+        "  temporary file left\n\n"
+        "exit status:\n  2    bad usage\n  1    the backend cannot probe at all (a file that cannot be\n"
+        "       written is logged and tried again, never an exit); with --check-age:\n"
+        "       a file is missing or old\n"
         "  130  interrupted (Ctrl-C); 143 terminated (SIGTERM): the last complete files\n"
         "       stay\n\n" + _ENVIRONMENT,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     watch.add_argument("--answer-file", metavar="PATH", help="keep the JSON report here (replaced atomically)")
     watch.add_argument("--nfd-file", metavar="PATH", help="keep a Node Feature Discovery feature file here")
+    watch.add_argument(
+        "--metrics-file",
+        metavar="PATH",
+        help="keep a node_exporter textfile (Prometheus text format) here, e.g. .../textfile/cgpu.prom",
+    )
     watch.add_argument(
         "--interval", type=_seconds, default=300.0, metavar="SECONDS", help="probe at least this often (default: 300)"
     )
@@ -190,6 +199,12 @@ def _parser() -> argparse.ArgumentParser:
         type=_seconds,
         metavar="SECONDS",
         help="NFD drops the labels this long after the last write (default: 3 intervals)",
+    )
+    watch.add_argument(
+        "--check-age",
+        type=_seconds,
+        metavar="SECONDS",
+        help="do not watch: exit 0 when every file given was written within SECONDS, else 1 (a liveness probe)",
     )
     _add_probe_options(watch)
     watch.set_defaults(subparser=watch)
@@ -397,7 +412,7 @@ _OUTPUT_FLAGS = (
     "explain",
     "color",
 )
-_WATCH_ONLY = ("answer_file", "nfd_file", "interval", "expiry")
+_WATCH_ONLY = ("answer_file", "nfd_file", "metrics_file", "interval", "expiry", "check_age")
 
 
 def _backend_options(parser: argparse.ArgumentParser, args: argparse.Namespace, backend: str) -> dict[str, Any]:
@@ -509,21 +524,36 @@ def _say_problems(report: dict[str, Any]) -> None:
 
 def _watch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     """Runs until SIGTERM (143) or Ctrl-C (130); bad usage found by the first probe is 2."""
-    from cgpu.fleet.watch import watch
+    from cgpu.fleet.watch import MIN_INTERVAL_S, watch
 
-    if not (args.answer_file or args.nfd_file):
-        parser.error("give --answer-file, --nfd-file or both: watch keeps its answer there")
+    if not (args.answer_file or args.nfd_file or args.metrics_file):
+        parser.error("give --answer-file, --nfd-file or both (and/or --metrics-file): watch keeps its answer there")
+    if args.check_age is not None:
+        from cgpu.fleet.health import check_age
+
+        return check_age([args.answer_file, args.nfd_file, args.metrics_file], args.check_age)
+    if args.interval < MIN_INTERVAL_S:
+        parser.error(
+            f"--interval {args.interval:g} is under {MIN_INTERVAL_S:g} second: watch would probe in a busy loop "
+            "(changes are seen at once anyway; the interval is only the longest wait)"
+        )
+    if args.expiry is not None and args.expiry < args.interval:
+        parser.error(
+            f"--expiry {args.expiry:g} is shorter than --interval {args.interval:g}: NFD would drop the labels "
+            "before the next write renews them"
+        )
     backend = args.backend or default_backend()
     given = _backend_options(parser, args, backend)
     spec_dirs: list[str] = []
+    spec_dirs_of = None
     if backend == "cdi":
-        from cgpu.cdi.scan import DEFAULT_SPEC_DIRS
+        from cgpu.fleet.watch import engine_spec_dirs
 
-        spec_dirs = list(args.spec_dirs or DEFAULT_SPEC_DIRS)
-        if not args.spec_dirs and args.root and os.path.abspath(args.root) != os.path.abspath(os.sep):
-            # the node's engine reads its spec dirs inside the root: watch those too (its configured ones
-            # and its configuration are read again at every interval)
-            spec_dirs += [os.path.join(os.path.abspath(args.root), d.lstrip("/")) for d in DEFAULT_SPEC_DIRS]
+        spec_dirs = list(args.spec_dirs or engine_spec_dirs({}, args.root or "/"))
+        if not args.spec_dirs:  # the dirs the judging engine reads, as each report says
+
+            def spec_dirs_of(report: dict[str, Any]) -> list[str]:
+                return engine_spec_dirs(report, args.root or "/")
 
     def probe() -> dict[str, Any]:
         builder, code = _run("watch", backend, given, None)
@@ -544,17 +574,15 @@ def _watch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             root=args.root or "/",
             answer_file=args.answer_file,
             nfd_file=args.nfd_file,
+            metrics_file=args.metrics_file,
             interval=args.interval,
             expiry=args.expiry or 3 * args.interval,
             log=log,
+            terminated=Terminated,
+            spec_dirs_of=spec_dirs_of,
         )
     except _BadUsage:
         return ExitCode.USAGE
-    except OSError as exc:  # the answer or feature file cannot be written
-        from cgpu.terminal import escape
-
-        print(f"cgpu watch: error: {escape(exc)}", file=sys.stderr)
-        return ExitCode.COULD_NOT_RUN
     return ExitCode.OK
 
 

@@ -1,4 +1,5 @@
-"""Opening files cgpu did not write (spec files, host files under --root, image blobs)."""
+"""Opening files cgpu did not write (spec files, host files under --root, image blobs), and
+writing the files others read (watch's answer, NFD feature and metrics files)."""
 
 from __future__ import annotations
 
@@ -10,21 +11,81 @@ from typing import IO
 
 from cgpu.errors import CgpuError
 
+TEMP_DIR = ".cgpu-tmp"  # hidden: nfd-worker and most readers of a dir skip dot-files
+TEMP_SUFFIX = ".tmp"
+
 
 class NotRegularFileError(CgpuError, OSError):
-    def __init__(self, path: str) -> None:
-        super().__init__(errno.EINVAL, "not a regular file (a directory, FIFO, socket or device)", path)
+    def __init__(self, path: str, what: str = "a directory, FIFO, socket or device") -> None:
+        super().__init__(errno.EINVAL, f"not a regular file ({what})", path)
 
 
-def open_regular(path: str) -> IO[bytes]:
-    """Open a file for reading, refusing FIFOs, sockets and devices: reading one could block
-    forever (a FIFO), never end (/dev/zero) or act on hardware. The non-blocking open is what
-    lets a FIFO be looked at without waiting for a writer."""
+class UnsafeTargetError(CgpuError, OSError):
+    """A file to be replaced that is a link, a directory or another user's: not written."""
+
+    def __init__(self, path: str, why: str) -> None:
+        super().__init__(errno.EPERM, why, path)
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISLNK(mode):
+        return "a symbolic link"
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "not a regular file"
+
+
+_reopen_by_fd: list[bool] = []  # [whether /proc/self/fd can reopen an O_PATH descriptor], learned once
+
+
+def open_regular(path: str, *, follow_links: bool = True) -> IO[bytes]:
+    """Open a file for reading, refusing FIFOs, sockets and devices without opening them:
+    reading one could block forever (a FIFO), never end (/dev/zero), and opening a device can act
+    on hardware. On Linux the path is first opened with O_PATH (which opens nothing), its type
+    checked on that descriptor, and only a regular file is then opened, through /proc/self/fd:
+    the same inode, so nothing can be swapped in between. Elsewhere a stat comes first and the
+    open is non-blocking, its type checked again on the descriptor. `follow_links=False` refuses a
+    symbolic link as the last component (a caller that resolved the links itself)."""
+    nofollow = 0 if follow_links else getattr(os, "O_NOFOLLOW", 0)
     nonblocking = getattr(os, "O_NONBLOCK", 0)
-    fd = os.open(path, os.O_RDONLY | nonblocking)
+    o_path = getattr(os, "O_PATH", 0)
+    if o_path and _reopen_by_fd != [False]:
+        handle = os.open(path, o_path | nofollow)
+        try:
+            mode = os.fstat(handle).st_mode
+            if not stat.S_ISREG(mode):
+                raise NotRegularFileError(path, _kind(mode))
+            try:
+                fd = os.open(f"/proc/self/fd/{handle}", os.O_RDONLY | nonblocking)
+            except FileNotFoundError:  # no /proc: the portable way from now on
+                if _reopen_by_fd:
+                    raise
+                _reopen_by_fd.append(False)
+                fd = -1
+            else:
+                if not _reopen_by_fd:
+                    _reopen_by_fd.append(True)
+        finally:
+            os.close(handle)
+        if fd >= 0:
+            return _checked(fd, path, nonblocking)
+    info = os.stat(path, follow_symlinks=follow_links)
+    if not stat.S_ISREG(info.st_mode):
+        raise NotRegularFileError(path, _kind(info.st_mode))
+    return _checked(os.open(path, os.O_RDONLY | nonblocking | nofollow), path, nonblocking)
+
+
+def _checked(fd: int, path: str, nonblocking: int) -> IO[bytes]:
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise NotRegularFileError(path)
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise NotRegularFileError(path, _kind(mode))
         if nonblocking:
             os.set_blocking(fd, True)
         return os.fdopen(fd, "rb")
@@ -33,23 +94,102 @@ def open_regular(path: str) -> IO[bytes]:
         raise
 
 
+def check_target(path: str) -> None:
+    """Refuse to replace `path` when it is a symbolic link, a directory, not a regular file or
+    (POSIX) another user's: whoever made it so may want cgpu, often root, to act on their behalf."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(info.st_mode):
+        raise UnsafeTargetError(path, f"it is {_kind(info.st_mode)}, which cgpu does not replace; remove it")
+    if hasattr(os, "geteuid") and info.st_uid != os.geteuid():
+        raise UnsafeTargetError(
+            path, f"it belongs to another user (uid {info.st_uid}), so cgpu does not replace it; remove it"
+        )
+
+
+def temp_dir(directory: str) -> str:
+    """The private (0700, this user's, not a link) hidden subdirectory of `directory` that
+    write_atomic's temporary files live in, created when missing (`directory` itself never is)."""
+    from pathlib import Path
+
+    from cgpu.cache import private_directory
+
+    path = os.path.join(directory, TEMP_DIR)
+    try:
+        os.mkdir(path, 0o700)  # never the directory above: a missing one is the caller's to report
+    except FileExistsError:
+        pass  # checked like any other
+    private_directory(Path(path), create=False)
+    return path
+
+
 def write_atomic(path: str, data: bytes, *, mode: int = 0o644) -> None:
     """Replace `path` with `data` so that a reader sees the old file or the new one, never a
-    part: a hidden temporary file in the same directory (readers such as nfd-worker skip hidden
-    files), flushed to disk, then renamed over. The temporary file is removed on every failure,
-    Ctrl-C and SIGTERM included."""
+    part, and a watcher of the directory sees one event, on `path`'s own name: the data goes to a
+    temporary file with an unguessable name in a private hidden subdirectory (TEMP_DIR, on the
+    same filesystem), its mode set on the open descriptor, flushed to disk, then renamed over.
+    A target that is a link, a directory or another user's file is refused (UnsafeTargetError).
+    The temporary file is removed on every failure, Ctrl-C and SIGTERM included."""
     import tempfile
 
     directory, name = os.path.split(os.path.abspath(path))
-    fd, temporary = tempfile.mkstemp(dir=directory, prefix=f".{name}.", suffix=".tmp")
+    check_target(path)
+    fd, temporary = tempfile.mkstemp(dir=temp_dir(directory), prefix=f"{name}.", suffix=TEMP_SUFFIX)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
+            if hasattr(os, "fchmod"):
+                os.fchmod(handle.fileno(), mode)
             os.fsync(handle.fileno())
-        os.chmod(temporary, mode)
         os.replace(temporary, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(temporary)
         raise
+
+
+def remove_stale_temporaries(path: str) -> int:
+    """Remove the temporary files a killed writer of `path` left (in TEMP_DIR, and the hidden
+    `.NAME.*.tmp` files of earlier versions beside it): this user's regular files only, never
+    through a link. Returns how many were removed; best effort."""
+    directory, name = os.path.split(os.path.abspath(path))
+    removed = 0
+    for folder, prefix in ((os.path.join(directory, TEMP_DIR), f"{name}."), (directory, f".{name}.")):
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        for entry in entries:
+            if not (entry.name.startswith(prefix) and entry.name.endswith(TEMP_SUFFIX)):
+                continue
+            try:
+                info = entry.stat(follow_symlinks=False)
+                if stat.S_ISREG(info.st_mode) and (not hasattr(os, "geteuid") or info.st_uid == os.geteuid()):
+                    os.unlink(entry.path)
+                    removed += 1
+            except OSError:
+                continue
+    return removed
+
+
+def write_failure(path: str, exc: OSError) -> str:
+    """Why writing `path` failed, in words (with the errno's own text after them)."""
+    if isinstance(exc, CgpuError):
+        return exc.strerror or str(exc)
+    directory = os.path.dirname(os.path.abspath(path))
+    reasons = {
+        errno.ENOSPC: "the file system is full",
+        errno.EDQUOT: "the disk quota is used up",
+        errno.EROFS: "the file system is read-only",
+        errno.EACCES: f"permission denied (cgpu cannot write {directory})",
+        errno.EPERM: f"operation not permitted in {directory}",
+        errno.ENOENT: f"its directory {directory} does not exist",
+        errno.ENOTDIR: f"a part of {directory} is not a directory",
+        errno.EIO: "an I/O error on the disk",
+    }
+    why = reasons.get(exc.errno or 0)
+    text = exc.strerror or str(exc)
+    return f"{why} ({text})" if why else text

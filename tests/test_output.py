@@ -51,12 +51,14 @@ def test_the_serializer_writes_undecodable_bytes_as_text_and_keeps_real_characte
 
 
 def test_the_answer_file_goes_through_the_same_serializer(tmp_path):
-    from cgpu.fleet.watch import publish
+    from cgpu.fleet.watch import Publisher
 
     report = ReportBuilder("cdi")
     report.problem("warning", os.fsdecode(b"/etc/cdi/\xff.yaml"), "unreadable")
     answer = tmp_path / "answer.json"
-    publish(report.build(), answer_file=str(answer), nfd_file=None, expiry=60)
+    Publisher(answer_file=str(answer), nfd_file=None, expiry=60, log=print).publish(
+        report.build(), finished_at=0.0, duration=0.1
+    )
     assert json.loads(answer.read_bytes().decode("utf-8"))["problems"][0]["source"] == "/etc/cdi/\\xff.yaml"
 
 

@@ -44,8 +44,11 @@ SPEC_EXTENSIONS = (".json", ".yaml")  # exactly these, case-sensitive: not .yml,
 
 # Parsed files by path, valid while (size, mtime, inode, ctime) are unchanged: a second scan
 # of unchanged specs re-reads only directory listings and stat results. Behind it, the disk
-# cache (spec_cache) serves a new process.
-PARSE_CACHE_SIZE = 256
+# cache (spec_cache) serves a new process. Bounded by what the spec dirs hold now, not by
+# history: after each scan only the files it read are kept (a long-running watch on a node
+# where a DRA driver writes a spec per claim would otherwise keep every claim's spec), however
+# many there are (20,000 specs must not thrash it).
+PARSE_CACHE_SIZE = 256  # the most kept while one scan runs, beyond the files it has read so far
 _parse_cache: OrderedDict[str, tuple[tuple[int, int, int, int, str], Spec | SpecError]] = OrderedDict()
 
 
@@ -65,8 +68,11 @@ def _read_spec(path: str, info: os.stat_result, priority: int, cache: _DiskCache
     else:
         result = cache.load(path, info, priority) or _parse_file(path, info, priority, cache)
         _parse_cache[path] = (key, result)
-        if len(_parse_cache) > PARSE_CACHE_SIZE:
+        _parse_cache.move_to_end(path)
+        cache.read.add(path)
+        if len(_parse_cache) > PARSE_CACHE_SIZE + len(cache.read):
             _parse_cache.popitem(last=False)
+    cache.read.add(path)
     if isinstance(result, SpecError):
         raise result
     return result if result.priority == priority else dataclasses.replace(result, priority=priority)
@@ -79,6 +85,7 @@ class _DiskCache:
         self.directory = None if cache_dir is None else os.fspath(cache_dir)
         self.library = library
         self.stored = False
+        self.read: set[str] = set()  # every spec path this scan read (the current spec dirs' files)
 
     def load(self, path: str, info: os.stat_result, priority: int) -> Spec | SpecError | None:
         if self.directory is None or self.library != versions.LIBRARY:
@@ -365,7 +372,9 @@ def scan_spec_dirs(
             unreached = {name: found.spec for name, found in beyond.devices.items() if name not in devices}
         problems.append((stop.severity, stop.path, _stop_message(stop, later, unreached, engine, library)))
     if cache.stored and cache.directory is not None:
-        spec_cache.prune(cache.directory)
+        spec_cache.prune(cache.directory, keep=cache.read)
+    for stale in [path for path in _parse_cache if path not in cache.read]:
+        del _parse_cache[stale]
     for qualified, conflict_priority in conflicts.items():
         survivor = devices.pop(qualified, None)
         if survivor is not None and survivor.spec.priority > conflict_priority:

@@ -25,7 +25,8 @@ refused, not waited on), so another user cannot plant a parse result or hang a s
 
 Pruning: an entry's mtime is its last use (refreshed on a hit at most once a day). After a
 scan that stored entries, those unused for PRUNE_DAYS are removed, then the least recently
-used beyond MAX_ENTRIES, and temporary files a killed writer left.
+used beyond MAX_ENTRIES (not counting the files the scan read: the current dirs' specs are all
+kept, however many), and temporary files a killed writer left.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ import os
 import stat
 import sys
 import time
+from collections.abc import Collection
 from typing import Any
 
 from cgpu import version
@@ -196,12 +198,15 @@ def store(cache_dir: str, path: str, info: os.stat_result, read_info: os.stat_re
     return True
 
 
-def prune(cache_dir: str) -> None:
+def prune(cache_dir: str, keep: Collection[str] = ()) -> None:
     """Remove entries unused for PRUNE_DAYS, then the least recently used beyond MAX_ENTRIES,
-    and temporary files older than a minute (a writer killed between write and rename)."""
+    and temporary files older than a minute (a writer killed between write and rename). The
+    entries of the spec paths in `keep` (the files the scan just read) are never removed for the
+    limit, which becomes max(MAX_ENTRIES, len(keep)): a node with more specs keeps all of its own."""
     directory = _directory(cache_dir, create=False)
     if directory is None:
         return
+    kept = {_entry_path(directory, path) for path in keep}
     now = time.time_ns()
     entries: list[tuple[int, str]] = []
     try:
@@ -213,12 +218,12 @@ def prune(cache_dir: str) -> None:
                         _remove(item.path)
                 elif now - info.st_mtime_ns > PRUNE_DAYS * _DAY_NS:
                     _remove(item.path)
-                else:
+                elif item.path not in kept:
                     entries.append((info.st_mtime_ns, item.path))
     except OSError:
         return
     entries.sort(reverse=True)
-    for _, path in entries[MAX_ENTRIES:]:
+    for _, path in entries[max(MAX_ENTRIES - len(kept), 0) :]:
         _remove(path)
 
 

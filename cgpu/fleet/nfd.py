@@ -11,6 +11,11 @@ Labels (stable; documented in docs/kubernetes.md):
   <ns>/<api>=true      containers get the API
   <ns>/<api>=unknown   cgpu could not tell (no label at all: the API is absent)
   <ns>/backend=<name>, <ns>/version=<cgpu version>, <ns>/format=<report format_version>
+  <ns>/devices=<n>     distinct devices containers can be given (alias names not counted)
+  <ns>/problem=<kind>  only where devices are blocked: cdi-off, spec-too-new, stale-spec,
+                       missing-host-files (the first that applies, in that order)
+  <ns>/engine=<name>, <ns>/engine-version=<version>, <ns>/engine-max-cdi=<cdiVersion|off|none>
+                       the engine that judged the specs (the report's `engines`, where it has one)
 """
 
 from __future__ import annotations
@@ -42,7 +47,59 @@ def labels(report: Mapping[str, Any]) -> dict[str, str]:
     found["backend"] = report["backend"]
     found["version"] = label_value(report["cgpu_version"])
     found["format"] = str(report["format_version"])
+    found["devices"] = str(device_count(report))
+    judge = judging_engine(report)
+    kind = blocking_problem(report, judge)
+    if kind:
+        found["problem"] = kind
+    if judge is not None:
+        found["engine"] = label_value(str(judge.get("name") or "")) or "unknown"
+        found["engine-version"] = label_value(str(judge.get("version") or "")) or "unknown"
+        ceiling = judge.get("max_cdi_version")
+        if judge.get("cdi_enabled") is False:
+            found["engine-max-cdi"] = "off"
+        else:
+            found["engine-max-cdi"] = label_value(str(ceiling)) if ceiling else "none"
     return {f"{NAMESPACE}/{name}": value for name, value in found.items()}
+
+
+def judging_engine(report: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The entry of the report's `engines` with `judged: true`, or None (no such field or entry)."""
+    engines = report.get("engines")
+    if not isinstance(engines, list):
+        return None
+    return next((e for e in engines if isinstance(e, Mapping) and e.get("judged") is True), None)
+
+
+def device_count(report: Mapping[str, Any]) -> int:
+    """Devices a container can be given, each once: not blocked, not another name (`alias_of`:
+    an index's UUID) for one already counted, and not an `all` device beside the ones it unites."""
+    usable = [d for d in report.get("devices", []) if d.get("status", "ok") == "ok" and not d.get("alias_of")]
+    singles = [d for d in usable if not str(d.get("name", "")).endswith("=all")]
+    return len(singles) if singles else len(usable)
+
+
+STALE_SPEC = "stale spec:"  # how the CDI backend's problem for a spec made for another driver begins
+
+
+def blocking_problem(report: Mapping[str, Any], judge: Mapping[str, Any] | None = None) -> str | None:
+    """What keeps devices from containers here, as a label value; None when no device is blocked."""
+    devices = report.get("devices", [])
+    blocked = [d for d in devices if d.get("status") == "blocked"]
+    if judge is not None and judge.get("cdi_enabled") is False and (blocked or not report.get("containers")):
+        return "cdi-off"
+    if not blocked:
+        return None
+    if any("reason" in d and "cdiVersion" in str(d["reason"]) for d in blocked):
+        return "spec-too-new"
+    specs = {d.get("spec") for d in blocked}
+    for problem in report.get("problems", []):
+        stale = str(problem.get("message", "")).startswith(STALE_SPEC)
+        if stale and problem.get("severity") == "error" and problem.get("source") in specs:
+            return "stale-spec"
+    if any(d.get("missing") for d in blocked):
+        return "missing-host-files"
+    return "blocked"
 
 
 def label_value(text: str) -> str:

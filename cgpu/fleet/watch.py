@@ -1,14 +1,24 @@
-"""`cgpu watch`: keep an answer file and/or an NFD feature file current as the node changes.
+"""`cgpu watch`: keep an answer file, an NFD feature file and a metrics file current as the node changes.
 
 It probes once, then again when what decides the answer may have changed: a file added, removed
-or edited in a spec dir, a new NVIDIA driver (`/proc/driver/nvidia/version` under the root), and
-at every interval (which also renews the feature file's expiry). Spec dirs are watched with
-inotify where the kernel has it (through inotify_simple); everywhere, every POLL_S seconds, a
-cheap fingerprint of the same inputs (directory listings with each file's identity and times,
-the driver version text) is compared, which covers inotify's gaps: procfs, a spec dir that does
-not exist yet, platforms without inotify. Bursts of changes are coalesced (QUIET_S of calm, at
-most BURST_S of waiting), so a hundred edits cost a handful of probes. Between wake-ups the
-process sleeps in the kernel: ~0 CPU.
+or edited in a spec dir, a new NVIDIA driver (`/proc/driver/nvidia/version` or
+`/sys/module/nvidia/version` under the root), SIGHUP, and at every interval (which also renews
+the feature file's expiry). Spec dirs are watched with inotify where the kernel has it (through
+inotify_simple): a dir that does not exist yet, or is removed, is looked for every POLL_S seconds
+and put under inotify once it is there. Every POLL_S seconds what inotify cannot see is compared
+with a cheap fingerprint: the driver version files (procfs and sysfs have no inotify), each watched
+dir's identity (a dir replaced or a link retargeted), and, where inotify is missing, the dirs'
+listings with each file's identity and times. Bursts of changes are coalesced (QUIET_S of calm, at
+most BURST_S of waiting), so a hundred edits cost a handful of probes. Between wake-ups the process
+sleeps in the kernel: ~0 CPU.
+
+Writes never end it: a file that cannot be written is named in one log line with the reason, the
+other files are still kept current, and the write is tried again at the next wake-up.
+
+Signals: SIGHUP probes again at once. SIGTERM and SIGINT end it at once: during a probe they
+interrupt it (every `finally` runs); during a write they are held until the write is whole, so no
+temporary file is left; a signal whose exception some code swallowed is still seen at the next
+step. Handlers only set flags and wake the sleep through signal.set_wakeup_fd.
 """
 
 from __future__ import annotations
@@ -17,110 +27,425 @@ import contextlib
 import datetime
 import os
 import select
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Final
 
 from cgpu.apis import API_ORDER
 
-POLL_S: Final = 2.0  # fingerprint check; also how soon a driver change is seen
+POLL_S: Final = 2.0  # fingerprint check; also how soon a driver change or a new spec dir is seen
 QUIET_S: Final = 0.2  # a burst of changes ends after this much calm ...
 BURST_S: Final = 1.0  # ... or after this long, whichever comes first
-DRIVER_VERSION: Final = "proc/driver/nvidia/version"
-_MAX_VERSION_BYTES: Final = 4096
+MIN_INTERVAL_S: Final = 1.0
+DRIVER_FILES: Final = ("/proc/driver/nvidia/version", "/sys/module/nvidia/version")
+NFD_RATE_S: Final = 1.0  # nfd-worker (>= v0.19) acts on at most one features.d event a second
 
 Probe = Callable[[], dict[str, Any]]
 Log = Callable[[str], None]
 
 
-def fingerprint(spec_dirs: Sequence[str], root: str) -> tuple[Any, ...]:
-    """What the answer depends on, cheaply: each spec dir's files with identity and times, and
-    the NVIDIA driver version text. Equal fingerprints mean nothing watched changed."""
-    dirs: list[Any] = []
-    for directory in spec_dirs:
-        try:
-            names = sorted(os.listdir(directory))
-        except OSError as exc:
-            dirs.append((directory, exc.errno))
-            continue
-        files: list[Any] = []
-        for name in names:
-            try:
-                info = os.stat(os.path.join(directory, name))
-            except OSError as exc:
-                files.append((name, exc.errno))
-                continue
-            files.append((name, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns))
-        dirs.append((directory, tuple(files)))
+def driver_fingerprint(root: str) -> tuple[Any, ...]:
+    """The NVIDIA driver version files under `root`, read as the probe reads them: links resolved
+    inside the root, a FIFO or device refused unopened, at most 64 KiB."""
+    from cgpu.backends.cdi.host import HostFS
+
+    host = HostFS(root)
+    return tuple(host.read_small(path) for path in DRIVER_FILES)
+
+
+def dir_fingerprint(directory: str) -> Any:
+    """A dir's listing with each file's identity and times (stat does not open, so a FIFO is harmless)."""
     try:
-        with open(os.path.join(root, DRIVER_VERSION), "rb") as handle:
-            driver: bytes | int | None = handle.read(_MAX_VERSION_BYTES)
-    except FileNotFoundError:
-        driver = None
+        names = sorted(os.listdir(directory))
     except OSError as exc:
-        driver = exc.errno
-    return tuple(dirs), driver
+        return exc.errno
+    files: list[Any] = []
+    for name in names:
+        try:
+            info = os.stat(os.path.join(directory, name))
+        except OSError as exc:
+            files.append((name, exc.errno))
+            continue
+        files.append((name, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns))
+    return tuple(files)
+
+
+def fingerprint(spec_dirs: Sequence[str], root: str) -> tuple[Any, ...]:
+    """Everything the answer depends on, cheaply: each spec dir's files and the driver version.
+    Equal fingerprints mean nothing watched changed."""
+    return tuple((directory, dir_fingerprint(directory)) for directory in spec_dirs), driver_fingerprint(root)
+
+
+def engine_spec_dirs(report: dict[str, Any], root: str) -> list[str]:
+    """The spec dirs the report's judging engine reads (its `engines` entry with `judged: true`),
+    else the CDI defaults; host paths, looked up under `root`."""
+    from cgpu.cdi.scan import DEFAULT_SPEC_DIRS
+    from cgpu.fleet.nfd import judging_engine
+
+    judge = judging_engine(report)
+    dirs = judge.get("spec_dirs") if judge is not None else None
+    if not isinstance(dirs, list) or not all(isinstance(d, str) for d in dirs):
+        dirs = list(DEFAULT_SPEC_DIRS)
+    if os.path.abspath(root) == os.path.abspath(os.sep):
+        return list(dirs)
+    return [os.path.join(os.path.abspath(root), d.lstrip("/")) for d in dirs]
+
+
+def _identity(directory: str) -> tuple[int, int] | None:
+    try:
+        info = os.stat(directory)
+    except OSError:
+        return None
+    return (info.st_dev, info.st_ino) if os.path.isdir(directory) else None
 
 
 class Wakeup:
-    """Sleeps until a spec dir changes (inotify) or the timeout passes."""
+    """Sleeps until a spec dir changes (inotify), a signal arrives (`signal_fd`) or the timeout passes,
+    and keeps each spec dir under inotify while it exists."""
 
-    def __init__(self, spec_dirs: Sequence[str]) -> None:
+    def __init__(self, spec_dirs: Sequence[str], root: str = "/", *, signal_fd: int | None = None) -> None:
+        self.spec_dirs = list(spec_dirs)
+        self.root = root
+        self._signal_fd = signal_fd
         self._inotify: Any = None
-        if not sys.platform.startswith("linux"):
-            return
-        try:
-            from inotify_simple import INotify, flags
-        except ImportError:  # not installed: polling alone
-            return
-        try:
-            inotify = INotify()
-        except OSError:  # out of inotify instances: polling alone
-            return
-        mask = (
-            flags.CREATE
-            | flags.DELETE
-            | flags.MODIFY
-            | flags.CLOSE_WRITE
-            | flags.MOVED_FROM
-            | flags.MOVED_TO
-            | flags.ATTRIB
-            | flags.DELETE_SELF
-            | flags.MOVE_SELF
-        )
-        for directory in spec_dirs:
-            with contextlib.suppress(OSError):  # missing now: the fingerprint sees it appear
-                inotify.add_watch(directory, mask)
-        self._inotify = inotify
+        self._mask = 0
+        self._watches: dict[str, int] = {}  # dir -> watch descriptor (two dirs of one inode share one)
+        self._identities: dict[str, tuple[int, int] | None] = {}
+        self._seen: Any = None
+        self.newly_watched: list[str] = []
+        if sys.platform.startswith("linux"):
+            try:
+                from inotify_simple import INotify, flags
+            except ImportError:  # not installed: polling alone
+                pass
+            else:
+                try:
+                    self._inotify = INotify()
+                except OSError:  # out of inotify instances: polling alone
+                    self._inotify = None
+                self._mask = (
+                    flags.CREATE
+                    | flags.DELETE
+                    | flags.MODIFY
+                    | flags.CLOSE_WRITE
+                    | flags.MOVED_FROM
+                    | flags.MOVED_TO
+                    | flags.ATTRIB
+                    | flags.DELETE_SELF
+                    | flags.MOVE_SELF
+                )
+        for directory in self.spec_dirs:
+            self._add(directory)
+        self.newly_watched.clear()
 
     @property
     def uses_inotify(self) -> bool:
         return self._inotify is not None
 
-    def wait(self, timeout: float) -> None:
-        """Return after `timeout` seconds, or once a burst of spec-dir events has calmed down."""
-        if self._inotify is None:
+    def watched(self) -> list[str]:
+        return [d for d in self.spec_dirs if d in self._watches]
+
+    def describe(self) -> str:
+        if not self.spec_dirs:
+            return "no spec dir"
+        if not self.uses_inotify:
+            return f"{', '.join(self.spec_dirs)} (polling every {POLL_S:g} s)"
+        parts = [
+            f"{d} (inotify)" if d in self._watches else f"{d} (not there yet: looked for every {POLL_S:g} s)"
+            for d in self.spec_dirs
+        ]
+        return ", ".join(parts)
+
+    def _add(self, directory: str) -> bool:
+        if self._inotify is None or directory in self._watches:
+            return False
+        identity = _identity(directory)
+        if identity is None:
+            return False
+        try:
+            descriptor = self._inotify.add_watch(directory, self._mask)
+        except OSError:  # gone again, or out of watches: polled
+            return False
+        self._watches[directory] = descriptor
+        self._identities[directory] = identity
+        self.newly_watched.append(directory)
+        return True
+
+    def set_spec_dirs(self, spec_dirs: Sequence[str]) -> bool:
+        """Watch these dirs from now on (the judging engine's, learned by the last probe); True
+        when they changed."""
+        if list(spec_dirs) == self.spec_dirs:
+            return False
+        self.spec_dirs = list(spec_dirs)
+        for directory in list(self._watches):
+            if directory not in self.spec_dirs:
+                self._drop(directory)
+        for directory in self.spec_dirs:
+            self._add(directory)
+        self.newly_watched.clear()
+        return True
+
+    def _drop(self, directory: str) -> None:
+        descriptor = self._watches.pop(directory, None)
+        self._identities.pop(directory, None)
+        if descriptor is not None and descriptor not in self._watches.values():
+            with contextlib.suppress(OSError):  # already gone with the dir
+                self._inotify.rm_watch(descriptor)
+
+    def snapshot(self) -> None:
+        """Remember the polled part of the inputs (before a probe: a change during it is seen next)."""
+        self._seen = self._polled()
+
+    def _polled(self) -> Any:
+        unwatched = [d for d in self.spec_dirs if d not in self._watches]
+        return tuple((d, dir_fingerprint(d)) for d in unwatched), driver_fingerprint(self.root)
+
+    def poll(self) -> bool:
+        """What inotify cannot see changed: the driver files, a dir appeared, replaced or went
+        away (which puts it under inotify, or takes it off), or, without inotify, a dir's files."""
+        changed = False
+        for directory in list(self._watches):
+            if _identity(directory) != self._identities.get(directory):  # replaced, or a link retargeted
+                self._drop(directory)
+                changed = True
+        for directory in self.spec_dirs:
+            changed |= self._add(directory)
+        now = self._polled()
+        if now != self._seen:
+            changed = True
+        return changed
+
+    def wait(self, timeout: float) -> bool:
+        """Sleep up to `timeout` seconds; True once a burst of spec-dir events has calmed down,
+        False on a timeout or a signal."""
+        fds = [fd for fd in (self._signal_fd, self._inotify.fileno() if self._inotify else None) if fd is not None]
+        if not fds:
             time.sleep(max(timeout, 0))
-            return
-        if not self._readable(timeout):
-            return
+            return False
+        if not self._ready(fds, timeout):
+            return False
+        if not self._events():
+            return False
         burst_ends = time.monotonic() + BURST_S
-        self._drain()
-        while time.monotonic() < burst_ends and self._readable(QUIET_S):
-            self._drain()
+        while time.monotonic() < burst_ends and self._ready(fds, QUIET_S):
+            if not self._events():
+                break
+        return True
+
+    def _ready(self, fds: list[int], timeout: float) -> bool:
+        ready, _, _ = select.select(fds, [], [], max(timeout, 0))
+        return bool(ready)
+
+    def _events(self) -> bool:
+        """Read what inotify has; False when a signal woke the sleep instead (its byte drained)."""
+        if self._signal_fd is not None:
+            woke = False
+            with contextlib.suppress(OSError):
+                while os.read(self._signal_fd, 512):
+                    woke = True
+            if woke:
+                return False
+        if self._inotify is None:
+            return False
+        from inotify_simple import flags
+
+        events = self._inotify.read(timeout=0)
+        for event in events:
+            if event.mask & (flags.IGNORED | flags.DELETE_SELF | flags.MOVE_SELF):
+                for directory in [d for d, wd in self._watches.items() if wd == event.wd]:
+                    self._drop(directory)  # the dir went away: looked for again at each poll
+        return bool(events)
 
     def close(self) -> None:
         if self._inotify is not None:
             self._inotify.close()
             self._inotify = None
 
-    def _readable(self, timeout: float) -> bool:
-        ready, _, _ = select.select([self._inotify.fileno()], [], [], max(timeout, 0))
-        return bool(ready)
 
-    def _drain(self) -> None:
-        self._inotify.read(timeout=0)
+# --- signals ----------------------------------------------------------------------------------
+
+
+class Control:
+    """SIGTERM, SIGINT and SIGHUP for one `watch` run (main thread only; elsewhere nothing is
+    installed and the caller's own handling stays)."""
+
+    def __init__(self, terminated: type[BaseException]) -> None:
+        self._terminated = terminated
+        self.stop: int | None = None
+        self.hup = False
+        self._holding = False
+        self.fd: int | None = None
+        self._write_fd: int | None = None
+        self._previous: dict[int, Any] = {}
+        self._previous_wakeup: int | None = None
+
+    def install(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        wanted = [signal.SIGTERM, signal.SIGINT]
+        if hasattr(signal, "SIGHUP"):
+            wanted.append(signal.SIGHUP)
+        if hasattr(os, "pipe") and os.name == "posix":
+            read_fd, write_fd = os.pipe()
+            os.set_blocking(read_fd, False)
+            os.set_blocking(write_fd, False)
+            self.fd, self._write_fd = read_fd, write_fd
+            self._previous_wakeup = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+        for signum in wanted:
+            self._previous[signum] = signal.signal(signum, self._handler)
+
+    def uninstall(self) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        self._previous.clear()
+        if self._write_fd is not None:
+            signal.set_wakeup_fd(self._previous_wakeup if self._previous_wakeup is not None else -1)
+            for fd in (self.fd, self._write_fd):
+                if fd is not None:
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
+            self.fd = self._write_fd = None
+
+    def _handler(self, signum: int, _frame: object) -> None:
+        if signum == getattr(signal, "SIGHUP", None):
+            self.hup = True
+            return
+        if self.stop is not None:
+            return  # the first one is being acted on: a second must not cut the clean-up short
+        self.stop = signum
+        if not self._holding:
+            raise self._exception()
+
+    def _exception(self) -> BaseException:
+        return self._terminated() if self.stop == signal.SIGTERM else KeyboardInterrupt()
+
+    def check(self) -> None:
+        """Raise for a stop signal that arrived (also one whose exception some code swallowed)."""
+        if self.stop is not None:
+            raise self._exception()
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """SIGTERM and SIGINT recorded, not raised, inside; acted on at the end."""
+        self._holding = True
+        try:
+            yield
+        finally:
+            self._holding = False
+        self.check()
+
+
+# --- the output files -----------------------------------------------------------------------------
+
+
+class Output:
+    __slots__ = ("failing", "kind", "path")
+
+    def __init__(self, kind: str, path: str) -> None:
+        self.kind, self.path = kind, path
+        self.failing: str | None = None  # why the last write failed; None when it succeeded
+
+
+class Publisher:
+    """Writes each output file atomically; a failed write is logged once (and again when the
+    reason changes), the others are still written, and `retry` writes the last answer again."""
+
+    def __init__(
+        self,
+        *,
+        answer_file: str | None,
+        nfd_file: str | None,
+        metrics_file: str | None = None,
+        expiry: float,
+        log: Log,
+    ) -> None:
+        self.outputs = [
+            Output(kind, path)
+            # the answer after the feature file (once it is there, the other was tried: a probe's
+            # whole round), the metrics last (they say how the others' writes went)
+            for kind, path in (("NFD feature", nfd_file), ("answer", answer_file), ("metrics", metrics_file))
+            if path
+        ]
+        self.expiry = expiry
+        self._log = log
+        self._last: tuple[dict[str, Any], float, float] | None = None
+        self._nfd_not_before = 0.0
+
+    def prepare(self) -> None:
+        """Remove what a killed run left, and make the private temporary dirs now: a dir created
+        in features.d is an event nfd-worker rate-limits together with the first write's."""
+        from cgpu.files import TEMP_DIR, remove_stale_temporaries, temp_dir
+
+        for output in self.outputs:
+            removed = remove_stale_temporaries(output.path)
+            if removed:
+                self._log(f"removed {removed} temporary file(s) a stopped run left for {output.path}")
+            directory = os.path.dirname(os.path.abspath(output.path))
+            existed = os.path.lexists(os.path.join(directory, TEMP_DIR))
+            with contextlib.suppress(OSError):  # reported by the write that needs it
+                temp_dir(directory)
+                if not existed and output.kind == "NFD feature":
+                    self._nfd_not_before = time.monotonic() + NFD_RATE_S
+
+    def settle(self) -> None:
+        """Once, right after the temporary dir was made in features.d: wait out nfd-worker's
+        rate limit, so that the first write's event is not the one it drops (interruptible)."""
+        wait = self._nfd_not_before - time.monotonic()
+        if wait > 0:
+            time.sleep(wait)
+        self._nfd_not_before = 0.0
+
+    @property
+    def failing(self) -> bool:
+        return any(output.failing for output in self.outputs)
+
+    def publish(self, report: dict[str, Any], *, finished_at: float, duration: float) -> None:
+        self._last = (report, finished_at, duration)
+        for output in self.outputs:
+            self._write(output, report, finished_at, duration)
+
+    def retry(self) -> None:
+        if self._last is not None:
+            report, finished_at, duration = self._last
+            for output in self.outputs:
+                if output.failing:
+                    self._write(output, report, finished_at, duration)
+
+    def _data(self, output: Output, report: dict[str, Any], finished_at: float, duration: float) -> bytes:
+        if output.kind == "answer":
+            from cgpu.report import to_json
+
+            return (to_json(report) + "\n").encode()
+        if output.kind == "NFD feature":
+            from cgpu.fleet.nfd import feature_file
+
+            expires = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=self.expiry)
+            return feature_file(report, expires=expires).encode()
+        from cgpu.fleet.metrics import metrics_text
+
+        writes = {o.kind: o.failing is None for o in self.outputs if o is not output}
+        return metrics_text(report, finished_at=finished_at, duration=duration, writes=writes).encode()
+
+    def _write(self, output: Output, report: dict[str, Any], finished_at: float, duration: float) -> None:
+        from cgpu.files import write_atomic, write_failure
+
+        try:
+            write_atomic(output.path, self._data(output, report, finished_at, duration))
+        except (OSError, ValueError) as exc:
+            why = write_failure(output.path, exc) if isinstance(exc, OSError) else str(exc)
+            if why != output.failing:
+                self._log(f"cannot write the {output.kind} file {output.path}: {why}; trying again at the next wake-up")
+            output.failing = why
+            return
+        if output.failing:
+            self._log(f"wrote the {output.kind} file {output.path} again")
+        output.failing = None
+
+
+# --- the loop -------------------------------------------------------------------------------------
 
 
 def summary(report: dict[str, Any]) -> tuple[tuple[str, str], ...]:
@@ -134,21 +459,6 @@ def describe(report: dict[str, Any]) -> str:
     return f"containers get: {provided}" + (f"; unknown: {', '.join(unknown)}" if unknown else "")
 
 
-def publish(report: dict[str, Any], *, answer_file: str | None, nfd_file: str | None, expiry: float) -> None:
-    """Write the answer file (the JSON report) and the NFD feature file, each atomically."""
-    from cgpu.files import write_atomic
-
-    if answer_file:
-        from cgpu.report import to_json
-
-        write_atomic(answer_file, (to_json(report) + "\n").encode())
-    if nfd_file:
-        from cgpu.fleet.nfd import feature_file
-
-        expires = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=expiry)
-        write_atomic(nfd_file, feature_file(report, expires=expires).encode())
-
-
 def watch(
     probe: Probe,
     *,
@@ -159,38 +469,94 @@ def watch(
     interval: float,
     expiry: float,
     log: Log,
+    metrics_file: str | None = None,
     rounds: int | None = None,
+    terminated: type[BaseException] = KeyboardInterrupt,
+    spec_dirs_of: Callable[[dict[str, Any]], list[str]] | None = None,
 ) -> None:
-    """Probe and publish, then again on every change and interval; runs until interrupted
-    (or for `rounds` probes, for tests). Ctrl-C and SIGTERM unwind through here: a file being
-    written is left as it was, its temporary file removed."""
-    wakeup = Wakeup(spec_dirs)
-    log(
-        f"watching {', '.join(spec_dirs) or 'no spec dir'} "
-        f"({'inotify' if wakeup.uses_inotify else f'polling every {POLL_S:g} s'}), "
-        f"the driver version under {root}, and every {interval:g} s"
-    )
-    last = None
+    """Probe and publish, then again on every change, SIGHUP and interval; runs until SIGTERM
+    (raises `terminated`) or SIGINT (KeyboardInterrupt), or for `rounds` probes (tests).
+    `spec_dirs_of`: the dirs to watch after each probe, from its report (the judging engine's
+    spec dirs when no --spec-dir was given); `spec_dirs` are watched until the first report."""
+    control = Control(terminated)
+    control.install()
+    wakeup: Wakeup | None = None
     try:
-        for _ in _probes(wakeup, spec_dirs, root, interval, rounds):
+        publisher = Publisher(
+            answer_file=answer_file, nfd_file=nfd_file, metrics_file=metrics_file, expiry=expiry, log=log
+        )
+        with control.held():
+            publisher.prepare()
+        wakeup = Wakeup(spec_dirs, root, signal_fd=control.fd)
+        log(f"watching {wakeup.describe()}, the driver version under {root}, and every {interval:g} s")
+        last = None
+        done = 0
+        while rounds is None or done < rounds:
+            control.hup = False
+            wakeup.snapshot()
+            started = time.monotonic()
             report = probe()
-            publish(report, answer_file=answer_file, nfd_file=nfd_file, expiry=expiry)
+            duration = time.monotonic() - started
+            control.check()
+            publisher.settle()
+            with control.held():
+                publisher.publish(report, finished_at=time.time(), duration=duration)
+            done += 1
+            _release_memory()
+            if spec_dirs_of is not None and wakeup.set_spec_dirs(spec_dirs_of(report)):
+                log(f"watching the judging engine's spec dirs: {wakeup.describe()}")
             if summary(report) != last:  # log changes of answer, not every refresh
                 last = summary(report)
                 log(describe(report))
-    finally:
-        wakeup.close()
-
-
-def _probes(wakeup: Wakeup, spec_dirs: Sequence[str], root: str, interval: float, rounds: int | None) -> Iterator[None]:
-    """Yields each time a probe is due."""
-    done = 0
-    while rounds is None or done < rounds:
-        seen = fingerprint(spec_dirs, root)  # before the probe: a change during it is seen next round
-        yield
-        done += 1
-        due = time.monotonic() + interval
-        while (now := time.monotonic()) < due:
-            wakeup.wait(min(POLL_S, due - now))
-            if fingerprint(spec_dirs, root) != seen:
+            if rounds is not None and done >= rounds:
                 break
+            _sleep(wakeup, control, publisher, interval, log)
+    finally:
+        if wakeup is not None:
+            wakeup.close()
+        control.uninstall()
+
+
+_trim: list[Any] = []
+
+
+def _release_memory() -> None:
+    """Hand what the probe freed back to the kernel (glibc keeps a freed heap for reuse): the
+    watch's resident size between probes is then that of what it keeps, not of the last probe's
+    peak. Elsewhere (musl, macOS, Windows) nothing is done."""
+    if not sys.platform.startswith("linux"):
+        return
+    import gc
+
+    gc.collect()
+    if not _trim:
+        try:
+            import ctypes
+
+            _trim.append(ctypes.CDLL(None).malloc_trim)
+        except (OSError, AttributeError):  # not glibc
+            _trim.append(None)
+    if _trim[0] is not None:
+        _trim[0](0)
+
+
+def _sleep(wakeup: Wakeup, control: Control, publisher: Publisher, interval: float, log: Log) -> None:
+    """Until a probe is due: a change, SIGHUP or the interval. Failed writes are retried at each wake-up."""
+    due = time.monotonic() + interval
+    while True:
+        if control.hup:
+            log("SIGHUP: probing again")
+            return
+        now = time.monotonic()
+        if now >= due:
+            return
+        changed = wakeup.wait(min(POLL_S, due - now))
+        control.check()
+        if changed or wakeup.poll():
+            for directory in wakeup.newly_watched:
+                log(f"{directory} is there now: watching it (inotify)")
+            wakeup.newly_watched.clear()
+            return
+        if publisher.failing:
+            with control.held():
+                publisher.retry()

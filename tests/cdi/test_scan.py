@@ -220,13 +220,21 @@ def test_parse_cache_reuses_unchanged_files_and_rereads_changed_ones(tmp_path, m
     assert len(calls) == 5
 
 
-def test_parse_cache_is_bounded(tmp_path, monkeypatch):
+def test_parse_cache_is_bounded_by_the_current_spec_dirs_not_by_history(tmp_path, monkeypatch):
     monkeypatch.setattr(scan_module, "PARSE_CACHE_SIZE", 3)
     etc = tmp_path / "etc"
     for index in range(5):
         write(etc, f"{index}.yaml", minimal(kind=f"example.com/k{index}"))
     assert len(scan_spec_dirs([str(etc)]).devices) == 5
-    assert len(scan_module._parse_cache) == 3
+    assert sorted(scan_module._parse_cache) == sorted(str(etc / f"{i}.yaml") for i in range(5))  # no thrashing
+    for churn in range(50):  # a spec per claim: each written, read, then removed
+        (etc / f"claim-{churn}.yaml").write_text(minimal(kind=f"example.com/c{churn}"))
+        scan_spec_dirs([str(etc)])
+        (etc / f"claim-{churn}.yaml").unlink()
+    for index in range(3):
+        (etc / f"{index}.yaml").unlink()
+    assert len(scan_spec_dirs([str(etc)]).devices) == 2
+    assert sorted(scan_module._parse_cache) == [str(etc / "3.yaml"), str(etc / "4.yaml")]
 
 
 # --- the reading parts of cdi.md §8 with the corpus's published shapes ----------------------------------

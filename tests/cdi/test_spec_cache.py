@@ -316,3 +316,15 @@ def test_the_spec_cache_is_told_its_dir_and_reads_no_other(tmp_path, cache_dir, 
     scan_spec_dirs([str(etc)])  # no cache dir: nothing kept, even with CGPU_CACHE_DIR set
     assert not cache_dir.exists()
     assert "cgpu.cache" not in Path(spec_cache.__file__).read_text()
+
+
+def test_a_node_with_more_specs_than_the_limit_keeps_all_of_its_own(tmp_path, cache_dir, monkeypatch):
+    monkeypatch.setattr(spec_cache, "MAX_ENTRIES", 5)
+    etc = tmp_path / "etc"
+    for index in range(12):
+        write(etc, f"claim-{index}.yaml", minimal(kind=f"example.com/c{index}"))
+    fresh_scan([etc])
+    assert len(entries(cache_dir)) == 12  # not trimmed to 5: the next process would parse 7 again
+    write(etc, "claim-new.yaml", minimal(kind="example.com/new"))
+    fresh_scan([etc])
+    assert len(entries(cache_dir)) == 13

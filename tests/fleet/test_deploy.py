@@ -15,7 +15,7 @@ from cgpu.fleet.nfd import NAMESPACE
 from tests.conftest import REPO
 
 DEPLOY = REPO / "deploy"
-MANIFESTS = sorted((DEPLOY / "kubernetes").glob("*.yaml"))
+MANIFESTS = sorted(p for p in (DEPLOY / "kubernetes").glob("*.yaml") if p.name != "kustomization.yaml")
 
 
 @pytest.mark.parametrize("path", MANIFESTS, ids=lambda p: p.name)
@@ -29,11 +29,32 @@ def _daemonset() -> dict:
     return yaml.safe_load((DEPLOY / "kubernetes" / "daemonset.yaml").read_text())
 
 
-def test_the_daemonset_runs_a_watch_cgpu_accepts():
+def test_the_daemonset_runs_a_watch_cgpu_accepts_judged_by_the_nodes_runtime():
     container = _daemonset()["spec"]["template"]["spec"]["containers"][0]
     args = _parser().parse_args(container["args"])
     assert args.command == "watch" and args.nfd_file.startswith("/etc/kubernetes/node-feature-discovery/features.d/")
-    assert args.root == "/host" and all(d.startswith("/host/") for d in args.spec_dirs)
+    assert args.root == "/host"
+    # the node's runtime judges, reading its own spec dirs under the root: neither is pinned here
+    assert args.spec_dirs is None and args.engine is None
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        command = container[probe]["exec"]["command"]
+        assert command[0] == "cgpu"
+        checked = _parser().parse_args(command[1:])
+        assert checked.check_age is not None and checked.answer_file == args.answer_file
+        assert checked.check_age >= 3 * args.interval  # rewritten at least once an interval
+
+
+def test_every_host_path_a_spec_may_name_is_visible_read_only():
+    pod = _daemonset()["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    host_volumes = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    root = mounts["/host"]
+    assert host_volumes[root["name"]] == "/" and root["readOnly"] is True
+    assert root["mountPropagation"] == "HostToContainer"  # a driver container's root, mounted later
+    for path in ("/host/dev", "/host/sys", "/host/proc/driver"):  # submounts: read-only on their own
+        assert mounts[path]["readOnly"] is True and host_volumes[mounts[path]["name"]] == path.removeprefix("/host")
+    assert "hostPath" not in next(v for v in pod["volumes"] if v["name"] == mounts["/host/proc"]["name"])
 
 
 def test_the_daemonset_writes_only_the_features_dir_and_keeps_no_privilege():
@@ -42,10 +63,42 @@ def test_the_daemonset_writes_only_the_features_dir_and_keeps_no_privilege():
     host_volumes = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
     writable = [m["name"] for m in container["volumeMounts"] if m["name"] in host_volumes and not m.get("readOnly")]
     assert writable == ["features"]
-    assert {"/etc/cdi", "/var/run/cdi", "/dev", "/proc/driver", "/sys/class/drm"} <= set(host_volumes.values())
     security = container["securityContext"]
     assert security["capabilities"]["drop"] == ["ALL"] and security["allowPrivilegeEscalation"] is False
     assert security["readOnlyRootFilesystem"] is True and not security.get("privileged")
+    assert security["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+
+
+def test_the_kustomize_base_renders_and_validates(tmp_path):
+    import shutil
+    import subprocess
+
+    kubernetes_validate = pytest.importorskip("kubernetes_validate", reason="kubernetes-validate is a dev dependency")
+    kubectl = shutil.which("kubectl")
+    kustomize = shutil.which("kustomize")
+    if kubectl is None and kustomize is None:
+        pytest.skip("neither kubectl (kubectl kustomize) nor kustomize is installed")
+    argv = [kubectl, "kustomize"] if kubectl else [str(kustomize), "build"]
+    rendered = subprocess.run(
+        [*argv, str(DEPLOY / "kubernetes")], capture_output=True, text=True, timeout=60, check=True
+    ).stdout
+    documents = list(yaml.safe_load_all(rendered))
+    assert [d["kind"] for d in documents] == ["DaemonSet"]
+    for document in documents:
+        kubernetes_validate.validate(document, kubernetes_validate.latest_version(), strict=True)
+    assert documents[0]["metadata"]["namespace"] == "node-feature-discovery"
+    assert documents[0]["spec"]["template"]["spec"]["containers"][0]["image"] == "localhost/cgpu:0.1.0"
+
+
+def test_the_image_is_built_from_the_lock_without_git_or_venv():
+    text = (DEPLOY / "Containerfile").read_text()
+    assert "uv.lock" in text and "--frozen" in text and "--require-hashes" in text
+    copied = [line.split()[1:-1] for line in text.splitlines() if line.startswith("COPY ") and "--from" not in line]
+    assert sorted(p for group in copied for p in group) == ["LICENSE", "README.md", "cgpu", "pyproject.toml", "uv.lock"]
+    for name in (".containerignore", ".dockerignore"):
+        ignored = (REPO / name).read_text().splitlines()
+        assert {".git", ".venv", "tests"} <= set(ignored)
 
 
 def test_the_example_pod_selects_a_label_cgpu_writes():
@@ -54,10 +107,139 @@ def test_the_example_pod_selects_a_label_cgpu_writes():
     assert key == f"{NAMESPACE}/vulkan" and value == "true"
 
 
-def test_the_systemd_unit_runs_a_watch_cgpu_accepts():
-    unit = configparser.ConfigParser(interpolation=None)
-    unit.read(DEPLOY / "systemd" / "cgpu-watch.service")
-    argv = shlex.split(unit["Service"]["ExecStart"])
+UNIT = DEPLOY / "systemd" / "cgpu-watch.service"
+
+
+def _unit() -> configparser.ConfigParser:
+    unit = configparser.ConfigParser(interpolation=None, strict=False)
+    unit.optionxform = str  # type: ignore[assignment,method-assign]
+    unit.read(UNIT)
+    return unit
+
+
+def test_the_systemd_unit_runs_a_watch_cgpu_accepts_from_a_path_it_can_reach():
+    service = _unit()["Service"]
+    argv = shlex.split(service["ExecStart"])
     args = _parser().parse_args(argv[1:])
     assert args.command == "watch" and args.answer_file.startswith("/run/cgpu/")
-    assert "143" in unit["Service"]["SuccessExitStatus"]
+    assert "143" in service["SuccessExitStatus"]
+    # a venv under /opt: Debian 12's pip refuses a system-wide install, and ProtectHome hides ~/.local
+    assert argv[0] == "/opt/cgpu/bin/cgpu" and service["ProtectHome"] == "yes"
+    assert "-HUP" in service["ExecReload"]
+    text = UNIT.read_text()
+    assert "python3 -m venv /opt/cgpu" in text  # the install the comment tells, for the path it runs
+    comment = text.split("[Unit]")[0]  # it writes no NFD file unless told how: the comment says so
+    assert "--nfd-file" in service["ExecStart"] or "add --nfd-file" in comment
+
+
+def test_systemd_analyze_security_rates_the_unit_safe(tmp_path):
+    import re
+    import shutil
+    import subprocess
+
+    analyze = shutil.which("systemd-analyze")
+    if analyze is None:
+        pytest.skip("systemd-analyze is not installed")
+    done = subprocess.run(
+        [analyze, "security", "--offline=yes", "--no-pager", str(UNIT)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    if "--offline" in done.stderr and done.returncode != 0:
+        pytest.skip(f"this systemd-analyze has no offline mode: {done.stderr.strip()}")
+    match = re.search(r"Overall exposure level for \S+: (\d+\.\d+)", done.stdout)
+    assert match, done.stdout + done.stderr
+    assert float(match.group(1)) <= 3.0, done.stdout
+
+
+# --- the DaemonSet's view of a node: the host's / at /host, judged by the node's runtime ---------
+
+
+def _daemonset_watch(host, out, *, rounds_env=None) -> tuple[dict, dict[str, str]]:
+    """Run the DaemonSet's own `cgpu watch` arguments against `host` (its /host) until the first
+    answer; the report and the labels nfd-worker would publish."""
+    import json
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from tests.fleet.test_nfd import read_features_dir
+
+    container = _daemonset()["spec"]["template"]["spec"]["containers"][0]
+    features = out / "features.d"
+    features.mkdir()
+    rewrite = {
+        "/host": str(host),
+        "/etc/kubernetes/node-feature-discovery/features.d": str(features),
+        "/run/cgpu": str(out),
+    }
+    args = []
+    for arg in container["args"]:
+        for old, new in rewrite.items():
+            arg = arg.replace(f"={old}", f"={new}")
+        args.append(arg)
+    env = {**os.environ, "CGPU_CACHE_DIR": str(out / "cache")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cgpu", *args], cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    answer = out / "answer.json"
+    try:
+        deadline = time.monotonic() + 120
+        while not (answer.exists() and (features / "cgpu").exists()):
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=10)
+    return json.loads(answer.read_text()), read_features_dir(features)
+
+
+def _nvidia_node(tmp_path, files: dict[str, bytes | str]):
+    import shutil
+
+    from tests.cdi_backend import engine_files as ef
+
+    host = tmp_path / "host"
+    shutil.copytree(REPO / "cdi-samples" / "hosts" / "nvidia-580", host, symlinks=True)
+    spec = (REPO / "cdi-samples" / "nvidia-current" / "spec" / "nvidia.yaml").read_text()  # cdiVersion 0.7.0
+    return ef.node(host, {"/etc/cdi/nvidia.yaml": spec, **files})
+
+
+def test_the_daemonset_sees_cuda_vulkan_opencl_where_the_nodes_runtime_reads_the_spec(tmp_path):
+    from tests.cdi_backend import engine_files as ef
+
+    host = _nvidia_node(tmp_path, {"/usr/bin/containerd": ef.upstream_containerd("v2.1.4", "v1.0.1")})
+    (tmp_path / "out").mkdir()
+    report, labels = _daemonset_watch(host, tmp_path / "out")
+    assert report["containers"] == ["cuda", "vulkan", "opencl"]
+    assert labels[f"{NAMESPACE}/cuda"] == labels[f"{NAMESPACE}/vulkan"] == labels[f"{NAMESPACE}/opencl"] == "true"
+    assert labels[f"{NAMESPACE}/engine"] == "containerd" and labels[f"{NAMESPACE}/engine-version"] == "2.1.4"
+    assert labels[f"{NAMESPACE}/devices"] == "1" and f"{NAMESPACE}/problem" not in labels
+
+
+@pytest.mark.parametrize(
+    ("binary", "config", "problem", "reason"),
+    [
+        # containerd 1.7.15 vendors CDI v0.6.2: cdiVersion 0.7.0 is above what it reads
+        (("v1.7.15", "v0.6.2"), '[plugins."io.containerd.grpc.v1.cri"]\nenable_cdi = true\n', "spec-too-new",
+         "ignores its spec"),
+        # containerd 1.7 with CDI switched off in its config: no CDI device at all
+        (("v1.7.24", "v0.8.1"), '[plugins."io.containerd.grpc.v1.cri"]\nenable_cdi = false\n', "cdi-off",
+         "CDI switched off"),
+    ],
+)  # fmt: skip
+def test_the_daemonset_sees_nothing_with_the_reason_where_the_runtime_does_not_read_it(
+    tmp_path, binary, config, problem, reason
+):
+    from tests.cdi_backend import engine_files as ef
+
+    host = _nvidia_node(
+        tmp_path, {"/usr/bin/containerd": ef.upstream_containerd(*binary), "/etc/containerd/config.toml": config}
+    )
+    (tmp_path / "out").mkdir()
+    report, labels = _daemonset_watch(host, tmp_path / "out")
+    assert report["containers"] == []
+    texts = [d.get("reason", "") for d in report["devices"]] + [p["message"] for p in report["problems"]]
+    assert any(reason in text for text in texts), texts
+    assert not [k for k, v in labels.items() if v == "true" and k.split("/")[1] in ("cuda", "vulkan", "opencl")]
+    assert labels[f"{NAMESPACE}/problem"] == problem and labels[f"{NAMESPACE}/engine"] == "containerd"

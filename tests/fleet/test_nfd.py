@@ -93,6 +93,7 @@ def test_provided_apis_are_true_unknown_are_unknown_absent_have_no_label(tmp_pat
         f"{NS}/backend": "cdi",
         f"{NS}/version": report["cgpu_version"],
         f"{NS}/format": "2",
+        f"{NS}/devices": "0",
     }
 
 
@@ -127,10 +128,78 @@ def test_the_temporary_file_is_hidden_so_nfd_never_reads_a_partial_file(tmp_path
     with pytest.raises(OSError):
         _write(tmp_path, _report(provided=["vulkan"]), expires=NOW + datetime.timedelta(minutes=5))
     assert (tmp_path / "cgpu").read_bytes() == before
-    assert os.listdir(tmp_path) == ["cgpu"]
+    assert sorted(os.listdir(tmp_path)) == [".cgpu-tmp", "cgpu"]  # the private dir the temporary files go to
+    assert os.listdir(tmp_path / ".cgpu-tmp") == []
 
 
 @given(st.text(max_size=200))
 def test_any_version_text_becomes_a_valid_label_value(text):
     value = label_value(text)
     assert value == "" or (len(value) <= 63 and _NAME.match(value))
+
+
+# --- the labels an operator needs: devices, a blocking problem, the judging engine ---------------
+
+SAMPLES = Path(__file__).resolve().parents[2] / "cdi-samples"
+
+
+def _probed(spec: str, host: str) -> dict:
+    from cgpu.backends import cdi as cdi_backend
+
+    builder = ReportBuilder("cdi")
+    dirs = [str(SAMPLES / spec / "spec")]
+    cdi_backend.probe(builder, spec_dirs=dirs, root=str(SAMPLES / "hosts" / host), engine="none")
+    report = builder.build()
+    validate_report(report)
+    return report
+
+
+def test_the_device_count_is_distinct_devices_not_alias_names():
+    one = labels(_probed("nvidia-current", "nvidia-580"))  # gpu=0, its UUID and `all`: one GPU
+    assert one[f"{NS}/devices"] == "1" and one[f"{NS}/cuda"] == "true"
+    eight = labels(_probed("nvidia-8gpu-mig", "nvidia-580"))  # GPUs 4-7 and 8 MIG instances, each by 2 names
+    assert eight[f"{NS}/devices"] == "12"
+    assert f"{NS}/problem" not in eight
+
+
+def test_a_stale_spec_is_a_problem_label_naming_it_unlike_a_node_without_gpu(tmp_path):
+    stale = labels(_probed("nvidia-current", "nvidia-575"))  # spec for 580, host driver 575
+    assert stale[f"{NS}/problem"] == "stale-spec" and stale[f"{NS}/devices"] == "0"
+    empty = tmp_path / "spec"
+    empty.mkdir()
+    builder = ReportBuilder("cdi")
+    from cgpu.backends import cdi as cdi_backend
+
+    cdi_backend.probe(builder, spec_dirs=[str(empty)], root=str(SAMPLES / "hosts" / "nvidia-580"), engine="none")
+    none = labels(builder.build())
+    assert f"{NS}/problem" not in none and none[f"{NS}/devices"] == "0"
+    assert {k: v for k, v in stale.items() if k != f"{NS}/problem"} == none  # the label is what tells them apart
+    for key, value in stale.items():
+        assert kubernetes_label_ok(key, value)
+
+
+def _engine(name: str, version: str, *, judged: bool, max_cdi: str | None, enabled: bool | None = True) -> dict:
+    return {
+        "name": name, "version": version, "cdi_library": "v0.6.2", "max_cdi_version": max_cdi,
+        "cdi_enabled": enabled, "spec_dirs": ["/etc/cdi", "/var/run/cdi"], "learned_from": "build info",
+        "sources": ["/usr/bin/containerd"], "judged": judged, "containers": [],
+    }  # fmt: skip
+
+
+def test_the_judging_engine_and_its_spec_ceiling_are_labels():
+    report = _probed("nvidia-current", "nvidia-580")
+    report["engines"] = [
+        _engine("docker", "28.5.1", judged=False, max_cdi="1.0.0"),
+        _engine("containerd", "1.7.24+ds1-1", judged=True, max_cdi="0.8.0"),
+    ]
+    got = labels(report)
+    assert got[f"{NS}/engine"] == "containerd" and got[f"{NS}/engine-version"] == "1.7.24_ds1-1"
+    assert got[f"{NS}/engine-max-cdi"] == "0.8.0"
+    report["engines"][1] = _engine("containerd", "1.7.24", judged=True, max_cdi="0.8.0", enabled=False)
+    report["containers"] = []
+    off = labels(report)
+    assert off[f"{NS}/engine-max-cdi"] == "off" and off[f"{NS}/problem"] == "cdi-off"
+    for key, value in {**got, **off}.items():
+        assert kubernetes_label_ok(key, value), (key, value)
+    del report["engines"]
+    assert not [k for k in labels(report) if "/engine" in k]  # a report without the field: no guess

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from cgpu.files import TEMP_DIR
 from cgpu.fleet import watch as watch_module
 from tests.conftest import REPO, validate_report
 
@@ -93,7 +94,10 @@ class Watcher:
         return self.proc.returncode, time.monotonic() - sent, err
 
     def leftovers(self) -> list[str]:
-        return [name for name in os.listdir(self.out) if name.startswith(".")]
+        """Temporary files: hidden ones beside the outputs, and any in the private temporary dir."""
+        hidden = [name for name in os.listdir(self.out) if name.startswith(".") and name != TEMP_DIR]
+        private = self.out / TEMP_DIR
+        return hidden + (os.listdir(private) if private.is_dir() else [])
 
 
 @pytest.fixture
@@ -249,6 +253,93 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+@pytest.mark.parametrize(
+    ("options", "reason"),
+    [
+        (["--interval", "0.01"], "--interval 0.01 is under 1 second"),
+        (["--interval", "60", "--expiry", "30"], "--expiry 30 is shorter than --interval 60"),
+        (["--expiry", "100"], "--expiry 100 is shorter than --interval 300"),
+    ],
+)
+def test_options_that_make_no_sense_are_refused_with_the_reason(run_cli, tmp_path, options, reason):
+    code, _, err = run_cli("watch", "--spec-dir", str(tmp_path), "--answer-file", str(tmp_path / "a.json"), *options)
+    assert code == 2 and reason in err, err
+    assert not (tmp_path / "a.json").exists()
+
+
+def test_a_spec_dir_created_after_start_up_is_put_under_inotify(tmp_path):
+    pytest.importorskip("inotify_simple", reason="inotify_simple is a Linux dependency")
+    later = tmp_path / "later"
+    wakeup = watch_module.Wakeup([str(later)], str(tmp_path))
+    try:
+        assert wakeup.uses_inotify and wakeup.watched() == []
+        assert "not there yet" in wakeup.describe()
+        wakeup.snapshot()
+        assert not wakeup.poll()
+        later.mkdir()
+        assert wakeup.poll() and wakeup.watched() == [str(later)]  # a change, and watched from now on
+        assert wakeup.newly_watched == [str(later)] and "(inotify)" in wakeup.describe()
+        (later / "nvidia.yaml").write_text("# new\n")
+        assert wakeup.wait(5)  # an inotify event, not a poll
+        later.rename(tmp_path / "gone")  # moved away: off inotify, looked for again
+        wakeup.wait(5)
+        assert wakeup.watched() == []
+        later.mkdir()
+        assert wakeup.poll() and wakeup.watched() == [str(later)]
+    finally:
+        wakeup.close()
+
+
+def test_the_log_says_when_a_spec_dir_appears_and_its_changes_reach_the_answer(node, tmp_path):
+    _, host, out = node
+    later = tmp_path / "later"
+    answer = out / "answer.json"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cgpu", "watch", "--spec-dir", str(later), "--root", str(host), "--engine", "none",
+         "--answer-file", str(answer), "--interval", "120"],
+        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not answer.exists():
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.02)
+        later.mkdir()
+        shutil.copy(SPEC, later / "nvidia.yaml")
+        while json.loads(answer.read_text())["containers"] != ["cuda", "vulkan", "opencl"]:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=10)
+    assert f"{later} (not there yet" in err and f"{later} is there now: watching it (inotify)" in err, err
+
+
+def test_without_spec_dirs_watch_follows_the_judging_engines_dirs_under_the_root(tmp_path):
+    pytest.importorskip("inotify_simple", reason="inotify_simple is a Linux dependency")
+    report = {"engines": [{"name": "containerd", "judged": True, "spec_dirs": ["/etc/cdi", "/opt/cdi"]}]}
+    assert watch_module.engine_spec_dirs(report, str(tmp_path)) == [
+        str(tmp_path / "etc/cdi"),
+        str(tmp_path / "opt/cdi"),
+    ]
+    assert watch_module.engine_spec_dirs({}, str(tmp_path)) == [
+        str(tmp_path / "etc/cdi"),
+        str(tmp_path / "var/run/cdi"),
+    ]
+    assert watch_module.engine_spec_dirs({}, "/") == ["/etc/cdi", "/var/run/cdi"]
+    (tmp_path / "etc/cdi").mkdir(parents=True)
+    (tmp_path / "opt/cdi").mkdir(parents=True)
+    wakeup = watch_module.Wakeup(watch_module.engine_spec_dirs({}, str(tmp_path)), str(tmp_path))
+    try:
+        assert wakeup.watched() == [str(tmp_path / "etc/cdi")]
+        assert wakeup.set_spec_dirs(watch_module.engine_spec_dirs(report, str(tmp_path)))
+        assert wakeup.watched() == [str(tmp_path / "etc/cdi"), str(tmp_path / "opt/cdi")]
+        (tmp_path / "opt/cdi/dra.yaml").write_text("# a claim\n")
+        assert wakeup.wait(5)
+    finally:
+        wakeup.close()
+
+
 def test_under_root_without_spec_dir_the_nodes_engine_dirs_are_watched(node, tmp_path):
     """The node's engine reads its spec dirs inside the root: a spec added there reaches the answer."""
     from tests.cdi_backend.engine_files import upstream_containerd
@@ -287,3 +378,59 @@ def test_under_root_without_spec_dir_the_nodes_engine_dirs_are_watched(node, tmp
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=10)
+
+
+def test_a_write_that_fails_never_ends_watch_and_is_retried_at_the_next_wake_up(node, tmp_path):
+    etc, host, out = node
+    features = tmp_path / "features.d"  # missing at start, as before NFD made it
+    answer = out / "answer.json"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cgpu", "watch", "--spec-dir", str(etc), "--root", str(host), "--engine", "none",
+         "--answer-file", str(answer), "--nfd-file", str(features / "cgpu"), "--interval", "120"],
+        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not answer.exists():  # the other file is written
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.02)
+        features.mkdir()
+        made = time.monotonic()
+        while not (features / "cgpu").exists():  # no spec change: the retry at the next wake-up writes it
+            assert proc.poll() is None, proc.communicate()[1]
+            assert time.monotonic() - made < watch_module.POLL_S + 30
+            time.sleep(0.02)
+        shutil.rmtree(features)  # removed under it: the next write fails, watch goes on
+        shutil.copy(SPEC, etc / "nvidia.yaml")
+        while json.loads(answer.read_text())["containers"] != ["cuda", "vulkan", "opencl"]:
+            assert proc.poll() is None and time.monotonic() < deadline + 60
+            time.sleep(0.05)
+        assert proc.poll() is None
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=10)
+    failures = [line for line in err.splitlines() if "cannot write the NFD feature file" in line]
+    assert len(failures) == 2, err  # once at start, once after the removal: not at every retry
+    assert all(f"its directory {features} does not exist" in line for line in failures)
+    assert f"wrote the NFD feature file {features / 'cgpu'} again" in err
+    assert "Traceback" not in err and ".tmp" not in err
+
+
+def test_two_spec_dirs_that_are_one_dir_are_watched_once_and_do_not_wake_it(tmp_path):
+    pytest.importorskip("inotify_simple", reason="inotify_simple is a Linux dependency")
+    (tmp_path / "run/cdi").mkdir(parents=True)
+    (tmp_path / "var").mkdir()
+    (tmp_path / "var/run").symlink_to(tmp_path / "run")  # /var/run -> /run, as on most hosts
+    dirs = [str(tmp_path / "var/run/cdi"), str(tmp_path / "run/cdi")]
+    wakeup = watch_module.Wakeup(dirs, str(tmp_path))
+    try:
+        assert wakeup.watched() == dirs
+        wakeup.snapshot()
+        assert not wakeup.poll() and not wakeup.poll()  # no change: no probe every poll
+        (tmp_path / "run/cdi/a.yaml").write_text("# a\n")
+        assert wakeup.wait(5)
+        assert wakeup.set_spec_dirs(dirs[1:]) and wakeup.watched() == dirs[1:]
+        (tmp_path / "run/cdi/b.yaml").write_text("# b\n")
+        assert wakeup.wait(5)  # the shared watch stayed for the dir still wanted
+    finally:
+        wakeup.close()

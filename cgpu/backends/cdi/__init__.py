@@ -172,7 +172,11 @@ def _answer(
         scan = scan_spec_dirs(dirs, max_version=max_version, engine_label=label, cache_dir=default_cache_dir())
         if not quiet:
             _spec_dir_hints(report, dirs)
-    answers = answer_scan(report, scan, HostFS(root), devices=devices, dirs=dirs, engine_label=label)
+    host = HostFS(root)
+    answers = answer_scan(report, scan, host, devices=devices, dirs=dirs, engine_label=label)
+    if not quiet:
+        for path, why in host.refused_files():
+            report.problem("warning", host.display(path), f"this host file {why}; cgpu did not open it")
     return answers, [api for api in APIS if report.state(api) == "provided"]
 
 
@@ -706,13 +710,13 @@ def _stale(answers: list[DeviceAnswer], host: HostFS) -> tuple[str, str, str, li
 _RISKY: dict[int, tuple[ContainerEdits, list[str]]] = {}
 
 
-def _risky(edits: ContainerEdits) -> list[str]:
-    """`risky_edits`, remembered per parsed edits object (the reader reuses them while files are unchanged)."""
+def _risky(edits: ContainerEdits, used: dict[int, tuple[ContainerEdits, list[str]]]) -> list[str]:
+    """`risky_edits`, remembered per parsed edits object (the reader reuses them while files are
+    unchanged); `used` collects this probe's, which are all that is kept afterwards."""
     known = _RISKY.get(id(edits))
     if known is None or known[0] is not edits:
-        if len(_RISKY) > 4096:
-            _RISKY.clear()
-        known = _RISKY[id(edits)] = (edits, risky_edits(edits))
+        known = (edits, risky_edits(edits))
+    used[id(edits)] = known
     return known[1]
 
 
@@ -720,10 +724,20 @@ def _report_problems(report: ReportBuilder, answers: list[DeviceAnswer], host: H
     by_spec: dict[str, list[DeviceAnswer]] = {}
     for answer in answers:
         by_spec.setdefault(answer.device.spec.path, []).append(answer)
+    used: dict[int, tuple[ContainerEdits, list[str]]] = {}
+    risky = {
+        spec_path: [
+            *_risky(group[0].device.spec.edits, used),
+            *(m for a in group for m in _risky(a.device.device.edits, used)),
+        ]
+        for spec_path, group in by_spec.items()
+    }
+    _RISKY.clear()  # bounded by the specs read now, not by every spec seen since start-up
+    _RISKY.update(used)
     for spec_path, group in by_spec.items():
         spec = group[0].device.spec
         seen: set[str] = set()
-        for message in [*_risky(spec.edits), *(m for a in group for m in _risky(a.device.device.edits))]:
+        for message in risky[spec_path]:
             if message not in seen:
                 seen.add(message)
                 report.problem("warning", spec_path, message)

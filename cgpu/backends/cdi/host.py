@@ -15,9 +15,10 @@ import stat
 from collections.abc import Callable
 from typing import Any
 
-from cgpu.files import open_regular
+from cgpu.files import NotRegularFileError, open_regular
 
 MAX_SYMLINKS = 40
+_NOT_REGULAR = ", not a regular file"
 MAX_SMALL_FILE = 64 * 1024  # ICD manifests, .icd files, sysfs values: anything larger is not one
 
 _NVRM_VERSION = re.compile(r"Kernel Module(?: for \S+)?\s+(\d+\.\d+(?:\.\d+)?)")
@@ -58,15 +59,25 @@ def _sorted_listing(path: str) -> list[str]:
         return []
 
 
-def _small_text(path: str) -> tuple[str | None, str | None]:
+def _small_text(path: str, follow_links: bool = True) -> tuple[str | None, str | None]:
     try:
-        with open_regular(path) as handle:  # a FIFO or device here would hang or act: never read one
+        # a FIFO or device here would hang or act: never opened, never read
+        with open_regular(path, follow_links=follow_links) as handle:
             data = handle.read(MAX_SMALL_FILE + 1)
+    except NotRegularFileError as exc:
+        what = (exc.strerror or "").removeprefix("not a regular file (").removesuffix(")")
+        return None, f"is {what}{_NOT_REGULAR}"
     except _NO_SUCH_PATH as exc:
         return None, f"cannot be read ({getattr(exc, 'strerror', None) or exc})"
     if len(data) > MAX_SMALL_FILE:
         return None, f"is larger than {MAX_SMALL_FILE} bytes"
     return data.decode("utf-8", errors="replace"), None
+
+
+def _small_text_inside(path: str) -> tuple[str | None, str | None]:
+    """`_small_text` of a path whose links were resolved inside the root: a link there now was
+    swapped in since, and is not followed out of it."""
+    return _small_text(path, follow_links=False)
 
 
 Read = Callable[[str], Any]
@@ -148,6 +159,15 @@ class HostFS:
         """(text, None) or (None, why not): a small text file, decoded leniently."""
         return self._ask("read_small", path)
 
+    def refused_files(self) -> list[tuple[str, str]]:
+        """(path, why) for each host file this probe wanted to read that is a FIFO, socket,
+        device or directory: not opened (it could block or act), and a sign of an odd host."""
+        found = []
+        for (query, arg), answer in list(self._memo.items()):
+            if query == "read_small" and answer[0] is None and answer[1].endswith(_NOT_REGULAR):
+                found.append((arg, answer[1]))
+        return found
+
     def read_json(self, path: str) -> tuple[Any, str | None]:
         text, why = self.read_small(path)
         if text is None:
@@ -215,7 +235,7 @@ class HostFS:
         real = self.resolve(path)
         if real is None:
             return None, "does not exist"
-        return self._read(_small_text, real)
+        return self._read(_small_text if self._plain else _small_text_inside, real)
 
     def nvidia_driver_version(self) -> tuple[str | None, str | None]:
         """The running NVIDIA kernel driver version and the file it was read from."""

@@ -1,0 +1,85 @@
+"""A long-running watch on a node where a DRA driver writes a spec per claim: what the process
+keeps is bounded by the spec dirs' current files, not by every spec seen since start-up, and a
+dir with more specs than any fixed limit does not thrash the caches (each file parsed once)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from cgpu.backends import cdi as cdi_backend
+from cgpu.cdi import parse
+from cgpu.cdi import scan as scan_module
+from cgpu.report import ReportBuilder
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux paths and /proc")
+
+HOST = REPO / "cdi-samples" / "hosts" / "nvidia-580"
+CLAIM = """cdiVersion: 0.6.0
+kind: k8s.gpu.nvidia.com/claim
+devices:
+  - name: {uid}
+    containerEdits:
+      env: [CLAIM_UID={uid}]
+      deviceNodes: [{{path: /dev/nvidia0}}]
+containerEdits:
+  deviceNodes: [{{path: /dev/nvidiactl}}, {{path: /dev/nvidia-uvm}}]
+"""
+
+
+def _probe(specs: Path, cache: Path) -> dict:
+    builder = ReportBuilder("cdi")
+    cdi_backend.probe(builder, spec_dirs=[str(specs)], root=str(HOST), engine="none")
+    return builder.build()
+
+
+def _rss_kib() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def test_500_claim_specs_come_and_go_and_nothing_of_them_is_kept(tmp_path, monkeypatch):
+    monkeypatch.setenv("CGPU_CACHE_DIR", str(tmp_path / "cache"))
+    specs = tmp_path / "cdi"
+    specs.mkdir()
+    live = 5
+    rss: dict[int, int] = {}
+    for index in range(500):
+        (specs / f"claim-{index}.yaml").write_text(CLAIM.format(uid=f"uid-{index:05d}"))
+        if index >= live:
+            (specs / f"claim-{index - live}.yaml").unlink()
+        report = _probe(specs, tmp_path)
+        assert len(report["devices"]) == min(index + 1, live)
+        if index + 1 in (100, 500):
+            rss[index + 1] = _rss_kib()
+    assert len(scan_module._parse_cache) == live
+    assert len(cdi_backend._RISKY) <= 2 * live  # a spec's edits and its device's edits
+    assert len(cdi_backend._REMEMBERED) == 1
+    # 400 more claims seen, none kept: the process does not grow with history (allocator noise only)
+    assert rss[500] - rss[100] < 4096, rss
+
+
+def test_more_specs_than_the_caches_old_limits_are_each_parsed_once(tmp_path, monkeypatch):
+    monkeypatch.setenv("CGPU_CACHE_DIR", str(tmp_path / "cache"))
+    specs = tmp_path / "cdi"
+    specs.mkdir()
+    count = scan_module.PARSE_CACHE_SIZE * 3
+    for index in range(count):
+        (specs / f"claim-{index:04d}.yaml").write_text(CLAIM.format(uid=f"uid-{index:05d}"))
+    parses: list[str] = []
+    real = parse.parse_spec
+
+    def counting(data, *, path, **kwargs):
+        parses.append(path)
+        return real(data, path=path, **kwargs)
+
+    monkeypatch.setattr(scan_module, "parse_spec", counting)
+    scan_module.clear_parse_cache()
+    for _ in range(3):
+        assert len(_probe(specs, tmp_path)["devices"]) == count
+    assert len(parses) == count  # the first probe parsed each file; the others read none again
