@@ -52,11 +52,12 @@ def parse_toml(text: str) -> dict[str, Any]:
     else:  # the same parser, from PyPI
         import tomli as toml  # type: ignore[import-not-found,unused-ignore]
     try:
-        return toml.loads(text)
+        data: dict[str, Any] = toml.loads(text)
     except RecursionError:
         raise CgpuValueError("nested too deeply") from None
     except toml.TOMLDecodeError as exc:
         raise CgpuValueError(str(exc)) from None
+    return data
 
 
 def _string_list(value: Any) -> list[str] | None:

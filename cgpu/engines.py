@@ -571,7 +571,7 @@ def _open_podman(timeout: float, progress: Callable[[str], None]) -> PodmanEngin
             url = service.url
     try:
         client = podman.PodmanClient(base_url=url, timeout=timeout)
-        version = str(client.version().get("Version", "unknown"))
+        version = str(client.version().get("Version", "unknown"))  # type: ignore[no-untyped-call]  # podman-py
     except BaseException as exc:  # podman-py: APIError, requests errors, ValueError for bad URLs; Ctrl-C
         if service is not None:
             service.stop()

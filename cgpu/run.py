@@ -99,7 +99,7 @@ def run(
     return Completed(argv, proc.returncode, stdout.data(), stderr.data())
 
 
-def _spawn(argv: list[str], **options: Any) -> subprocess.Popen:
+def _spawn(argv: list[str], **options: Any) -> subprocess.Popen[bytes]:
     """Start argv in a process group of its own, its stdout a pipe; CommandError when it cannot."""
     try:
         return subprocess.Popen(argv, stdout=subprocess.PIPE, **options, **_new_group())
@@ -111,7 +111,7 @@ def _spawn(argv: list[str], **options: Any) -> subprocess.Popen:
         raise CommandError(argv, f"could not start: {exc.strerror or exc}") from exc
 
 
-def _wait(proc: subprocess.Popen, workers: list[threading.Thread], deadline: float) -> bool:
+def _wait(proc: subprocess.Popen[bytes], workers: list[threading.Thread], deadline: float) -> bool:
     """Whether the command exited and its pipes closed before the deadline."""
     try:
         proc.wait(max(0.0, deadline - time.monotonic()))
@@ -165,13 +165,13 @@ def _start(target: Callable[..., None], *args: object) -> threading.Thread:
     return thread
 
 
-def _new_group() -> dict:
+def _new_group() -> dict[str, Any]:
     if sys.platform == "win32":
         return {"creationflags": subprocess.CREATE_NEW_PROCESS_GROUP}
     return {"start_new_session": True}
 
 
-def kill_group(proc: subprocess.Popen) -> None:
+def kill_group(proc: subprocess.Popen[bytes]) -> None:
     """Kill a process started in a group of its own and everything in that group, then collect
     it; one stuck in the kernel (state D) is not waited on for ever."""
     try:
@@ -215,7 +215,7 @@ class Helper:
         self.argv = [os.fspath(a) for a in argv]
         self._stop_grace = stop_grace
         self._ask_to_stop = ask_to_stop
-        self._proc: subprocess.Popen | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
         self._stopped = False
         self._reader: threading.Thread | None = None
         self._output = bytearray()
@@ -304,7 +304,7 @@ class Helper:
             self._reader.join(1)
 
 
-def _terminate_group(proc: subprocess.Popen) -> None:
+def _terminate_group(proc: subprocess.Popen[bytes]) -> None:
     try:
         if sys.platform == "win32":
             proc.terminate()

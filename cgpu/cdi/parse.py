@@ -167,7 +167,8 @@ def _format_float32(value: float) -> str:
 
 
 def _line(node: Any) -> int:
-    return node.start_mark.line + 1
+    line: int = node.start_mark.line
+    return line + 1
 
 
 def _describe(value: Any) -> str:
@@ -339,13 +340,14 @@ def _plain_tags(base: type) -> type:
     resolve_plain; quoted and block scalars are strings."""
     import yaml
 
-    class Loader(base):
+    class Loader(base):  # type: ignore[misc]  # a loader class chosen at run time (C or pure Python)
         def resolve(self, kind: Any, value: Any, implicit: Any) -> str:
             if kind is yaml.ScalarNode and implicit[0]:
                 return _PLAIN
             if kind is yaml.ScalarNode:
                 return _STR_TAG
-            return super().resolve(kind, value, implicit)
+            tag: str = super().resolve(kind, value, implicit)
+            return tag
 
     return Loader
 
@@ -455,7 +457,7 @@ def _goyaml_loader_class() -> type:
             length = 0
             while self.peek(length) in _DIRECTIVE_NAME:
                 length += 1
-            name = self.prefix(length)
+            name: str = self.prefix(length)
             self.forward(length)
             if not name:
                 problem = "could not find expected directive name"

@@ -139,7 +139,7 @@ class Facts:
                 text = self.tree.read(path).decode("utf-8", "replace")
             except ImageReadError:
                 continue
-            fields = dict(re.findall(r'^([A-Z_]+)="?([^"\n]*)"?$', text, re.M))
+            fields: dict[str, str] = dict(re.findall(r'^([A-Z_]+)="?([^"\n]*)"?$', text, re.M))
             return fields.get("PRETTY_NAME") or fields.get("NAME", "")
         return ""
 

@@ -13,7 +13,7 @@ import posixpath
 import re
 import stat
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from cgpu.files import NotRegularFileError, open_regular
 
@@ -81,6 +81,7 @@ def _small_text_inside(path: str) -> tuple[str | None, str | None]:
 
 
 Read = Callable[[str], Any]
+_Answer = TypeVar("_Answer")
 
 
 class HostTrace:
@@ -125,7 +126,7 @@ class HostFS:
         self._memo.update(trace.answers)
         return True
 
-    def _read(self, read: Read, arg: str) -> Any:
+    def _read(self, read: Callable[[str], _Answer], arg: str) -> _Answer:
         result = read(arg)
         self.trace.reads.append((read, arg, result))
         return result
@@ -140,7 +141,8 @@ class HostFS:
         return self._ask("kind", path) is not None
 
     def is_dir(self, path: str) -> bool:
-        return self._ask("kind", path) == "dir"
+        kind: str | None = self._ask("kind", path)
+        return kind == "dir"
 
     @property
     def real_root(self) -> bool:
@@ -150,14 +152,17 @@ class HostFS:
     def is_device_node(self, path: str) -> bool:
         """A character or block device or a FIFO, the path itself (lstat: a symlink is not one): what
         the CDI library's deviceInfoFromPath accepts as a device node."""
-        return self._ask("device", path)
+        device: bool = self._ask("device", path)
+        return device
 
     def listdir(self, path: str) -> list[str]:
-        return self._ask("listdir", path)
+        names: list[str] = self._ask("listdir", path)
+        return names
 
     def read_small(self, path: str) -> tuple[str | None, str | None]:
         """(text, None) or (None, why not): a small text file, decoded leniently."""
-        return self._ask("read_small", path)
+        answer: tuple[str | None, str | None] = self._ask("read_small", path)
+        return answer
 
     def refused_files(self) -> list[tuple[str, str]]:
         """(path, why) for each host file this probe wanted to read that is a FIFO, socket,
@@ -261,7 +266,8 @@ class HostFS:
     def render_node_driver(self, node_name: str) -> str | None:
         """The kernel driver bound to a DRM render node (`amdgpu`, `nouveau`, `nvidia`), from the
         `sys/class/drm/<node>/device/driver` link's name."""
-        return self._ask("driver", node_name)
+        driver: str | None = self._ask("driver", node_name)
+        return driver
 
     def _driver(self, node_name: str) -> str | None:
         device = self.resolve(f"/sys/class/drm/{node_name}/device")

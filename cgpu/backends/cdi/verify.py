@@ -199,8 +199,9 @@ def _verify_device(
             f"{api}: the static answer from the spec {said_static}, but a {eng.name} container with this device "
             f"{said_live}: {live_evidence.get(api, '')}{hint}",
         )
-    entry["live_status"] = "disagrees" if disagreements else "agrees"
-    return entry["live_status"]
+    status = "disagrees" if disagreements else "agrees"
+    entry["live_status"] = status
+    return status
 
 
 def _unresolvable_hint(eng: Engine) -> str:

@@ -161,7 +161,7 @@ def machine_socket(podman: str, name: str, *, timeout: float) -> str:
     return path
 
 
-def _podman(argv: list[str], *, timeout: float):
+def _podman(argv: list[str], *, timeout: float) -> Completed:
     try:
         return run(argv, timeout=timeout)
     except CommandError as exc:

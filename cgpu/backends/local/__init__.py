@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING, Any
 
 from cgpu.apis import API_ORDER
 from cgpu.gpu_probe import PROBE_SCRIPT
 from cgpu.gpu_probe.answer import apply_answer, check_answer
 from cgpu.report import ReportBuilder
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 
 def probe(report: ReportBuilder, *, timeout: float | None = None) -> None:
@@ -24,7 +28,8 @@ def probe(report: ReportBuilder, *, timeout: float | None = None) -> None:
     limit = timeout if timeout is not None else probe_module.DEFAULT_TIMEOUT
     report.progress(f"probing GPU APIs in child processes (up to {limit:g} s)")
     try:
-        data = probe_module.run_probe(timeout=limit)
+        run_probe: Callable[..., dict[str, Any]] = probe_module.run_probe  # the probe is untyped: Python 3.8
+        data = run_probe(timeout=limit)
     except OSError as exc:
         report.failed(str(PROBE_SCRIPT), f"the probe could not run: {exc}")
         return
