@@ -256,6 +256,10 @@ def _add_probe_options(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    if argv is None:  # run as the program: a whole-run --timeout counts from its start (slow when busy)
+        from cgpu.clock import count_from_process_start
+
+        count_from_process_start()
     parser = _parser()
     argv, devices = _take_devices(list(sys.argv[1:] if argv is None else argv))
     args = parser.parse_args(argv)

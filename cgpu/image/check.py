@@ -30,6 +30,7 @@ DEFAULT_TIMEOUT = 300.0  # the whole check; exporting a multi-GB image from engi
 def check_image(
     ref: str, *, machine: str | None = None, timeout: float | None = None, progress: Callable[[str], None] | None = None
 ) -> dict[str, Any]:
+    from cgpu.clock import limit_start
     from cgpu.image.checks import check_dicts, run_checks, verdict
     from cgpu.image.fs import Deadline, DeadlineExceeded, ImageReadError
     from cgpu.image.source import open_image
@@ -49,7 +50,8 @@ def check_image(
     }
     problems: list[dict[str, str]] = result["problems"]
     try:
-        deadline = Deadline(timeout or DEFAULT_TIMEOUT)  # one for the whole check: every read asks it
+        # one for the whole check, every read asks it; in the CLI it counts from the process's start
+        deadline = Deadline(timeout or DEFAULT_TIMEOUT, start=limit_start())
         with open_image(ref, deadline=deadline, progress=progress) as image:
             result["source"] = image.source
             problems += [{"severity": s, "source": image.source, "message": m} for s, m in image.notes]
