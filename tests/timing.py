@@ -1,0 +1,50 @@
+"""Time in the tests, measured so that a busy host cannot fail a correct run.
+
+A test that bounds how long cgpu took never uses a small fixed margin: it measures a baseline on
+the same host at the same moment (the same command where nothing hangs, or an immediate no-op run
+of it) and allows the limit under test plus that baseline, scaled (`allowed`). A test that waits
+for something polls for the condition with a deadline (`wait_for`), never a fixed sleep."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+# What cgpu promises past a --timeout on a host at load 8 on 2 cores (docs/hardening.md,
+# "Deadlines"): the floor of every allowance, so an idle host checks the promise itself.
+PROMISED_S = 2.0
+# A baseline is one run; the run under test does that work about once before its deadline and
+# once after (start-up before, the report and exit after), and the load moves between the two.
+BASELINE_FACTOR = 2.0
+
+
+def timed(action: Callable[[], T]) -> tuple[T, float]:
+    """What `action()` returned and the seconds it took (monotonic clock)."""
+    started = time.monotonic()
+    result = action()
+    return result, time.monotonic() - started
+
+
+def allowed(limit: float, baseline: float) -> float:
+    """The most seconds a run stopped at `limit` may take in all: the limit, plus cgpu's promise
+    or, on a host slow enough that the baseline says so, the baseline scaled."""
+    return limit + max(PROMISED_S, BASELINE_FACTOR * baseline)
+
+
+def wait_for(condition: Callable[[], T], *, within: float, what: str, every: float = 0.05) -> T:
+    """Poll `condition` until it returns something true and return that; AssertionError naming
+    `what` when it has not after `within` seconds (one last look first)."""
+    deadline = time.monotonic() + within
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            value = condition()
+            if value:
+                return value
+            raise AssertionError(f"not within {within:g} s: {what}")
+        time.sleep(every)
