@@ -7,6 +7,8 @@ for something polls for the condition with a deadline (`wait_for`), never a fixe
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -32,6 +34,25 @@ def allowed(limit: float, baseline: float) -> float:
     """The most seconds a run stopped at `limit` may take in all: the limit, plus cgpu's promise
     or, on a host slow enough that the baseline says so, the baseline scaled."""
     return limit + max(PROMISED_S, BASELINE_FACTOR * baseline)
+
+
+def assert_within(seconds: float, limit: float, baseline: Callable[[], float], what: str) -> None:
+    """Fail unless a run that took `seconds` under a limit of `limit` is within `allowed`. The
+    baseline (seconds of the same command with nothing to wait for, on this host, now) is
+    measured only when the promise alone is not met: an idle host needs none."""
+    if seconds <= limit + PROMISED_S:
+        return
+    base = baseline()
+    assert seconds <= allowed(limit, base), (
+        f"{what}: {seconds:.1f} s under a limit of {limit:g} s, while the same with nothing to wait for took "
+        f"{base:.1f} s here"
+    )
+
+
+def interpreter_run() -> float:
+    """Seconds to start a Python interpreter that does nothing and collect it: the baseline of a
+    test whose command is cgpu's own process handling (start, stop, kill), not a cgpu run."""
+    return timed(lambda: subprocess.run([sys.executable, "-c", "pass"], check=True, timeout=600))[1]
 
 
 def wait_for(condition: Callable[[], T], *, within: float, what: str, every: float = 0.05) -> T:

@@ -82,15 +82,15 @@ class Cli:
         within: float = 60,
         signum: int = signal.SIGINT,
     ) -> tuple[int, str, str]:
-        """Start cgpu, send SIGINT (Ctrl-C) or `signum` once `ready()` holds, and return what it did."""
+        """Start cgpu, send SIGINT (Ctrl-C) or `signum` once `ready()` holds and cgpu waits (every
+        thread of it asleep: it has settled into waiting on that stage), and return what it did."""
         proc = self.popen(*args, env=env)
         deadline = time.monotonic() + within
-        while not ready():
+        while not (ready() and _asleep(proc.pid)):
             if proc.poll() is not None or time.monotonic() > deadline:
                 code, _, err = self._collect(proc, 30)
                 pytest.fail(f"the stage to interrupt was never reached (exit {code}): {err[-2000:]}")
             time.sleep(0.05)
-        time.sleep(0.2)  # let cgpu settle into waiting on it
         proc.send_signal(signum)
         code, out, err = self._collect(proc, 60)
         validate_cli_output(args, out)
@@ -112,6 +112,16 @@ class Cli:
     def running(self, name: str) -> bool:
         """A marked process whose command line names `name` is alive."""
         return any(name in line for line in marked_processes(self.mark))
+
+
+def _asleep(pid: int) -> bool:
+    """Every thread of the process is asleep (waiting), none running or ready to run."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+        states = [Path(f"/proc/{pid}/task/{t}/stat").read_text().rpartition(")")[2].split()[0] for t in tasks]
+    except (OSError, IndexError):
+        return False
+    return bool(states) and all(state in ("S", "D") for state in states)
 
 
 @pytest.fixture
