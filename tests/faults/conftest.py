@@ -149,7 +149,7 @@ def cli(tmp_path, bin_dir) -> Cli:
         "PYTHONPATH": str(REPO),
     }
     yield Cli(mark, env)
-    deadline = time.monotonic() + 5  # a killed process needs a moment to be reaped
+    deadline = time.monotonic() + 30  # a killed process needs a moment to be reaped (longer when busy)
     while (left := marked_processes(mark)) and time.monotonic() < deadline:
         time.sleep(0.05)
     for line in left:
