@@ -30,7 +30,7 @@ from tests.image.hostile import (
 )
 from tests.image.trees import docker_archive, fedora_tree, layer_tar, oci_archive
 from tests.image.trees import member as tarfile_member
-from tests.timing import assert_within, timed
+from tests.timing import assert_within, timed, wait_for
 
 
 @pytest.fixture
@@ -271,10 +271,11 @@ def _daemon_handler(export: str):
             try:
                 if export == "silent":
                     time.sleep(600)
-                while True:  # `fast`: as fast as the socket takes it; `slow`: a trickle that never ends
-                    self.wfile.write(bytes(1024**2 if export == "fast" else 64))
-                    if export == "slow":
-                        time.sleep(0.05)
+                # `fast`: as fast as the socket takes it; `steady`: 10 MB/s; `slow`: a trickle; none ends
+                while True:
+                    self.wfile.write(bytes(64 if export == "slow" else 1024**2))
+                    if export != "fast":
+                        time.sleep(0.05 if export == "slow" else 0.1)
             except OSError:
                 pass
 
@@ -330,3 +331,40 @@ def test_a_docker_export_larger_than_the_cap_is_stopped(tmp_path, docker_daemon,
     finally:
         tempfile.tempdir = None
     assert list((tmp_path / "tmp").iterdir()) == []
+
+
+def test_a_docker_export_stops_writing_at_the_deadline(tmp_path, docker_daemon, monkeypatch):
+    """An export of 10 MB/s that never ends: every write into the archive starts before the
+    deadline, and the export's worker ends soon after it (it does not go on reading)."""
+    import threading as threads
+
+    from cgpu.image import source
+    from cgpu.image.fs import Deadline, ImageReadError
+
+    monkeypatch.setenv("DOCKER_HOST", docker_daemon("steady"))
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # read TMPDIR again (and the old value back after)
+    writes: list[float] = []
+    export = source._docker_export
+
+    class Recorded:
+        def __init__(self, out) -> None:
+            self.out = out
+
+        def write(self, chunk: bytes) -> int:
+            writes.append(time.monotonic())
+            return self.out.write(chunk)
+
+    monkeypatch.setattr(source, "_docker_export", lambda name, out, *rest: export(name, Recorded(out), *rest))
+    started = time.monotonic()
+    deadline = Deadline(1, start=started)
+    with pytest.raises(ImageReadError, match="no complete export within --timeout 1 s; stopped"):
+        with source.open_image("docker-daemon:x:1", deadline=deadline):
+            pass
+    end = started + 1
+    assert writes and max(writes) <= end, f"{sum(w > end for w in writes)} writes after the deadline"
+
+    def exporting() -> list[str]:
+        return [t.name for t in threads.enumerate() if t.name == "cgpu-docker-save"]
+
+    wait_for(lambda: not exporting(), within=30, what="the export's worker to end")
