@@ -474,38 +474,62 @@ def docker_create_options(devices: list[str]) -> dict[str, Any]:
 
 @contextmanager
 def open_engine(
-    choice: str | None, *, timeout: float, progress: Callable[[str], None] = lambda _m: None
+    choice: str | None,
+    *,
+    timeout: float,
+    progress: Callable[[str], None] = lambda _m: None,
+    deadline: float | None = None,
 ) -> Iterator[Engine]:
     """Connect to podman or Docker; a podman service started for the run is stopped after,
-    on every path."""
+    on every path. Each call while connecting waits at most `timeout` seconds, and never past
+    `deadline` (a time.monotonic() value: the whole run's limit) when one is given."""
+    budget = _Budget(timeout, deadline)
     if choice == "docker":
-        engine: Engine = _open_docker(timeout)
+        engine: Engine = _open_docker(budget)
     elif choice == "podman":
-        engine = _open_podman(timeout, progress)
+        engine = _open_podman(budget, progress)
     else:
-        engine = _open_auto(timeout, progress)
+        engine = _open_auto(budget, progress)
     try:
         yield engine
     finally:
         engine.close()
 
 
-def _open_auto(timeout: float, progress: Callable[[str], None]) -> Engine:
+class _Budget:
+    """The time one call while connecting may wait: `timeout`, or what is left before the run's
+    deadline when that is less; EngineError when nothing is left."""
+
+    def __init__(self, timeout: float, deadline: float | None) -> None:
+        self.timeout = timeout
+        self.deadline = deadline
+
+    def __call__(self, doing: str) -> float:
+        if self.deadline is None:
+            return self.timeout
+        left = self.deadline - time.monotonic()
+        if left < 0.05:
+            raise EngineError(f"the run's time limit was used up before {doing}")
+        return self.timeout if left >= self.timeout else max(0.1, round(left, 1))
+
+
+def _open_auto(budget: _Budget, progress: Callable[[str], None]) -> Engine:
     _refuse_ssh("CONTAINER_HOST")  # it names the engine to use: no falling back to another one
     reasons = []
     if shutil.which("podman") or os.environ.get("CONTAINER_HOST"):
         try:
-            return _open_podman(timeout, progress)
+            return _open_podman(budget, progress)
         except EngineError as exc:
             reasons.append(str(exc))
     try:
-        return _open_docker(timeout)
+        return _open_docker(budget)
     except EngineError as exc:
         reasons.append(str(exc))
     raise EngineError("no container engine answered: " + "; ".join(reasons))
 
 
-def _open_docker(timeout: float) -> DockerEngine:
+def _open_docker(budget: _Budget) -> DockerEngine:
+    budget("connecting to Docker")  # before the import, which takes seconds on a busy host
     try:
         import docker
         import requests
@@ -514,8 +538,9 @@ def _open_docker(timeout: float) -> DockerEngine:
     _refuse_ssh("DOCKER_HOST")
     where = os.environ.get("DOCKER_HOST") or "the default Docker context"
     try:
-        client = docker.from_env(timeout=timeout)
+        client = docker.from_env(timeout=budget(f"asking the Docker daemon at {where}"))
         version = client.version()
+        client.api.timeout = budget.timeout  # the per-call limit from here on (run_container sets its own)
     except (docker.errors.DockerException, requests.RequestException) as exc:
         raise EngineError(f"the Docker daemon did not answer at {where}: {exc}") from None
     podman_version = next(
@@ -525,7 +550,8 @@ def _open_docker(timeout: float) -> DockerEngine:
     return DockerEngine(client, str(version.get("Version", "unknown")), client.api.base_url, podman_version)
 
 
-def _open_podman(timeout: float, progress: Callable[[str], None]) -> PodmanEngine:
+def _open_podman(budget: _Budget, progress: Callable[[str], None]) -> PodmanEngine:
+    budget("connecting to podman")  # before the import, which takes seconds on a busy host
     try:
         import podman
     except ImportError as exc:  # pragma: no cover - a dependency of cgpu
@@ -534,16 +560,18 @@ def _open_podman(timeout: float, progress: Callable[[str], None]) -> PodmanEngin
     url = os.environ.get("CONTAINER_HOST")
     service = None
     if not url:
-        path = next((p for p in podman_socket_candidates(timeout) if _listening(p)), None)
+        candidates = podman_socket_candidates(budget("asking podman where its API socket is"))
+        path = next((p for p in candidates if _listening(p)), None)
         if path is not None:
             url = f"unix://{path}"
         else:
             progress("no podman API socket is listening; starting `podman system service` for this run")
-            service = PodmanService.start(timeout=timeout)
+            service = PodmanService.start(timeout=budget("starting `podman system service`"))
             url = service.url
     try:
-        client = podman.PodmanClient(base_url=url, timeout=timeout)
+        client = podman.PodmanClient(base_url=url, timeout=budget(f"asking the podman API at {url}"))
         version = str(client.version().get("Version", "unknown"))
+        client.api.timeout = budget.timeout  # the per-call limit from here on (run_container sets its own)
     except BaseException as exc:  # podman-py: APIError, requests errors, ValueError for bad URLs; Ctrl-C
         if service is not None:
             service.stop()

@@ -4,6 +4,7 @@ Docker-compatible API where that works, and a stand-in dockerd for CDI states po
 from __future__ import annotations
 
 import json
+import os
 import socketserver
 import threading
 import time
@@ -24,7 +25,7 @@ from cgpu.engines import (
     open_engine,
 )
 from tests.conftest import VERIFY_LABEL
-from tests.timing import assert_within, timed
+from tests.timing import assert_within, interpreter_run, timed
 
 from .conftest import podman, service_processes
 
@@ -269,3 +270,30 @@ def test_no_podman_api_at_container_host_is_a_clear_error(tmp_path, monkeypatch)
     with pytest.raises(EngineError, match="the podman API did not answer at unix://"):
         with open_engine("podman", timeout=5):
             pass
+
+
+@pytest.mark.parametrize("choice", ["podman", "docker", None])
+def test_a_deadline_already_past_connects_to_nothing(tmp_path, monkeypatch, choice):
+    """The whole run's limit is used up (a busy host's start, a hung static phase): no engine is
+    asked, no service started, and the error says why."""
+    monkeypatch.setenv("PATH", str(tmp_path))  # a podman that ran would be found here: none is
+    (tmp_path / "podman").write_text(f"#!/bin/sh\ntouch {tmp_path}/podman-ran\n")
+    (tmp_path / "podman").chmod(0o755)
+    with pytest.raises(EngineError, match="the run's time limit was used up before connecting to"):
+        with open_engine(choice, timeout=30, deadline=time.monotonic() - 1):
+            pass
+    assert not (tmp_path / "podman-ran").exists()
+
+
+def test_each_call_gets_what_is_left_of_the_deadline(tmp_path, monkeypatch):
+    """A podman whose `info` never answers, 1 s left of the run's limit: it is stopped then, not
+    after the 30 s each call may take."""
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.delenv("CONTAINER_HOST", raising=False)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))  # no rootless socket listens there
+    (tmp_path / "podman").write_text("#!/bin/sh\nexec sleep 600\n")
+    (tmp_path / "podman").chmod(0o755)
+    started = time.monotonic()
+    with pytest.raises(EngineError), open_engine("podman", timeout=30, deadline=started + 1):
+        pass
+    assert_within(time.monotonic() - started, 1, interpreter_run, "connecting to a hung podman with 1 s left")

@@ -54,7 +54,9 @@ def verify_devices(
     choice = option.live_engine
     report.progress(f"verify: connecting to {choice or 'the container engine'}")
     try:
-        with open_engine(choice, timeout=min(API_TIMEOUT, container_timeout), progress=report.progress) as eng:
+        with open_engine(
+            choice, timeout=min(API_TIMEOUT, container_timeout), progress=report.progress, deadline=deadline
+        ) as eng:
             _verify_with(report, eng, devices, static, probe_source, probe_image, container_timeout, option, deadline)
     except EngineError as exc:
         report.problem("error", SOURCE, f"could not run: {exc}")
