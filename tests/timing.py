@@ -7,6 +7,7 @@ for something polls for the condition with a deadline (`wait_for`), never a fixe
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -72,3 +73,14 @@ def wait_for(condition: Callable[[], T], *, within: float, what: str, every: flo
                 return value
             raise AssertionError(f"not within {within:g} s: {what}")
         time.sleep(every)
+
+
+def asleep(pid: int) -> bool:
+    """Every thread of the process is asleep (waiting on something), none running or ready to
+    run: it has settled into a wait. Linux (/proc); False where it cannot be read."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+        states = [open(f"/proc/{pid}/task/{t}/stat").read().rpartition(")")[2].split()[0] for t in tasks]
+    except (OSError, IndexError):
+        return False
+    return bool(states) and all(state in ("S", "D") for state in states)

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import validate_cli_output
+from tests.timing import asleep
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLES = REPO / "cdi-samples"
@@ -86,7 +87,7 @@ class Cli:
         thread of it asleep: it has settled into waiting on that stage), and return what it did."""
         proc = self.popen(*args, env=env)
         deadline = time.monotonic() + within
-        while not (ready() and _asleep(proc.pid)):
+        while not (ready() and asleep(proc.pid)):
             if proc.poll() is not None or time.monotonic() > deadline:
                 code, _, err = self._collect(proc, 30)
                 pytest.fail(f"the stage to interrupt was never reached (exit {code}): {err[-2000:]}")
@@ -112,16 +113,6 @@ class Cli:
     def running(self, name: str) -> bool:
         """A marked process whose command line names `name` is alive."""
         return any(name in line for line in marked_processes(self.mark))
-
-
-def _asleep(pid: int) -> bool:
-    """Every thread of the process is asleep (waiting), none running or ready to run."""
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-        states = [Path(f"/proc/{pid}/task/{t}/stat").read_text().rpartition(")")[2].split()[0] for t in tasks]
-    except (OSError, IndexError):
-        return False
-    return bool(states) and all(state in ("S", "D") for state in states)
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from cgpu.backends.krunkit.vm import VMError, krunkit_argv
 from tests.conftest import REPO
 from tests.krunkit.conftest import FORGED_VENUS, REAL_PODMAN, marked_processes
 from tests.krunkit.test_machine import LLVMPIPE, VENUS, krunkit_report, messages, probe_output
-from tests.timing import assert_within, interpreter_run, timed, wait_for
+from tests.timing import asleep, assert_within, interpreter_run, timed, wait_for
 
 
 @pytest.fixture
@@ -177,13 +177,16 @@ def test_ctrl_c_stops_the_vm(bin_dir, disk, tmp_path, no_leftovers):
         stderr=subprocess.PIPE,
     )
     try:
-        found = wait_for(
-            lambda: [p.read_text().strip() for p in (tmp_path / "cache").glob("krunkit-vm/*/krunkit.pid")],
-            within=60,
-            what="the krunkit stand-in to start",
-        )
+
+        def started() -> list[str]:
+            pids = [p.read_text().strip() for p in (tmp_path / "cache").glob("krunkit-vm/*/krunkit.pid")]
+            return pids if pids and pids[0] else []
+
+        found = wait_for(started, within=60, what="the krunkit stand-in to start")
         krunkit_pid = int(found[0])
         assert len(marked_processes(no_leftovers)) >= 3  # cgpu, krunkit, krunkit's child
+        # Ctrl-C once cgpu waits on the VM (on a busy host it may still be inside starting it)
+        wait_for(lambda: asleep(proc.pid), within=60, what="cgpu to wait on the VM")
         proc.send_signal(signal.SIGINT)
         _, stderr = proc.communicate(timeout=30)
     finally:

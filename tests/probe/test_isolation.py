@@ -11,14 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.probe.conftest import PROBE, clean_env, needs_vulkan_loader, run_probe
-from tests.timing import assert_within, timed, wait_for
-
-
-def _asleep(pid: int) -> bool:
-    try:
-        return (Path("/proc") / str(pid) / "stat").read_text().rpartition(")")[2].split()[0] == "S"
-    except (OSError, IndexError):
-        return False
+from tests.timing import asleep, assert_within, timed, wait_for
 
 
 def processes_with(marker: str) -> list[int]:
@@ -89,7 +82,7 @@ def test_interrupt_kills_the_children(fake_cuda, fake_icd):
     try:
         # the probe and its child both asleep: the child waits in cuInit, the probe on the child
         wait_for(
-            lambda: len(pids := processes_with(marker)) == 2 and all(map(_asleep, pids)),
+            lambda: len(pids := processes_with(marker)) == 2 and all(map(asleep, pids)),
             within=60,
             what="the probe's child to hang in cuInit",
         )
