@@ -7,11 +7,13 @@ podman is reached through podman-py, Docker through docker-py; both are imported
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import re
 import shutil
 import signal
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -512,6 +514,30 @@ class _Budget:
             raise EngineError(f"the run's time limit was used up before {doing}")
         return self.timeout if left >= self.timeout else max(0.1, round(left, 1))
 
+    def imported(self, name: str, what: str) -> Any:
+        """`import name` (the client library `what`) within this budget: on a busy host importing
+        podman-py or docker-py (requests, idna, urllib3) takes seconds. Past the deadline it goes
+        on in a daemon thread, harmlessly, and this raises EngineError; ImportError as it came."""
+        if self.deadline is None:
+            return importlib.import_module(name)
+        seconds = self(f"importing {what}")
+        outcome: list[Any] = []
+
+        def load() -> None:
+            try:
+                outcome.append(importlib.import_module(name))
+            except BaseException as exc:  # handed to the waiting thread
+                outcome.append(exc)
+
+        worker = threading.Thread(target=load, name=f"cgpu-import-{name}", daemon=True)
+        worker.start()
+        worker.join(seconds)
+        if worker.is_alive():
+            raise EngineError(f"the run's time limit was used up while importing {what} (slow on a busy host)")
+        if isinstance(outcome[0], BaseException):
+            raise outcome[0]
+        return outcome[0]
+
 
 def _open_auto(budget: _Budget, progress: Callable[[str], None]) -> Engine:
     _refuse_ssh("CONTAINER_HOST")  # it names the engine to use: no falling back to another one
@@ -529,13 +555,12 @@ def _open_auto(budget: _Budget, progress: Callable[[str], None]) -> Engine:
 
 
 def _open_docker(budget: _Budget) -> DockerEngine:
-    budget("connecting to Docker")  # before the import, which takes seconds on a busy host
+    _refuse_ssh("DOCKER_HOST")
     try:
-        import docker
-        import requests
+        docker = budget.imported("docker", "docker-py")
+        requests = budget.imported("requests", "requests")
     except ImportError as exc:  # pragma: no cover - a dependency of cgpu
         raise EngineError(f"docker-py is not installed: {exc}") from None
-    _refuse_ssh("DOCKER_HOST")
     where = os.environ.get("DOCKER_HOST") or "the default Docker context"
     try:
         client = docker.from_env(timeout=budget(f"asking the Docker daemon at {where}"))
@@ -551,12 +576,11 @@ def _open_docker(budget: _Budget) -> DockerEngine:
 
 
 def _open_podman(budget: _Budget, progress: Callable[[str], None]) -> PodmanEngine:
-    budget("connecting to podman")  # before the import, which takes seconds on a busy host
+    _refuse_ssh("CONTAINER_HOST")
     try:
-        import podman
+        podman = budget.imported("podman", "podman-py")
     except ImportError as exc:  # pragma: no cover - a dependency of cgpu
         raise EngineError(f"podman-py is not installed: {exc}") from None
-    _refuse_ssh("CONTAINER_HOST")
     url = os.environ.get("CONTAINER_HOST")
     service = None
     if not url:
