@@ -7,11 +7,13 @@ podman is reached through podman-py, Docker through docker-py; both are imported
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import re
 import shutil
 import signal
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -493,48 +495,96 @@ def docker_create_options(devices: list[str]) -> dict[str, Any]:
 
 @contextmanager
 def open_engine(
-    choice: str | None, *, timeout: float, progress: Callable[[str], None] = lambda _m: None
+    choice: str | None,
+    *,
+    timeout: float,
+    progress: Callable[[str], None] = lambda _m: None,
+    deadline: float | None = None,
 ) -> Iterator[Engine]:
     """Connect to podman or Docker; a podman service started for the run is stopped after,
-    on every path."""
+    on every path. Each call while connecting waits at most `timeout` seconds, and never past
+    `deadline` (a time.monotonic() value: the whole run's limit) when one is given."""
+    budget = _Budget(timeout, deadline)
     if choice == "docker":
-        engine: Engine = _open_docker(timeout)
+        engine: Engine = _open_docker(budget)
     elif choice == "podman":
-        engine = _open_podman(timeout, progress)
+        engine = _open_podman(budget, progress)
     else:
-        engine = _open_auto(timeout, progress)
+        engine = _open_auto(budget, progress)
     try:
         yield engine
     finally:
         engine.close()
 
 
-def _open_auto(timeout: float, progress: Callable[[str], None]) -> Engine:
+class _Budget:
+    """The time one call while connecting may wait: `timeout`, or what is left before the run's
+    deadline when that is less; EngineError when nothing is left."""
+
+    def __init__(self, timeout: float, deadline: float | None) -> None:
+        self.timeout = timeout
+        self.deadline = deadline
+
+    def __call__(self, doing: str) -> float:
+        if self.deadline is None:
+            return self.timeout
+        left = self.deadline - time.monotonic()
+        if left < 0.05:
+            raise EngineError(f"the run's time limit was used up before {doing}")
+        return self.timeout if left >= self.timeout else max(0.1, round(left, 1))
+
+    def imported(self, name: str, what: str) -> Any:
+        """`import name` (the client library `what`) within this budget: on a busy host importing
+        podman-py or docker-py (requests, idna, urllib3) takes seconds. Past the deadline it goes
+        on in a daemon thread, harmlessly, and this raises EngineError; ImportError as it came."""
+        if self.deadline is None:
+            return importlib.import_module(name)
+        seconds = self(f"importing {what}")
+        outcome: list[Any] = []
+
+        def load() -> None:
+            try:
+                outcome.append(importlib.import_module(name))
+            except BaseException as exc:  # handed to the waiting thread
+                outcome.append(exc)
+
+        worker = threading.Thread(target=load, name=f"cgpu-import-{name}", daemon=True)
+        worker.start()
+        worker.join(seconds)
+        if worker.is_alive():
+            raise EngineError(f"the run's time limit was used up while importing {what} (slow on a busy host)")
+        if isinstance(outcome[0], BaseException):
+            raise outcome[0]
+        return outcome[0]
+
+
+def _open_auto(budget: _Budget, progress: Callable[[str], None]) -> Engine:
     _refuse_ssh("CONTAINER_HOST")  # it names the engine to use: no falling back to another one
     reasons = []
     if shutil.which("podman") or os.environ.get("CONTAINER_HOST"):
         try:
-            return _open_podman(timeout, progress)
+            return _open_podman(budget, progress)
         except EngineError as exc:
             reasons.append(str(exc))
     try:
-        return _open_docker(timeout)
+        return _open_docker(budget)
     except EngineError as exc:
         reasons.append(str(exc))
     raise EngineError("no container engine answered: " + "; ".join(reasons))
 
 
-def _open_docker(timeout: float) -> DockerEngine:
+def _open_docker(budget: _Budget) -> DockerEngine:
+    _refuse_ssh("DOCKER_HOST")
     try:
-        import docker
-        import requests
+        docker = budget.imported("docker", "docker-py")
+        requests = budget.imported("requests", "requests")
     except ImportError as exc:  # pragma: no cover - a dependency of cgpu
         raise EngineError(f"docker-py is not installed: {exc}") from None
-    _refuse_ssh("DOCKER_HOST")
     where = os.environ.get("DOCKER_HOST") or "the default Docker context"
     try:
-        client = docker.from_env(timeout=timeout)
+        client = docker.from_env(timeout=budget(f"asking the Docker daemon at {where}"))
         version = client.version()
+        client.api.timeout = budget.timeout  # the per-call limit from here on (run_container sets its own)
     except (docker.errors.DockerException, requests.RequestException) as exc:
         raise EngineError(f"the Docker daemon did not answer at {where}: {exc}") from None
     podman_version = next(
@@ -544,18 +594,18 @@ def _open_docker(timeout: float) -> DockerEngine:
     return DockerEngine(client, str(version.get("Version", "unknown")), client.api.base_url, podman_version)
 
 
-def _open_podman(timeout: float, progress: Callable[[str], None]) -> PodmanEngine:
+def _open_podman(budget: _Budget, progress: Callable[[str], None]) -> PodmanEngine:
+    _refuse_ssh("CONTAINER_HOST")
     try:
-        import podman
+        podman = budget.imported("podman", "podman-py")
     except ImportError as exc:  # pragma: no cover - a dependency of cgpu
         raise EngineError(f"podman-py is not installed: {exc}") from None
-    _refuse_ssh("CONTAINER_HOST")
     url = os.environ.get("CONTAINER_HOST")
     service = None
     notes: list[str] = []
     if not url:
         path = None
-        for candidate in podman_socket_candidates(timeout):
+        for candidate in podman_socket_candidates(budget("asking podman where its API socket is")):
             refusal = socket_refusal(candidate)
             if refusal is not None:
                 notes.append(refusal)
@@ -567,11 +617,12 @@ def _open_podman(timeout: float, progress: Callable[[str], None]) -> PodmanEngin
             url = f"unix://{path}"
         else:
             progress("no podman API socket is listening; starting `podman system service` for this run")
-            service = PodmanService.start(timeout=timeout)
+            service = PodmanService.start(timeout=budget("starting `podman system service`"))
             url = service.url
     try:
-        client = podman.PodmanClient(base_url=url, timeout=timeout)
-        version = str(client.version().get("Version", "unknown"))  # type: ignore[no-untyped-call]  # podman-py
+        client = podman.PodmanClient(base_url=url, timeout=budget(f"asking the podman API at {url}"))
+        version = str(client.version().get("Version", "unknown"))
+        client.api.timeout = budget.timeout  # the per-call limit from here on (run_container sets its own)
     except BaseException as exc:  # podman-py: APIError, requests errors, ValueError for bad URLs; Ctrl-C
         if service is not None:
             service.stop()

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 REPO = Path(__file__).resolve().parent.parent
 # The project's own spec files in the shapes real generators publish, with what the CDI library makes of each.
@@ -20,6 +21,16 @@ CORPUS = REPO / "tests" / "cdi" / "corpus"
 # containers, so test runs sharing a host (and their podman) do not fail each other.
 VERIFY_LABEL = f"test-{uuid.uuid4().hex[:12]}"
 VERIFY_FILTER = f"label=cgpu.verify={VERIFY_LABEL}"
+
+
+# Hypothesis' default 200 ms per example is a wall-clock limit: a busy host fails a correct test
+# with it (an example took 304 ms there, then 13 ms on replay). The suite's profile has no
+# per-example deadline and does not count slow data generation as a failure; the examples and
+# their number stay each test's own. CGPU_HYPOTHESIS_PROFILE=timed brings the deadline back, for
+# someone hunting a slow example on an idle machine.
+settings.register_profile("load-proof", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("timed", deadline=200)
+settings.load_profile(os.environ.get("CGPU_HYPOTHESIS_PROFILE", "load-proof"))
 
 
 # Fixtures that need a working podman: a test that uses one is a podman test, so that

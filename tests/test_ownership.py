@@ -67,7 +67,7 @@ def test_root_with_the_users_runtime_dir_starts_its_own_service_and_says_why(tmp
         server.listen()
         _as_another_user(path, monkeypatch)
         with pytest.raises(engines.EngineError) as raised:  # the private service's URL answers nothing here
-            engines._open_podman(1, said.append)
+            engines._open_podman(engines._Budget(1, None), said.append)
     assert started and "/nonexistent/cgpu-private.sock" in str(raised.value)
     assert said[0].startswith(f"not using the podman socket {path}")
 

@@ -22,6 +22,7 @@ from cgpu.gpu_probe import standalone
 from cgpu.report import ReportBuilder
 from cgpu.terminal import Style, escape
 from tests.image.trees import docker_archive, fedora_tree, layer_tar
+from tests.timing import assert_within, timed
 
 REPO = Path(__file__).resolve().parent.parent
 MIG = ("--engine", "none", "--spec-dir", "cdi-samples/nvidia-8gpu-mig/spec", "--root", "cdi-samples/hosts/nvidia-580")
@@ -308,13 +309,19 @@ def test_an_unknown_device_name_gets_the_close_ones(run_cli):
 
 def test_fifty_thousand_device_flags_are_taken_in_linear_time(run_cli):
     """argparse rescans every option index per option: 50,000 `--device` flags took 86 s."""
-    args = []
-    for i in range(50_000):
-        args += ["--device", f"nvidia.com/gpu={i % 8}"] if i % 2 else [f"--device=nvidia.com/gpu=x{i}"]
-    start = time.monotonic()
-    code, out, err = run_cli("probe", *MIG, *args, "--brief")
-    assert time.monotonic() - start < 15
+
+    def flags(count: int) -> list[str]:
+        args = []
+        for i in range(count):
+            args += ["--device", f"nvidia.com/gpu={i % 8}"] if i % 2 else [f"--device=nvidia.com/gpu=x{i}"]
+        return args
+
+    (code, out, err), seconds = timed(lambda: run_cli("probe", *MIG, *flags(50_000), "--brief"))
     assert (code, out) == (0, "cuda,vulkan,opencl\n"), err
+    # were it linear: ten times a run with a tenth of the flags (quadratic is a hundred times)
+    assert_within(
+        seconds, 15, lambda: 10 * timed(lambda: run_cli("probe", *MIG, *flags(5_000), "--brief"))[1], "50,000 flags"
+    )
 
 
 def test_help_gives_timeout_defaults_exit_codes_and_examples(run_cli):

@@ -44,6 +44,7 @@ def check_image(
 def _check(
     ref: str, *, machine: str | None, timeout: float | None, progress: Callable[[str], None] | None
 ) -> dict[str, Any]:
+    from cgpu.clock import limit_start
     from cgpu.image.checks import check_dicts, run_checks, verdict
     from cgpu.image.fs import Deadline, DeadlineExceeded, ImageReadError
     from cgpu.image.source import check_reference, open_image
@@ -64,7 +65,8 @@ def _check(
     }
     problems: list[dict[str, str]] = result["problems"]
     try:
-        deadline = Deadline(timeout or DEFAULT_TIMEOUT)  # one for the whole check: every read asks it
+        # one for the whole check, every read asks it; in the CLI it counts from the process's start
+        deadline = Deadline(timeout or DEFAULT_TIMEOUT, start=limit_start())
         with open_image(ref, deadline=deadline, progress=progress) as image:
             result["source"] = image.source
             problems += [{"severity": s, "source": image.source, "message": m} for s, m in image.notes]

@@ -39,9 +39,12 @@ class DeadlineExceeded(CgpuError):
 class Deadline:
     """One time limit over a whole image check, asked between blocks, members and rows."""
 
-    def __init__(self, seconds: float | None) -> None:
+    def __init__(self, seconds: float | None, *, start: float | None = None) -> None:
+        """`start`: when the limit began on the monotonic clock (the process's start in the CLI:
+        run.limit_start), now by default."""
         self.seconds = seconds
-        self._end = time.monotonic() + seconds if seconds is not None else None
+        begun = time.monotonic() if start is None else start
+        self._end = begun + seconds if seconds is not None else None
 
     def left(self) -> float | None:
         return None if self._end is None else max(self._end - time.monotonic(), 0.0)

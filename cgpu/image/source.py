@@ -201,39 +201,19 @@ def _docker_save(
     name: str, archive: str, deadline: Deadline, cap: int, say: Callable[[str], None], tried: list[str]
 ) -> bool:
     """docker-py's export, in a worker thread so that the deadline holds even while the daemon
-    sends nothing (its socket timeout applies per read, not to the whole export)."""
+    sends nothing (its socket timeout applies per read, not to the whole export) and while
+    `import docker` itself takes seconds (a busy host): the worker imports it too. Past the
+    deadline the worker writes nothing more."""
     host = os.environ.get("DOCKER_HOST")
     if not host and not os.path.exists("/var/run/docker.sock"):
         tried.append("no Docker daemon (DOCKER_HOST unset, no /var/run/docker.sock)")
         return False
-    try:
-        import docker
-        import requests
-    except ImportError:
-        tried.append("the docker Python package is not installed")
-        return False
     stop = threading.Event()
-    outcome: list[BaseException | bool] = []
+    outcome: list[str | BaseException | bool] = []  # a reason the image was not read, an error, or True
 
     def export(out: IO[bytes]) -> None:
         try:
-            left = deadline.left()
-            # the seconds as given, 0.5 stays 0.5 (docker-py's own default without a deadline)
-            client = docker.from_env(**({"timeout": max(left, 0.01)} if left is not None else {}))
-            try:
-                image = client.images.get(name)
-                say(f"exporting {name} from Docker")
-                written = 0
-                for chunk in image.save(chunk_size=_CHUNK, named=True):
-                    written += len(chunk)
-                    if stop.is_set():
-                        return
-                    if written > cap:
-                        raise ImageReadError(f"Docker's export of {name} is larger than {cap} bytes; stopped")
-                    out.write(chunk)
-            finally:
-                client.close()
-            outcome.append(True)
+            outcome.append(_docker_export(name, out, deadline, cap, stop, say))
         except BaseException as exc:  # handed to the waiting thread
             outcome.append(exc)
 
@@ -246,18 +226,49 @@ def _docker_save(
             worker.join(deadline.left())
         finally:
             stop.set()  # also on Ctrl-C
-    if worker.is_alive():
+    if worker.is_alive() or (outcome and outcome[0] is False):
         tried.append(f"Docker: no complete export within --timeout {deadline.seconds:g} s; stopped")
         return False
-    error = outcome[0] if outcome else None
-    if isinstance(error, docker.errors.ImageNotFound):
-        tried.append(f"Docker {_NOT_HERE}")
+    result = outcome[0] if outcome else None
+    if isinstance(result, str):
+        tried.append(result)
         return False
-    if isinstance(error, (docker.errors.DockerException, requests.exceptions.RequestException, OSError)):
-        tried.append(f"Docker: {error}")
-        return False
-    if isinstance(error, BaseException):
-        raise error
+    if isinstance(result, BaseException):
+        raise result
+    return True
+
+
+def _docker_export(
+    name: str, out: IO[bytes], deadline: Deadline, cap: int, stop: threading.Event, say: Callable[[str], None]
+) -> str | bool:
+    """The worker's part: True when the whole export is in `out`, False when stopped at the
+    deadline, or why the image could not be read from Docker."""
+    try:
+        import docker
+        import requests
+    except ImportError:
+        return "the docker Python package is not installed"
+    try:
+        left = deadline.left()
+        # the seconds as given, 0.5 stays 0.5 (docker-py's own default without a deadline)
+        client = docker.from_env(**({"timeout": max(left, 0.01)} if left is not None else {}))
+        try:
+            image = client.images.get(name)
+            say(f"exporting {name} from Docker")
+            written = 0
+            for chunk in image.save(chunk_size=_CHUNK, named=True):
+                written += len(chunk)
+                if stop.is_set() or deadline.expired():
+                    return False
+                if written > cap:
+                    raise ImageReadError(f"Docker's export of {name} is larger than {cap} bytes; stopped")
+                out.write(chunk)
+        finally:
+            client.close()
+    except docker.errors.ImageNotFound:
+        return f"Docker {_NOT_HERE}"
+    except (docker.errors.DockerException, requests.exceptions.RequestException, OSError) as exc:
+        return f"Docker: {exc}"
     return True
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import validate_cli_output
+from tests.timing import asleep
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLES = REPO / "cdi-samples"
@@ -82,15 +83,15 @@ class Cli:
         within: float = 60,
         signum: int = signal.SIGINT,
     ) -> tuple[int, str, str]:
-        """Start cgpu, send SIGINT (Ctrl-C) or `signum` once `ready()` holds, and return what it did."""
+        """Start cgpu, send SIGINT (Ctrl-C) or `signum` once `ready()` holds and cgpu waits (every
+        thread of it asleep: it has settled into waiting on that stage), and return what it did."""
         proc = self.popen(*args, env=env)
         deadline = time.monotonic() + within
-        while not ready():
+        while not (ready() and asleep(proc.pid)):
             if proc.poll() is not None or time.monotonic() > deadline:
                 code, _, err = self._collect(proc, 30)
                 pytest.fail(f"the stage to interrupt was never reached (exit {code}): {err[-2000:]}")
             time.sleep(0.05)
-        time.sleep(0.2)  # let cgpu settle into waiting on it
         proc.send_signal(signum)
         code, out, err = self._collect(proc, 60)
         validate_cli_output(args, out)
@@ -139,7 +140,7 @@ def cli(tmp_path, bin_dir) -> Cli:
         "PYTHONPATH": str(REPO),
     }
     yield Cli(mark, env)
-    deadline = time.monotonic() + 5  # a killed process needs a moment to be reaped
+    deadline = time.monotonic() + 30  # a killed process needs a moment to be reaped (longer when busy)
     while (left := marked_processes(mark)) and time.monotonic() < deadline:
         time.sleep(0.05)
     for line in left:

@@ -13,6 +13,7 @@ import pytest
 
 from tests.conftest import validate_report
 from tests.faults.conftest import SAMPLES, STOPS, fill, hung, mount_tmpfs, stand_in, unmount
+from tests.timing import wait_for
 
 AMD_APIS = ["rocm", "vulkan", "opencl"]
 # A fake host under --root: judged by the newest CDI rules, not by whatever engine this host has.
@@ -236,7 +237,11 @@ def test_the_spec_cache_is_pruned(cli, tmp_path):
         for index in range(400):
             (folder / f"run{run}-{index}.json").write_text(spec)
         dirs.append(folder)
-    time.sleep(2.5)  # files changed in the last 2 s are not stored (spec_cache.RACY_SECONDS)
+    # files changed in the last 2 s are not stored: wait until the newest is older (ctime cannot be set back)
+    from cgpu.cdi.spec_cache import RACY_SECONDS
+
+    newest = max(p.stat().st_ctime_ns for d in dirs for p in d.iterdir())
+    wait_for(lambda: time.time_ns() - newest > RACY_SECONDS * 1e9, within=60, what="the spec files to age")
     for folder in dirs:
         code, _, _ = cli("probe", "--backend", "cdi", "--json", "--spec-dir", str(folder), "--root", "/", timeout=120)
         assert code in (0, 1)

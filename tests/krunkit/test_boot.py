@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ from cgpu.backends.krunkit.vm import VMError, krunkit_argv
 from tests.conftest import REPO
 from tests.krunkit.conftest import FORGED_VENUS, REAL_PODMAN, marked_processes
 from tests.krunkit.test_machine import LLVMPIPE, VENUS, krunkit_report, messages, probe_output
+from tests.timing import asleep, assert_within, interpreter_run, timed, wait_for
 
 
 @pytest.fixture
@@ -104,9 +104,9 @@ def test_booted_vm_runs_cgpus_probe_not_the_images_entry_point(bin_dir, disk, re
     ],
 )
 def test_vm_failures_are_reported_with_the_log_tail(bin_dir, disk, guest, timeout, expected, in_logs):
-    started = time.monotonic()
-    report, failed, _ = krunkit_report(vm_image=disk(**guest), timeout=timeout)
-    assert time.monotonic() - started < timeout + 8  # the timeout, and at most the 5 s stop grace
+    (report, failed, _), seconds = timed(lambda: krunkit_report(vm_image=disk(**guest), timeout=timeout))
+    # the timeout, and at most the 5 s stop grace
+    assert_within(seconds, timeout + 5, interpreter_run, f"a VM {guest}, timeout {timeout}")
     assert failed
     text = messages(report)
     assert expected in text
@@ -177,15 +177,16 @@ def test_ctrl_c_stops_the_vm(bin_dir, disk, tmp_path, no_leftovers):
         stderr=subprocess.PIPE,
     )
     try:
-        for _ in range(200):
-            found = [p.read_text().strip() for p in (tmp_path / "cache").glob("krunkit-vm/*/krunkit.pid")]
-            if found and found[0]:
-                break
-            time.sleep(0.05)
-        else:
-            pytest.fail("the krunkit stand-in never started")
+
+        def started() -> list[str]:
+            pids = [p.read_text().strip() for p in (tmp_path / "cache").glob("krunkit-vm/*/krunkit.pid")]
+            return pids if pids and pids[0] else []
+
+        found = wait_for(started, within=60, what="the krunkit stand-in to start")
         krunkit_pid = int(found[0])
         assert len(marked_processes(no_leftovers)) >= 3  # cgpu, krunkit, krunkit's child
+        # Ctrl-C once cgpu waits on the VM (on a busy host it may still be inside starting it)
+        wait_for(lambda: asleep(proc.pid), within=60, what="cgpu to wait on the VM")
         proc.send_signal(signal.SIGINT)
         _, stderr = proc.communicate(timeout=30)
     finally:

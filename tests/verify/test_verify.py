@@ -7,7 +7,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -16,6 +15,7 @@ from cgpu.cdi.versions import max_cdi_version
 from cgpu.engines import detect_engines, version_tuple
 from cgpu.report import ReportBuilder
 from tests.conftest import REPO, VERIFY_FILTER, validate_report
+from tests.timing import assert_within, timed, wait_for
 
 from .conftest import labelled_containers, podman, service_processes
 
@@ -115,14 +115,23 @@ def test_spec_newer_than_the_engine_accepts_is_unresolvable(stand_in_image, cdi_
     assert f"cdiVersion above {max_cdi_version('podman', podman_version)}" in error["message"]
 
 
-def test_hung_probe_is_killed_at_the_timeout_and_removed(stand_in_image, cdi_spec, tmp_path, no_leftover_containers):
+def test_hung_probe_is_killed_at_the_timeout_and_removed(
+    stand_in_image, babbling_image, cdi_spec, tmp_path, no_leftover_containers
+):
     """--verify ends at --timeout: connecting to the engine counts against it, the container
-    gets what is left, and is killed and removed then."""
+    gets what is left, and is killed and removed then (bounded against the same call with a
+    probe that exits at once)."""
     kind = cdi_spec(_lvp_spec(tmp_path))
     name = f"{kind}=dev0"
-    started = time.monotonic()
-    report, _ = _verify([name], {name: []}, engine="podman", probe_image=stand_in_image, timeout=5)
-    assert time.monotonic() - started < 5 + 1
+    (report, _), seconds = timed(
+        lambda: _verify([name], {name: []}, engine="podman", probe_image=stand_in_image, timeout=5)
+    )
+    assert_within(
+        seconds,
+        5,
+        lambda: timed(lambda: _verify([name], {name: []}, engine="podman", probe_image=babbling_image, timeout=60))[1],
+        "--verify --timeout 5 with a hung probe",
+    )
     entry = _entry(report, name)
     assert entry["live_status"] == "failed" and "live_apis" not in entry
     error = next(p for p in report["problems"] if p["source"] == name)
@@ -194,24 +203,13 @@ def test_ctrl_c_removes_the_container_and_stops_the_service(stand_in_image, cdi_
     )
     proc = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, stderr=subprocess.PIPE)
     try:
-        deadline = time.monotonic() + 60
-        running: set[str] = set()
-        while not running and time.monotonic() < deadline and proc.poll() is None:
-            time.sleep(0.2)
-            running = (
-                set(
-                    podman(
-                        "ps",
-                        "-q",
-                        "--filter",
-                        VERIFY_FILTER,
-                        "--filter",
-                        f"ancestor={stand_in_image}",
-                    ).stdout.split()
-                )
-                - before
-            )
-        assert running, f"no probe container started: {proc.stderr.read() if proc.poll() is not None else ''}"
+
+        def running() -> set[str]:
+            found = podman("ps", "-q", "--filter", VERIFY_FILTER, "--filter", f"ancestor={stand_in_image}")
+            return set(found.stdout.split()) - before
+
+        wait_for(lambda: proc.poll() is not None or running(), within=120, what="the probe container to run")
+        assert running(), f"no probe container started: {proc.stderr.read() if proc.poll() is not None else ''}"
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=60)
     finally:

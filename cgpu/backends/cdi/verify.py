@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 from cgpu.apis import API_ORDER
+from cgpu.clock import limit_start
 from cgpu.engine_option import EngineOption, parse_engine
 from cgpu.engines import ContainerTimeout, DockerEngine, Engine, EngineError, open_engine
 from cgpu.report import ReportBuilder
@@ -41,8 +42,9 @@ def verify_devices(
         return
     container_timeout = timeout or DEFAULT_TIMEOUT
     # The whole of --verify fits in the timeout per device: connecting to the engine counts
-    # against it, building the probe image (once per package change) does not.
-    deadline = time.monotonic() + container_timeout * len(devices)
+    # against it (and in the CLI cgpu's own start-up too), building the probe image (once per
+    # package change) does not.
+    deadline = limit_start() + container_timeout * len(devices)
     try:
         probe_source = _probe_source()
     except (OSError, ImportError) as exc:
@@ -60,7 +62,9 @@ def verify_devices(
         return
     report.progress(f"verify: connecting to {choice or 'the container engine'}")
     try:
-        with open_engine(choice, timeout=min(API_TIMEOUT, container_timeout), progress=report.progress) as eng:
+        with open_engine(
+            choice, timeout=min(API_TIMEOUT, container_timeout), progress=report.progress, deadline=deadline
+        ) as eng:
             _verify_with(report, eng, devices, static, probe_source, probe_image, container_timeout, option, deadline)
     except EngineError as exc:
         report.problem("error", SOURCE, f"could not run: {exc}")

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import os
 import tempfile
+import time
 from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 
-from cgpu.run import Completed, run
+from cgpu.clock import limit_start
+from cgpu.run import CommandTimeoutError, Completed, run
 
 ASSETS = ("Containerfile", "guest/cgpu-probe.service", "guest/cgpu-probe.sh")
 
@@ -42,8 +44,13 @@ BUILD_TIMEOUT_S = 1800.0  # dnf installs Mesa, the loader and Python in the VM: 
 
 def build_image(*, machine: str | None, tag: str, timeout: float, tee: Callable[[bytes], None]) -> Completed:
     """`podman [--connection MACHINE] build -t TAG` on a fresh copy of the build context, its output
-    handed to `tee` as it comes and kept for the caller; raises CommandError (not found, timed out)."""
+    handed to `tee` as it comes and kept for the caller; raises CommandError (not found, timed out).
+    The timeout is the whole build's: in the CLI it counts from cgpu's start."""
+    end = limit_start() + timeout
     with tempfile.TemporaryDirectory(prefix="cgpu-venus-probe-") as folder:
         write_assets(folder)
         argv = ["podman", *(["--connection", machine] if machine else []), "build", "-t", tag, folder]
-        return run(argv, timeout=timeout, tee=tee)
+        try:
+            return run(argv, timeout=max(0.1, end - time.monotonic()), tee=tee)
+        except CommandTimeoutError as exc:  # said as the limit given, not what was left of it
+            raise CommandTimeoutError(exc.argv, timeout, exc.stdout, exc.stderr) from None
