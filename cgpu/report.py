@@ -115,11 +115,15 @@ class ReportBuilder:
         self._image_needs.pop(api, None)
 
     def device(self, name: str, apis: list[str] | set[str], /, **details: Any) -> dict[str, Any]:
-        if isinstance(details.get("reason"), str):
-            details["reason"] = cap(details["reason"])
-        if isinstance(details.get("checks"), dict):
-            details["checks"] = {k: cap(v) if isinstance(v, str) else v for k, v in details["checks"].items()}
-        entry = {"name": name, "apis": [a for a in API_ORDER if a in set(apis)], **details}
+        reason = details.get("reason")
+        if isinstance(reason, str):
+            details["reason"] = cap(reason)
+        checks = details.get("checks")
+        # a copy only where a text is too long: this runs once per device (2,500 in a large spec)
+        if isinstance(checks, dict) and max(map(len, checks.values()), default=0) > MAX_TEXT:
+            details["checks"] = {k: cap(v) if isinstance(v, str) else v for k, v in checks.items()}
+        wanted = set(apis)
+        entry = {"name": name, "apis": [a for a in API_ORDER if a in wanted], **details}
         self.devices.append(entry)
         return entry
 
