@@ -60,6 +60,19 @@ def parse_toml(text: str) -> dict[str, Any]:
     return data
 
 
+def _spec_dirs_setting(table: dict[str, Any], key: str, shown: str, config: Config, *, quoted: bool = False) -> None:
+    """The spec dirs `key` of an engine's config table sets, if it sets them; a value that is not a
+    list of paths is an error on the file `shown` (the engine refuses to start with it)."""
+    if key not in table:
+        return
+    dirs = _string_list(table[key])
+    if dirs is None:
+        name = f'"{key}"' if quoted else key
+        config.problems.append(("error", shown, f"{name} is not a list of paths"))
+    else:
+        config.spec_dirs = dirs
+
+
 def _string_list(value: Any) -> list[str] | None:
     if isinstance(value, list) and all(isinstance(v, str) for v in value):
         return list(value)
@@ -162,12 +175,7 @@ def containerd(read: Reader, listdir: Lister, path: str, major: int | None) -> C
                 config.setting = f"enable_cdi = true in [plugins.{json.dumps(keys[1])}] of {shown}"
             elif enabled is not None:
                 config.problems.append(("error", shown, f"enable_cdi is {enabled!r}, not true or false"))
-            if "cdi_spec_dirs" in found:
-                dirs = _string_list(found["cdi_spec_dirs"])
-                if dirs is None:
-                    config.problems.append(("error", shown, "cdi_spec_dirs is not a list of paths"))
-                else:
-                    config.spec_dirs = dirs
+            _spec_dirs_setting(found, "cdi_spec_dirs", shown, config)
             runtime = _table(found, "containerd")
             if runtime is not None and isinstance(runtime.get("default_runtime_name"), str):
                 config.default_runtime, config.runtime_file = runtime["default_runtime_name"], shown
@@ -187,12 +195,8 @@ def crio(read: Reader, listdir: Lister, path: str, drop_in_dir: str) -> Config:
         runtime = _table(document, "crio", "runtime")
         if runtime is not None and isinstance(runtime.get("default_runtime"), str):
             config.default_runtime, config.runtime_file = runtime["default_runtime"], read(source)[2]
-        if runtime is not None and "cdi_spec_dirs" in runtime:
-            dirs = _string_list(runtime["cdi_spec_dirs"])
-            if dirs is None:
-                config.problems.append(("error", read(source)[2], "cdi_spec_dirs is not a list of paths"))
-            else:
-                config.spec_dirs = dirs
+        if runtime is not None:
+            _spec_dirs_setting(runtime, "cdi_spec_dirs", read(source)[2], config)
     if config.problems:
         config.problems.append(("error", read(path)[2], "CRI-O refuses to start with a config file it cannot parse"))
     config.enabled = True
@@ -211,12 +215,8 @@ def podman(read: Reader, listdir: Lister, files: list[str], drop_in_dirs: list[s
         if document is None:
             continue
         engine = _table(document, "engine")
-        if engine is not None and "cdi_spec_dirs" in engine:
-            dirs = _string_list(engine["cdi_spec_dirs"])
-            if dirs is None:
-                config.problems.append(("error", read(source)[2], "cdi_spec_dirs is not a list of paths"))
-            else:
-                config.spec_dirs = dirs
+        if engine is not None:
+            _spec_dirs_setting(engine, "cdi_spec_dirs", read(source)[2], config)
     config.enabled = True
     return config
 
@@ -250,12 +250,7 @@ def docker(read: Reader, path: str) -> Config:
             config.problems.append(("error", shown, f'"features": {{"cdi": {features["cdi"]!r}}} is not a boolean'))
     if isinstance(document.get("default-runtime"), str):
         config.default_runtime, config.runtime_file = document["default-runtime"], shown
-    if "cdi-spec-dirs" in document:
-        dirs = _string_list(document["cdi-spec-dirs"])
-        if dirs is None:
-            config.problems.append(("error", shown, '"cdi-spec-dirs" is not a list of paths'))
-        else:
-            config.spec_dirs = dirs
+    _spec_dirs_setting(document, "cdi-spec-dirs", shown, config, quoted=True)
     return config
 
 
