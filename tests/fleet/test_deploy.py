@@ -132,6 +132,37 @@ def test_the_systemd_unit_runs_a_watch_cgpu_accepts_from_a_path_it_can_reach():
     assert "--nfd-file" in service["ExecStart"] or "add --nfd-file" in comment
 
 
+def test_the_units_reload_sends_sighup_with_only_what_a_minimal_debian_has():
+    """`systemctl reload` runs ExecReload: with /bin/kill (procps, not in a minimal Debian 12) it
+    failed with 203/EXEC. systemd turns `$$` into `$` and sets MAINPID; /bin/sh's own kill sends."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    argv = shlex.split(_unit()["Service"]["ExecReload"].replace("$$", "$"))
+    assert argv[0] == "/bin/sh"
+    if not os.path.exists("/bin/sh") or sys.platform == "win32":
+        pytest.skip("no /bin/sh here")
+    waiter = subprocess.Popen(
+        [sys.executable, "-c", "import signal,sys; signal.sigwait({signal.SIGHUP}); print('HUP')"],
+        stdout=subprocess.PIPE, text=True, preexec_fn=lambda: signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP}),
+    )  # fmt: skip
+    try:
+        subprocess.run(argv, env={"MAINPID": str(waiter.pid)}, check=True, timeout=30)
+        out, _ = waiter.communicate(timeout=30)
+    finally:
+        waiter.kill()
+        waiter.wait()
+    assert out.strip() == "HUP"
+
+
+def test_the_units_runtime_dir_outlives_a_restart_but_not_the_service():
+    service = _unit()["Service"]
+    # the comment says no answer outlives the watch; a crash-restart keeps the last one meanwhile
+    assert service["RuntimeDirectory"] == "cgpu" and service["RuntimeDirectoryPreserve"] == "restart"
+
+
 def test_systemd_analyze_security_rates_the_unit_safe(tmp_path):
     import re
     import shutil
