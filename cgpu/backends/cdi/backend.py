@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from cgpu.backends.cdi.answer import _answer
 from cgpu.backends.cdi.device import APIS, DeviceAnswer
@@ -38,12 +38,7 @@ def probe(
     judge = _engine_rules(report, engine, timeout, root)
     if judge is None:
         return
-    if spec_dirs:
-        dirs = list(spec_dirs)
-    elif judge.entry is not None:  # what the judging engine reads, inside the root under --root
-        dirs = [_under(root, d) for d in judge.entry["spec_dirs"]]
-    else:
-        dirs = list(DEFAULT_SPEC_DIRS)
+    dirs = spec_dirs_read(spec_dirs, root, judge.entry)
     entries = _answer(report, judge.entry, dirs, root, devices)[0]
     for entry in judge.engines:
         if entry is not judge.entry:  # each other engine's answer, as data
@@ -67,6 +62,18 @@ def probe(
             timeout=timeout,
         )
     entries.put(report, live)
+
+
+def spec_dirs_read(spec_dirs: Sequence[str] | None, root: str, judging: Mapping[str, Any] | None) -> list[str]:
+    """The spec dirs the answer reads: those given, else what the judging engine (its entry) reads,
+    inside the root under --root, else (no engine judges) the CDI defaults."""
+    from cgpu.cdi.scan import DEFAULT_SPEC_DIRS
+
+    if spec_dirs:
+        return list(spec_dirs)
+    if judging is not None:
+        return [_under(root, d) for d in judging["spec_dirs"]]
+    return list(DEFAULT_SPEC_DIRS)
 
 
 def _under(root: str, path: str) -> str:
