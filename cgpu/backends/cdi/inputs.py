@@ -27,17 +27,6 @@ class AnswerInputs:
         self.host_files = host_files
         self.engine_files = engine_files
 
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, AnswerInputs):
-            return NotImplemented
-        return (self.spec_dirs, self.host_files, self.engine_files) == (
-            other.spec_dirs,
-            other.host_files,
-            other.engine_files,
-        )
-
-    __hash__ = None  # type: ignore[assignment]
-
     def __repr__(self) -> str:
         return f"AnswerInputs({self.spec_dirs!r}, {self.host_files!r}, {self.engine_files!r})"
 
