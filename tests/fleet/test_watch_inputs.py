@@ -126,3 +126,45 @@ def test_an_engine_configuration_changed_under_the_root_is_answered_again(node, 
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=30)
     assert "engine files under" in err, err
+
+
+def test_an_idle_node_is_not_answered_again(node):
+    """The inputs asked after each probe are those polled since: nothing changed, no second probe."""
+    import threading
+    from functools import partial
+
+    calls: list[float] = []
+    stop = threading.Event()
+
+    class Stop(Exception):
+        pass
+
+    def probe() -> dict:
+        if stop.is_set():
+            raise Stop()
+        calls.append(time.monotonic())
+        return _answer(node)
+
+    def target() -> None:
+        try:
+            watch_module.watch(
+                probe, root=str(node), answer_file=None, nfd_file=None, interval=600, expiry=1200,
+                log=lambda message: None, inputs_of=partial(answer_inputs, root=str(node)),
+            )  # fmt: skip
+        except Stop:
+            pass
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not calls:
+        assert time.monotonic() < deadline, "no first probe"
+        time.sleep(0.01)
+    first = time.monotonic()
+    while time.monotonic() - first < 3 * watch_module.POLL_S:  # a window of three polls, none may probe
+        time.sleep(0.1)
+    assert len(calls) == 1
+    stop.set()
+    (node / CONFIG.lstrip("/")).write_text(CDI_OFF)  # a change: the next probe ends the thread
+    thread.join(timeout=60)
+    assert not thread.is_alive() and len(calls) == 1
