@@ -553,16 +553,13 @@ def _watch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         )
     backend = args.backend or default_backend()
     given = _backend_options(parser, args, backend)
-    spec_dirs: list[str] = []
-    spec_dirs_of = None
-    if backend == "cdi":
-        from cgpu.fleet.watch import engine_spec_dirs
+    inputs_of = None
+    if backend == "cdi":  # what its answer depends on, as the backend says after each report
+        from functools import partial
 
-        spec_dirs = list(args.spec_dirs or engine_spec_dirs({}, args.root or "/"))
-        if not args.spec_dirs:  # the dirs the judging engine reads, as each report says
+        from cgpu.backends.cdi.inputs import answer_inputs
 
-            def spec_dirs_of(report: dict[str, Any]) -> list[str]:
-                return engine_spec_dirs(report, args.root or "/")
+        inputs_of = partial(answer_inputs, **given)
 
     def probe() -> dict[str, Any]:
         builder, code = _run("watch", backend, given, None)
@@ -579,7 +576,6 @@ def _watch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     try:
         watch(
             probe,
-            spec_dirs=spec_dirs,
             root=args.root or "/",
             answer_file=args.answer_file,
             nfd_file=args.nfd_file,
@@ -588,7 +584,7 @@ def _watch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             expiry=args.expiry or 3 * args.interval,
             log=log,
             terminated=Terminated,
-            spec_dirs_of=spec_dirs_of,
+            inputs_of=inputs_of,
         )
     except _BadUsage:
         return ExitCode.USAGE

@@ -1,12 +1,13 @@
 """`cgpu watch`: keep an answer file, an NFD feature file and a metrics file current as the node changes.
 
-It probes once, then again when what decides the answer may have changed: a file added, removed
-or edited in a spec dir, a new NVIDIA driver (`/proc/driver/nvidia/version` or
-`/sys/module/nvidia/version` under the root), SIGHUP, and at every interval (which also renews
-the feature file's expiry). Spec dirs are watched with inotify where the kernel has it (through
-inotify_simple): a dir that does not exist yet, or is removed, is looked for every POLL_S seconds
-and put under inotify once it is there. Every POLL_S seconds what inotify cannot see is compared
-with a cheap fingerprint: the driver version files (procfs and sysfs have no inotify), each watched
+It probes once, then again when what decides the answer may have changed, as the backend says
+(`cgpu.backends.cdi.inputs`, after each probe): a file added, removed or edited in a spec dir, a
+host file's text (the NVIDIA driver version under the root), an engine's file (its binary, package
+database or configuration), SIGHUP, and at every interval (which also renews the feature file's
+expiry). Spec dirs are watched with inotify where the kernel has it (through inotify_simple): a dir
+that does not exist yet, or is removed, is looked for every POLL_S seconds and put under inotify
+once it is there. Every POLL_S seconds what inotify cannot see is compared with a cheap
+fingerprint: the host files (procfs and sysfs have no inotify) and the engines' files, each watched
 dir's identity (a dir replaced or a link retargeted), and, where inotify is missing, the dirs'
 listings with each file's identity and times. Bursts of changes are coalesced (QUIET_S of calm, at
 most BURST_S of waiting), so a hundred edits cost a handful of probes. Between wake-ups the process
@@ -32,28 +33,43 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from cgpu.apis import API_ORDER
+
+if TYPE_CHECKING:
+    from cgpu.backends.cdi.inputs import AnswerInputs
 
 POLL_S: Final = 2.0  # fingerprint check; also how soon a driver change or a new spec dir is seen
 QUIET_S: Final = 0.2  # a burst of changes ends after this much calm ...
 BURST_S: Final = 1.0  # ... or after this long, whichever comes first
 MIN_INTERVAL_S: Final = 1.0
-DRIVER_FILES: Final = ("/proc/driver/nvidia/version", "/sys/module/nvidia/version")
 NFD_RATE_S: Final = 1.0  # nfd-worker (>= v0.19) acts on at most one features.d event a second
 
 Probe = Callable[[], dict[str, Any]]
 Log = Callable[[str], None]
+InputsOf = Callable[[dict[str, Any] | None], "AnswerInputs"]
 
 
-def driver_fingerprint(root: str) -> tuple[Any, ...]:
-    """The NVIDIA driver version files under `root`, read as the probe reads them: links resolved
-    inside the root, a FIFO or device refused unopened, at most 64 KiB."""
+def host_fingerprint(root: str, host_files: Sequence[str], engine_files: Sequence[str] = ()) -> tuple[Any, ...]:
+    """Host files under `root`, looked up as the probe does (links resolved inside the root, a
+    FIFO or device refused unopened): `host_files` by their text (at most 64 KiB: procfs and sysfs
+    keep no useful times), `engine_files` by their identity (stat only)."""
+    if not host_files and not engine_files:
+        return ()
     from cgpu.backends.cdi.host import HostFS
 
     host = HostFS(root)
-    return tuple(host.read_small(path) for path in DRIVER_FILES)
+    texts = tuple(host.read_small(path) for path in host_files)
+    identities = []
+    for path in engine_files:
+        real = host.resolve(path)
+        try:
+            info = os.stat(real) if real is not None else None
+        except (OSError, ValueError):
+            info = None
+        identities.append(None if info is None else (info.st_ino, info.st_size, info.st_mtime_ns, info.st_mode))
+    return texts, tuple(identities)
 
 
 def dir_fingerprint(directory: str) -> Any:
@@ -73,27 +89,6 @@ def dir_fingerprint(directory: str) -> Any:
     return tuple(files)
 
 
-def fingerprint(spec_dirs: Sequence[str], root: str) -> tuple[Any, ...]:
-    """Everything the answer depends on, cheaply: each spec dir's files and the driver version.
-    Equal fingerprints mean nothing watched changed."""
-    return tuple((directory, dir_fingerprint(directory)) for directory in spec_dirs), driver_fingerprint(root)
-
-
-def engine_spec_dirs(report: dict[str, Any], root: str) -> list[str]:
-    """The spec dirs the report's judging engine reads (its `engines` entry with `judged: true`),
-    else the CDI defaults; host paths, looked up under `root`."""
-    from cgpu.cdi.scan import DEFAULT_SPEC_DIRS
-    from cgpu.fleet.nfd import judging_engine
-
-    judge = judging_engine(report)
-    dirs = judge.get("spec_dirs") if judge is not None else None
-    if not isinstance(dirs, list) or not all(isinstance(d, str) for d in dirs):
-        dirs = list(DEFAULT_SPEC_DIRS)
-    if os.path.abspath(root) == os.path.abspath(os.sep):
-        return list(dirs)
-    return [os.path.join(os.path.abspath(root), d.lstrip("/")) for d in dirs]
-
-
 def _identity(directory: str) -> tuple[int, int] | None:
     try:
         info = os.stat(directory)
@@ -104,11 +99,22 @@ def _identity(directory: str) -> tuple[int, int] | None:
 
 class Wakeup:
     """Sleeps until a spec dir changes (inotify), a signal arrives (`signal_fd`) or the timeout passes,
-    and keeps each spec dir under inotify while it exists."""
+    and keeps each spec dir under inotify while it exists. `host_files` and `engine_files` (host
+    paths under `root`) are polled: see `host_fingerprint`."""
 
-    def __init__(self, spec_dirs: Sequence[str], root: str = "/", *, signal_fd: int | None = None) -> None:
+    def __init__(
+        self,
+        spec_dirs: Sequence[str],
+        root: str = "/",
+        *,
+        signal_fd: int | None = None,
+        host_files: Sequence[str] = (),
+        engine_files: Sequence[str] = (),
+    ) -> None:
         self.spec_dirs = list(spec_dirs)
         self.root = root
+        self.host_files = list(host_files)
+        self.engine_files = list(engine_files)
         self._signal_fd = signal_fd
         self._inotify: Any = None
         self._mask = 0
@@ -188,6 +194,13 @@ class Wakeup:
         self.newly_watched.clear()
         return True
 
+    def set_inputs(self, inputs: AnswerInputs) -> bool:
+        """Watch what the backend says the last answer depends on from now on; True when the
+        spec dirs changed (the files polled are taken as they are)."""
+        self.host_files = list(inputs.host_files)
+        self.engine_files = list(inputs.engine_files)
+        return self.set_spec_dirs(inputs.spec_dirs)
+
     def _drop(self, directory: str) -> None:
         descriptor = self._watches.pop(directory, None)
         self._identities.pop(directory, None)
@@ -201,10 +214,11 @@ class Wakeup:
 
     def _polled(self) -> Any:
         unwatched = [d for d in self.spec_dirs if d not in self._watches]
-        return tuple((d, dir_fingerprint(d)) for d in unwatched), driver_fingerprint(self.root)
+        files = host_fingerprint(self.root, self.host_files, self.engine_files)
+        return tuple((d, dir_fingerprint(d)) for d in unwatched), files
 
     def poll(self) -> bool:
-        """What inotify cannot see changed: the driver files, a dir appeared, replaced or went
+        """What inotify cannot see changed: the host or engine files, a dir appeared, replaced or went
         away (which puts it under inotify, or takes it off), or, without inotify, a dir's files."""
         changed = False
         for directory in list(self._watches):
@@ -462,7 +476,7 @@ def describe(report: dict[str, Any]) -> str:
 def watch(
     probe: Probe,
     *,
-    spec_dirs: Sequence[str],
+    spec_dirs: Sequence[str] = (),
     root: str,
     answer_file: str | None,
     nfd_file: str | None,
@@ -472,12 +486,12 @@ def watch(
     metrics_file: str | None = None,
     rounds: int | None = None,
     terminated: type[BaseException] = KeyboardInterrupt,
-    spec_dirs_of: Callable[[dict[str, Any]], list[str]] | None = None,
+    inputs_of: InputsOf | None = None,
 ) -> None:
     """Probe and publish, then again on every change, SIGHUP and interval; runs until SIGTERM
     (raises `terminated`) or SIGINT (KeyboardInterrupt), or for `rounds` probes (tests).
-    `spec_dirs_of`: the dirs to watch after each probe, from its report (the judging engine's
-    spec dirs when no --spec-dir was given); `spec_dirs` are watched until the first report."""
+    `inputs_of`: what the answer depends on, from the backend (`answer_inputs`), asked before the
+    first probe (None) and after each with its report; without it, `spec_dirs` alone are watched."""
     control = Control(terminated)
     control.install()
     wakeup: Wakeup | None = None
@@ -488,7 +502,9 @@ def watch(
         with control.held():
             publisher.prepare()
         wakeup = Wakeup(spec_dirs, root, signal_fd=control.fd)
-        log(f"watching {wakeup.describe()}, the driver version under {root}, and every {interval:g} s")
+        if inputs_of is not None:
+            wakeup.set_inputs(inputs_of(None))
+        log(f"watching {wakeup.describe()}{_files(wakeup)}, and every {interval:g} s")
         last = None
         done = 0
         while rounds is None or done < rounds:
@@ -503,7 +519,7 @@ def watch(
                 publisher.publish(report, finished_at=time.time(), duration=duration)
             done += 1
             _release_memory()
-            if spec_dirs_of is not None and wakeup.set_spec_dirs(spec_dirs_of(report)):
+            if inputs_of is not None and wakeup.set_inputs(inputs_of(report)):
                 log(f"watching the judging engine's spec dirs: {wakeup.describe()}")
             if summary(report) != last:  # log changes of answer, not every refresh
                 last = summary(report)
@@ -515,6 +531,13 @@ def watch(
         if wakeup is not None:
             wakeup.close()
         control.uninstall()
+
+
+def _files(wakeup: Wakeup) -> str:
+    """The polled files, for the log line: `, 2 host files and 14 engine files under /host`."""
+    counts = [(len(wakeup.host_files), "host"), (len(wakeup.engine_files), "engine")]
+    shown = [f"{count} {kind} file{'s' if count != 1 else ''}" for count, kind in counts if count]
+    return f", {' and '.join(shown)} under {wakeup.root}" if shown else ""
 
 
 _trim: list[Any] = []

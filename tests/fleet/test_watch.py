@@ -339,22 +339,24 @@ def test_the_log_says_when_a_spec_dir_appears_and_its_changes_reach_the_answer(n
 
 def test_without_spec_dirs_watch_follows_the_judging_engines_dirs_under_the_root(tmp_path):
     pytest.importorskip("inotify_simple", reason="inotify_simple is a Linux dependency")
+    from cgpu.backends.cdi.inputs import answer_inputs
+
     report = {"engines": [{"name": "containerd", "judged": True, "spec_dirs": ["/etc/cdi", "/opt/cdi"]}]}
-    assert watch_module.engine_spec_dirs(report, str(tmp_path)) == [
+    assert answer_inputs(report, root=str(tmp_path), engine="none").spec_dirs == [
         str(tmp_path / "etc/cdi"),
         str(tmp_path / "opt/cdi"),
     ]
-    assert watch_module.engine_spec_dirs({}, str(tmp_path)) == [
-        str(tmp_path / "etc/cdi"),
-        str(tmp_path / "var/run/cdi"),
-    ]
-    assert watch_module.engine_spec_dirs({}, "/") == ["/etc/cdi", "/var/run/cdi"]
+    before = answer_inputs(None, root=str(tmp_path), engine="containerd@2.1.4")  # until a report says
+    assert before.spec_dirs == [str(tmp_path / "etc/cdi"), str(tmp_path / "var/run/cdi")]
+    # no engine judged: the probe read the CDI defaults themselves, and so they are watched
+    assert answer_inputs({"engines": []}, root=str(tmp_path), engine="none").spec_dirs == ["/etc/cdi", "/var/run/cdi"]
+    assert answer_inputs(None, root="/", engine="none").spec_dirs == ["/etc/cdi", "/var/run/cdi"]
     (tmp_path / "etc/cdi").mkdir(parents=True)
     (tmp_path / "opt/cdi").mkdir(parents=True)
-    wakeup = watch_module.Wakeup(watch_module.engine_spec_dirs({}, str(tmp_path)), str(tmp_path))
+    wakeup = watch_module.Wakeup(before.spec_dirs, str(tmp_path))
     try:
         assert wakeup.watched() == [str(tmp_path / "etc/cdi")]
-        assert wakeup.set_spec_dirs(watch_module.engine_spec_dirs(report, str(tmp_path)))
+        assert wakeup.set_inputs(answer_inputs(report, root=str(tmp_path), engine="none"))
         assert wakeup.watched() == [str(tmp_path / "etc/cdi"), str(tmp_path / "opt/cdi")]
         (tmp_path / "opt/cdi/dra.yaml").write_text("# a claim\n")
         assert wakeup.wait(5)

@@ -25,9 +25,13 @@ pytestmark = pytest.mark.podman
 def _verify(devices, static, **options):
     messages: list[str] = []
     report = ReportBuilder("cdi", progress=messages.append)
+    checks = verify_devices(report, devices, static, **options)
+    assert [check.name for check in checks] in ([], devices)  # one result per device, in order, or none
+    live = {check.name: check.entry_fields() for check in checks}
     for name in devices:
-        report.device(name, static.get(name, []), status="ok", spec="/etc/cdi/test.yaml", checks={})
-    verify_devices(report, devices, static, **options)
+        report.device(
+            name, static.get(name, []), status="ok", spec="/etc/cdi/test.yaml", checks={}, **live.get(name, {})
+        )
     built = report.build()
     validate_report(built)
     return built, messages

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from cgpu.backends import run_backend
-from cgpu.backends import wsl as backend
+from cgpu.backends.wsl import backend
 from tests.conftest import validate_report
 from tests.timing import assert_within, interpreter_run, timed, wait_for
 from tests.wsl.conftest import NVIDIA_SMI_TCC
@@ -404,11 +404,10 @@ def test_distro_without_sh(fake_wsl):
 
 
 def test_a_probe_too_big_for_one_argument_is_not_sent(monkeypatch):
-    from cgpu.backends import wsl
     from cgpu.report import ReportBuilder
 
-    monkeypatch.setattr(wsl, "MAX_LOCAL_PROBE", 10)
+    monkeypatch.setattr(backend, "MAX_LOCAL_PROBE", 10)
     report = ReportBuilder("wsl")
-    assert wsl._local_probe_source(report) is None
+    assert backend._local_probe_source(report) is None
     [warning] = report.problems
     assert warning["source"].endswith("standalone.py") and "too big" in warning["message"]

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cgpu.backends.wsl import (
+from cgpu.backends.wsl.output import (
     END,
     FORMAT,
     KEYS,
@@ -226,8 +226,6 @@ def test_local_probe_runs_from_stdin_without_a_file():
     """The real probe.py, sent on stdin and run by probe.sh as `python3 -c <source> --child API`."""
     import shutil
 
-    from cgpu.backends.wsl import parse_output
-
     local_probe = Path(__file__).resolve().parents[2] / "cgpu" / "gpu_probe" / "standalone.py"
     busybox, python = shutil.which("busybox"), shutil.which("python3")
     if not local_probe.is_file() or busybox is None or python is None:
@@ -246,7 +244,7 @@ def test_local_probe_runs_from_stdin_without_a_file():
 
 
 def test_gpu_vendors_in_the_driver_store():
-    from cgpu.backends.wsl import _driver_stores
+    from cgpu.backends.wsl.judging import _driver_stores
 
     session = parse_output(
         render(

@@ -8,7 +8,8 @@ container can start with.
 
 The code lives in named modules: `backend` (the entry, `probe`), `judging` (which engine judges),
 `answer` (the scan into device answers), `selection` (`--device`), `problems`, `evidence` (the
-node answer), `device`, `host`, `view`, `rules`, and `verify` with `probe_image` (`--verify`).
+node answer), `device`, `host`, `view`, `rules`, `verify` with `probe_image` (`--verify`), and
+`inputs` (what an answer depends on, for `cgpu watch`).
 """
 
 from cgpu.backends.cdi.answer import _REMEMBERED, answer_scan

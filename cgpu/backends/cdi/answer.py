@@ -3,8 +3,8 @@ device's container view checked against the host and judged by the per-API rules
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from cgpu.backends.cdi.device import APIS, DeviceAnswer
 from cgpu.backends.cdi.evidence import _evidence
@@ -16,6 +16,9 @@ from cgpu.backends.cdi.selection import _select
 from cgpu.backends.cdi.view import ContainerView, is_bind, node_fully_specified
 from cgpu.cdi.model import ContainerEdits, ResolvedDevice, ScanResult, Spec
 from cgpu.report import ReportBuilder
+
+if TYPE_CHECKING:
+    from cgpu.backends.cdi.verify import LiveCheck
 
 
 def _cdi_off(report: ReportBuilder, entry: dict[str, Any], label: str | None, quiet: bool) -> tuple[None, list[str]]:
@@ -40,9 +43,9 @@ def _answer(
     devices: Sequence[str] | None,
     *,
     quiet: bool = False,
-) -> tuple[list[DeviceAnswer] | None, list[str]]:
-    """The answer of one engine (`entry`; None: the newest rules) into `report`: its answers and the
-    APIs its containers get."""
+) -> tuple[DeviceEntries | None, list[str]]:
+    """The answer of one engine (`entry`; None: the newest rules) into `report`: its device entries,
+    for the caller to put in the report, and the APIs its containers get."""
     from cgpu.cache import default_cache_dir
     from cgpu.cdi.scan import scan_spec_dirs
 
@@ -72,7 +75,7 @@ def _answer(
         if not quiet:
             _spec_dir_hints(report, dirs)
     host = HostFS(root)
-    answers = answer_scan(report, scan, host, devices=devices, dirs=dirs, engine_label=label)
+    answers = _scan_answers(report, scan, host, devices=devices, dirs=dirs, engine_label=label)
     if not quiet:
         for path, why in host.refused_files():
             report.problem("warning", host.display(path), f"this host file {why}; cgpu did not open it")
@@ -89,6 +92,72 @@ def answer_scan(
     engine_label: str | None = None,
 ) -> list[DeviceAnswer] | None:
     """Fill the report from a scan: problems, one entry per device, the node answer with evidence."""
+    entries = _scan_answers(report, scan, host, devices=devices, dirs=dirs, engine_label=engine_label)
+    if entries is None:
+        return None
+    entries.put(report)
+    return entries.answers
+
+
+class DeviceEntries:
+    """One answer's device entries, put in the report once `--verify` (if asked) has checked the
+    devices: what each device gives, then the devices the engine ignores or never reaches."""
+
+    __slots__ = ("answers", "engine_label", "ignored", "scan", "unreached")
+
+    def __init__(
+        self, answers: list[DeviceAnswer], scan: ScanResult, ignored: dict[str, Spec], unreached: list[str], label: str
+    ) -> None:
+        self.answers = answers
+        self.scan = scan
+        self.ignored = ignored  # devices only specs the engine ignores define (their cdiVersion is too new)
+        self.unreached = unreached  # in a spec dir after the one where the engine's scan stops
+        self.engine_label = label
+
+    def put(self, report: ReportBuilder, live: Mapping[str, LiveCheck] | None = None) -> None:
+        """One entry per device into `report`, with `live`'s answer (`--verify`) beside the static one."""
+        first_named: dict[int, str] = {}  # devices with the same edits in one spec share their findings
+        for answer in self.answers:
+            details: dict[str, Any] = {"status": answer.status, "spec": answer.device.spec.path}
+            alias_of = first_named.setdefault(id(answer.findings), answer.name)
+            if alias_of != answer.name:  # another name (index, UUID) for what a container gets with alias_of
+                details["alias_of"] = alias_of
+            details["checks"] = {api: f"{f.state}: {f.text}" for api, f in answer.findings.items()}
+            if answer.blocked:
+                details["missing"] = [path for path, _ in answer.missing]
+            check = live.get(answer.name) if live else None
+            if check is not None:
+                details.update(check.entry_fields())
+            report.device(answer.name, answer.apis, **details)
+        for name, spec in self.ignored.items():
+            report.device(
+                name,
+                [],
+                status="blocked",
+                spec=spec.path,
+                reason=f"{self.engine_label} ignores its spec: cdiVersion {spec.version} is above what it accepts",
+            )
+        for name in self.unreached:
+            report.device(
+                name,
+                [],
+                status="blocked",
+                spec=self.scan.unreached[name].path,
+                reason=f"{self.engine_label} never reads its spec dir: the scan of the spec dirs ends at "
+                f"{self.scan.stopped_at} (see problems)",
+            )
+
+
+def _scan_answers(
+    report: ReportBuilder,
+    scan: ScanResult,
+    host: HostFS,
+    *,
+    devices: Sequence[str] | None = None,
+    dirs: Sequence[str] = (),
+    engine_label: str | None = None,
+) -> DeviceEntries | None:
+    """The problems and the node answer with evidence into `report`; the device entries to put there."""
     for severity, source, message in scan.problems:
         report.problem(severity, source, message)  # type: ignore[arg-type]
     dropped = _engine_dropped(scan)
@@ -97,38 +166,11 @@ def answer_scan(
         return None
     answers = _answers(selected, host)
     _report_problems(report, answers, host)
-    first_named: dict[int, str] = {}  # devices with the same edits in one spec share their findings
-    for answer in answers:
-        details: dict[str, Any] = {"status": answer.status, "spec": answer.device.spec.path}
-        alias_of = first_named.setdefault(id(answer.findings), answer.name)
-        if alias_of != answer.name:  # another name (index, UUID) for what a container gets with alias_of
-            details["alias_of"] = alias_of
-        details["checks"] = {api: f"{f.state}: {f.text}" for api, f in answer.findings.items()}
-        if answer.blocked:
-            details["missing"] = [path for path, _ in answer.missing]
-        report.device(answer.name, answer.apis, **details)
     ignored = [name for name in (devices or dropped) if name in dropped]
-    for name in dict.fromkeys(ignored):
-        spec = dropped[name]
-        report.device(
-            name,
-            [],
-            status="blocked",
-            spec=spec.path,
-            reason=f"{engine_label or 'the engine'} ignores its spec: cdiVersion {spec.version} is above what "
-            f"it accepts",
-        )
-    for name in dict.fromkeys(n for n in (devices or scan.unreached) if n in scan.unreached and n not in dropped):
-        report.device(
-            name,
-            [],
-            status="blocked",
-            spec=scan.unreached[name].path,
-            reason=f"{engine_label or 'the engine'} never reads its spec dir: the scan of the spec dirs ends at "
-            f"{scan.stopped_at} (see problems)",
-        )
+    unreached = [n for n in (devices or scan.unreached) if n in scan.unreached and n not in dropped]
     _evidence(report, answers, scan, list(dirs), host, ignored, engine_label or "the engine")
-    return answers
+    label = engine_label or "the engine"
+    return DeviceEntries(answers, scan, {n: dropped[n] for n in ignored}, list(dict.fromkeys(unreached)), label)
 
 
 def _engine_dropped(scan: ScanResult) -> dict[str, Spec]:

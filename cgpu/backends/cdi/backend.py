@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from cgpu.backends.cdi.answer import _answer
 from cgpu.backends.cdi.device import APIS, DeviceAnswer
 from cgpu.backends.cdi.judging import _engine_rules, engine_entry
 from cgpu.engine_option import EngineOption
 from cgpu.report import ReportBuilder
+
+if TYPE_CHECKING:
+    from cgpu.backends.cdi.verify import LiveCheck
 
 
 def probe(
@@ -34,13 +38,8 @@ def probe(
     judge = _engine_rules(report, engine, timeout, root)
     if judge is None:
         return
-    if spec_dirs:
-        dirs = list(spec_dirs)
-    elif judge.entry is not None:  # what the judging engine reads, inside the root under --root
-        dirs = [_under(root, d) for d in judge.entry["spec_dirs"]]
-    else:
-        dirs = list(DEFAULT_SPEC_DIRS)
-    answers = _answer(report, judge.entry, dirs, root, devices)
+    dirs = spec_dirs_read(spec_dirs, root, judge.entry)
+    entries = _answer(report, judge.entry, dirs, root, devices)[0]
     for entry in judge.engines:
         if entry is not judge.entry:  # each other engine's answer, as data
             own = list(spec_dirs) if spec_dirs else [_under(root, d) for d in entry["spec_dirs"]]
@@ -48,17 +47,33 @@ def probe(
     if judge.entry is not None:
         judge.entry["containers"] = [api for api in APIS if report.state(api) == "provided"]
     report.engines = [engine_entry(e) for e in judge.engines]
-    if verify and answers[0] is not None:
+    if entries is None:
+        return
+    live: dict[str, LiveCheck] = {}
+    if verify:
         engine_dirs = judge.entry["spec_dirs"] if judge.entry is not None else list(DEFAULT_SPEC_DIRS)
-        _verify(
+        live = _verify(
             report,
-            answers[0],
+            entries.answers,
             dirs=dirs,
             engine_dirs=engine_dirs,
             engine=judge.option,
             probe_image=probe_image,
             timeout=timeout,
         )
+    entries.put(report, live)
+
+
+def spec_dirs_read(spec_dirs: Sequence[str] | None, root: str, judging: Mapping[str, Any] | None) -> list[str]:
+    """The spec dirs the answer reads: those given, else what the judging engine (its entry) reads,
+    inside the root under --root, else (no engine judges) the CDI defaults."""
+    from cgpu.cdi.scan import DEFAULT_SPEC_DIRS
+
+    if spec_dirs:
+        return list(spec_dirs)
+    if judging is not None:
+        return [_under(root, d) for d in judging["spec_dirs"]]
+    return list(DEFAULT_SPEC_DIRS)
 
 
 def _under(root: str, path: str) -> str:
@@ -87,7 +102,8 @@ def _verify(
     engine: EngineOption,
     probe_image: str | None,
     timeout: float | None,
-) -> None:
+) -> dict[str, LiveCheck]:
+    """The live check of each device a container can start with, by name (`--verify`)."""
     from cgpu.backends.cdi.verify import verify_devices
 
     own = [d for d in dirs if os.path.realpath(d) not in {os.path.realpath(e) for e in engine_dirs}]
@@ -99,7 +115,7 @@ def _verify(
             f"defined only there is unresolvable to it",
         )
     runnable = [a for a in answers if not a.blocked]
-    verify_devices(
+    checks = verify_devices(
         report,
         [a.name for a in runnable],
         {a.name: a.apis for a in runnable},
@@ -107,3 +123,4 @@ def _verify(
         probe_image=probe_image,
         timeout=timeout,
     )
+    return {check.name: check for check in checks}

@@ -23,6 +23,8 @@ MAX_SMALL_FILE = 64 * 1024  # ICD manifests, .icd files, sysfs values: anything 
 
 _NVRM_VERSION = re.compile(r"Kernel Module(?: for \S+)?\s+(\d+\.\d+(?:\.\d+)?)")
 _BARE_VERSION = re.compile(r"^\s*(\d+\.\d+(?:\.\d+)?)\s*$")
+# Where the running NVIDIA kernel driver says its version, first found wins.
+DRIVER_VERSION_FILES = ("/proc/driver/nvidia/version", "/sys/module/nvidia/version")
 
 
 # A path from a spec may hold a NUL byte, which no file name can: the OS calls raise ValueError
@@ -244,10 +246,7 @@ class HostFS:
 
     def nvidia_driver_version(self) -> tuple[str | None, str | None]:
         """The running NVIDIA kernel driver version and the file it was read from."""
-        for path, pattern in (
-            ("/proc/driver/nvidia/version", _NVRM_VERSION),
-            ("/sys/module/nvidia/version", _BARE_VERSION),
-        ):
+        for path, pattern in zip(DRIVER_VERSION_FILES, (_NVRM_VERSION, _BARE_VERSION), strict=True):
             text, _ = self.read_small(path)
             if text is not None:
                 match = pattern.search(text)

@@ -4,14 +4,16 @@ per CDI device, through the engine's API, and compare its answer with the static
 The static answer is a prediction from the spec files; this is the check. Each device gets
 one container (no network, labelled `cgpu.verify=$CGPU_VERIFY_LABEL`, default 1; removed on every path) that starts
 from the probe image with only that device injected and runs `python3 /cgpu-probe.py`.
-Its live APIs go beside the static ones in the device entry, and every disagreement is a
-problem naming the device, the API and both answers.
+`verify_devices` returns one `LiveCheck` per device it tried; the backend puts its live APIs
+beside the static ones when it builds the device entry. Every disagreement is a problem naming
+the device, the API and both answers.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from cgpu.apis import API_ORDER
 from cgpu.clock import limit_start
@@ -26,6 +28,35 @@ MIN_CONTAINER_S = 0.5  # less time than this left for a device: its container is
 API_TIMEOUT = 30.0  # per engine API call, unless --timeout asks for less
 SOURCE = "--verify"
 
+Outcome = Literal["agrees", "disagrees", "failed"]
+
+
+@dataclass(frozen=True)
+class LiveCheck:
+    """What the live check found for one device: whether the probe in its container agrees with
+    the static answer, the container's whole life in seconds, and what the probe found (the live
+    APIs, its sentence per API, the devices it saw), or, when it failed, why (also a problem)."""
+
+    name: str
+    outcome: Outcome
+    seconds: float
+    apis: list[str] | None = None
+    evidence: dict[str, str] | None = None
+    devices: list[dict[str, Any]] | None = None
+    reason: str | None = None
+
+    def entry_fields(self) -> dict[str, Any]:
+        """The device entry's `live_*` fields, as the report gives them."""
+        if self.outcome == "failed":
+            return {"live_status": self.outcome, "live_seconds": self.seconds}
+        return {
+            "live_seconds": self.seconds,
+            "live_apis": self.apis,
+            "live_evidence": self.evidence,
+            "live_devices": self.devices,
+            "live_status": self.outcome,
+        }
+
 
 def verify_devices(
     report: ReportBuilder,
@@ -35,11 +66,13 @@ def verify_devices(
     engine: str | EngineOption | None = None,
     probe_image: str | None = None,
     timeout: float | None = None,
-) -> None:
-    """Run the probe in one container per device and record what it found in `report`."""
+) -> list[LiveCheck]:
+    """Run the probe in one container per device: what it found, one result per device tried (in
+    order), with the problems in `report`. Fewer results than devices when it could not run at all."""
+    checks: list[LiveCheck] = []
     if not devices:
         report.problem("info", SOURCE, "no CDI device that can start a container, so none was started")
-        return
+        return checks
     container_timeout = timeout or DEFAULT_TIMEOUT
     # The whole of --verify fits in the timeout per device: connecting to the engine counts
     # against it (and in the CLI cgpu's own start-up too), building the probe image (once per
@@ -49,7 +82,7 @@ def verify_devices(
         probe_source = _probe_source()
     except (OSError, ImportError) as exc:
         report.problem("error", SOURCE, f"cannot read the probe script: {exc}")
-        return
+        return checks
     option = parse_engine(engine)
     choice = option.live_engine
     if choice in ("containerd", "crio"):
@@ -59,15 +92,18 @@ def verify_devices(
             f"did not run: the live check runs containers through podman or Docker, and cgpu has no client for "
             f"{choice}'s CRI; the static answer stands (--engine auto, podman or docker to verify through those)",
         )
-        return
+        return checks
     report.progress(f"verify: connecting to {choice or 'the container engine'}")
     try:
         with open_engine(
             choice, timeout=min(API_TIMEOUT, container_timeout), progress=report.progress, deadline=deadline
         ) as eng:
-            _verify_with(report, eng, devices, static, probe_source, probe_image, container_timeout, option, deadline)
+            _verify_with(
+                report, eng, devices, static, probe_source, probe_image, container_timeout, option, deadline, checks
+            )
     except EngineError as exc:
         report.problem("error", SOURCE, f"could not run: {exc}")
+    return checks
 
 
 def _verify_with(
@@ -80,7 +116,9 @@ def _verify_with(
     timeout: float,
     engine_option: EngineOption,
     deadline: float,
+    checks: list[LiveCheck],
 ) -> None:
+    """Each device's check into `checks` as it ends, so those done stay when the engine fails."""
     if isinstance(eng, DockerEngine):
         refusal = eng.cdi_refusal()
         if refusal:
@@ -91,23 +129,21 @@ def _verify_with(
     _note_engine_mismatch(report, eng, engine_option)
     image, how, building = _image(report, eng, probe_image, timeout)
     deadline += building
-    outcomes = []
     for index, name in enumerate(devices, 1):
         budget = min(timeout, deadline - time.monotonic())
         if budget < MIN_CONTAINER_S:
-            entry = _device_entry(report, name, static.get(name, []))
             message = (
                 f"not run: --timeout {timeout:g} s per device was used up (connecting to {eng.describe()} "
                 "counts against it); run again with a longer --timeout"
             )
-            outcomes.append(_failed(report, entry, name, message, time.monotonic()))
+            checks.append(_failed(report, name, message, time.monotonic()))
             continue
         report.progress(f"verify [{index}/{len(devices)}]: running the probe in a {eng.name} container with {name}")
-        outcomes.append(_verify_device(report, eng, image, name, static.get(name, []), probe_source, budget))
-    report.problem("info", SOURCE, _summary(eng, image, how, outcomes))
+        checks.append(_verify_device(report, eng, image, name, static.get(name, []), probe_source, budget))
+    report.problem("info", SOURCE, _summary(eng, image, how, [check.outcome for check in checks]))
 
 
-def _summary(eng: Engine, image: str, how: str, outcomes: list[str]) -> str:
+def _summary(eng: Engine, image: str, how: str, outcomes: list[Outcome]) -> str:
     """What --verify ran and what it found, in one sentence for people."""
     words = {
         "agrees": "agree(s) with the static answer",
@@ -160,21 +196,20 @@ def _verify_device(
     static_apis: list[str],
     probe_source: bytes,
     timeout: float,
-) -> str:
-    entry = _device_entry(report, name, static_apis)
+) -> LiveCheck:
     started = time.monotonic()
     try:
         result = eng.run_container(
             image, ["python3", PROBE_PATH], devices=[name], files={PROBE_PATH: probe_source}, timeout=timeout
         )
     except ContainerTimeout as exc:
-        return _failed(report, entry, name, f"{exc} (engine: {eng.describe()})", started)
+        return _failed(report, name, f"{exc} (engine: {eng.describe()})", started)
     except EngineError as exc:
         message = f"{eng.describe()} could not run a container with {name}: {exc}"
         if "unresolvable CDI devices" in message:
             message += f" ({_unresolvable_hint(eng)})"
-        return _failed(report, entry, name, message, started)
-    entry["live_seconds"] = round(time.monotonic() - started, 2)
+        return _failed(report, name, message, started)
+    seconds = round(time.monotonic() - started, 2)
     live = _read_probe(report, name, result.stdout)
     if isinstance(live, str):
         tail = decode(result.stderr).strip()[-400:] or "nothing"
@@ -182,11 +217,8 @@ def _verify_device(
             f"the probe in the container with {name} gave no usable answer: {live} "
             f"(exit status {result.returncode}; stderr: {tail})"
         )
-        return _failed(report, entry, name, message, started)
+        return _failed(report, name, message, started)
     live_apis, live_evidence, live_devices = live
-    entry["live_apis"] = live_apis
-    entry["live_evidence"] = live_evidence
-    entry["live_devices"] = live_devices
     disagreements = [api for api in API_ORDER if (api in static_apis) != (api in live_apis)]
     for api in disagreements:
         said_static = "gives it" if api in static_apis else "does not give it"
@@ -203,9 +235,14 @@ def _verify_device(
             f"{api}: the static answer from the spec {said_static}, but a {eng.name} container with this device "
             f"{said_live}: {live_evidence.get(api, '')}{hint}",
         )
-    status = "disagrees" if disagreements else "agrees"
-    entry["live_status"] = status
-    return status
+    return LiveCheck(
+        name,
+        "disagrees" if disagreements else "agrees",
+        seconds,
+        apis=live_apis,
+        evidence=live_evidence,
+        devices=live_devices,
+    )
 
 
 def _unresolvable_hint(eng: Engine) -> str:
@@ -247,18 +284,9 @@ def _read_probe(
     return answer.provided, summaries, seen
 
 
-def _failed(report: ReportBuilder, entry: dict[str, Any], name: str, message: str, started: float) -> str:
-    entry["live_status"] = "failed"
-    entry["live_seconds"] = round(time.monotonic() - started, 2)
+def _failed(report: ReportBuilder, name: str, message: str, started: float) -> LiveCheck:
     report.problem("error", name, message)
-    return "failed"
-
-
-def _device_entry(report: ReportBuilder, name: str, static_apis: list[str]) -> dict[str, Any]:
-    for entry in report.devices:
-        if entry.get("name") == name:
-            return entry
-    return report.device(name, static_apis)
+    return LiveCheck(name, "failed", round(time.monotonic() - started, 2), reason=message)
 
 
 def _probe_source() -> bytes:
