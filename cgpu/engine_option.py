@@ -171,6 +171,7 @@ def learn_engines(
     from pathlib import Path
 
     from cgpu.cache import default_cache_dir, open_private, private_directory, read_private
+    from cgpu.problem import Problem
 
     where = os.path.abspath(root or "/")
     key = {
@@ -185,7 +186,10 @@ def learn_engines(
         private_directory(cache_file.parent, create=False)
         data = json.loads(read_private(cache_file, limit=MAX_ENGINES_BYTES))
         if data["key"] == key and identity_unchanged(where, data["node"]["identity"]):
-            return data["engines"], data["node"]
+            engines = data["engines"]
+            for entry in engines:  # JSON made each Problem an array
+                entry["problems"] = [Problem.from_json(problem) for problem in entry["problems"]]
+            return engines, data["node"]
     except (OSError, ValueError, KeyError, TypeError, RecursionError):
         pass  # absent, unreadable, unsafe or stale: learn again
     engines, node = learn(where, run_allowed=root is None, timeout=timeout)

@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cgpu.errors import CgpuError
-from cgpu.gpu_probe.answer import ApiAnswer, Device, Problem, read_child_answer
+from cgpu.gpu_probe.answer import ApiAnswer, Device, read_child_answer
+from cgpu.problem import Problem
 from cgpu.report import ReportBuilder
 from cgpu.run import CommandError, CommandNotFoundError, CommandTimeoutError, run
 
@@ -428,8 +429,7 @@ def judge(report: ReportBuilder, session: Session, distro: str, sent_local_probe
         found = _local_result(report, session, api, sent_local_probe, source)
         if found is not None and (found[0].state == "provided" or not musl):
             local[api] = found[0]
-            for problem in found[1]:
-                report.problem(problem.severity, problem.source, problem.message)
+            report.add(*found[1])
     directml_ok = _judge_directml(report, source, libs, local.get("directml"), smi, stores)
     cuda_ok = _judge_cuda(report, libs, local.get("cuda"), smi, musl)
     _devices(report, local.get("directml"), directml_ok, cuda_ok, stores, smi, details)
