@@ -1,4 +1,4 @@
-"""The contracts as pydantic models (design §1): the probe report (`cgpu schema`, what
+"""The contracts as pydantic models (README.md "The report"): the probe report (`cgpu schema`, what
 `cgpu.probe()` returns) and the image check (`cgpu schema image-check`, `cgpu.check_image()`).
 Every field is described; devices have one model per shape a backend writes. Imported only by
 the library calls, `cgpu schema` and the tests."""
@@ -18,11 +18,9 @@ from pydantic import (
 )
 from pydantic_core import core_schema
 
-from cgpu.apis import API_ORDER, IMAGE_NEEDS
+from cgpu.apis import API_ORDER, IMAGE_NEEDS, Api, ContainerApi
 from cgpu.errors import CgpuValueError
 from cgpu.problem import Problem
-
-Api = Literal["cuda", "rocm", "vulkan", "opencl", "directml", "metal"]
 
 
 class ApiState(BaseModel):
@@ -129,7 +127,7 @@ class CdiDevice(_Device):
         default=None,
         description="another name of the same device in the same spec (a GPU's UUID beside its index), if any",
     )
-    checks: dict[Literal["cuda", "rocm", "vulkan", "opencl", "directml"], str] = Field(
+    checks: dict[ContainerApi, str] = Field(
         description="per API, the rule's finding: `provided: ...`, `partial: ...` or `absent: ...` with its reason"
     )
     missing: list[str] | None = Field(

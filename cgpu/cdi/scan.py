@@ -10,7 +10,8 @@ What cgpu decided where the library's behaviour is an accident rather than a rul
 - A file the library panics on (SpecError.crash) takes the engine's whole load with it: the
   scan reports the crash and what is lost, and resolves no device at all.
 - A name defined twice in one dir is removed even if a later dir also defines it: the
-  library deletes conflicting names after reading every dir (reference/cdi.md §3.1). We
+  library deletes conflicting names after reading every dir (pkg/cdi/cache.go `refresh`,
+  docs/cdi-reading.md). We
   mimic that and say so on the later file.
 - A dir that cannot be listed, which the library skips silently, is a warning here: an engine
   running as root may see specs there that cgpu cannot.

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from cgpu.apis import API_ORDER, METAL_EVIDENCE, STATES, State
+from cgpu.apis import API_ORDER, CONTAINER_APIS, METAL_EVIDENCE, STATES, State
 from cgpu.errors import CgpuValueError
 from cgpu.problem import Problem
 
@@ -253,7 +253,7 @@ def read_child_answer(raw: bytes, api: str, *, source: str) -> tuple[ApiAnswer, 
 
 
 def _unusable_answer(source: str, why: str) -> ProbeAnswer:
-    apis = {api: ApiAnswer("unknown", f"unknown: {why}") for api in API_ORDER[:-1]}
+    apis = {api: ApiAnswer("unknown", f"unknown: {why}") for api in CONTAINER_APIS}
     apis["metal"] = ApiAnswer("absent", METAL_EVIDENCE)
     return ProbeAnswer(source, apis, (Problem("error", source, why),), unusable=why)
 

@@ -14,6 +14,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from cgpu.apis import CONTAINER_APIS
 from cgpu.backends.cdi.host import HostFS, HostTrace
 from cgpu.backends.cdi.rules import PARTIAL, PROVIDED, Finding, driver_mismatch, judge, mismatch_fix
 from cgpu.backends.cdi.view import ContainerView, is_bind, node_fully_specified, risky_edits
@@ -21,14 +22,14 @@ from cgpu.cdi.model import ContainerEdits, ResolvedDevice, ScanResult, Spec
 from cgpu.engine_option import EngineOption, host_engine_details
 from cgpu.report import ReportBuilder
 
-APIS = ("cuda", "rocm", "vulkan", "opencl", "directml")  # metal: the report's own evidence
+APIS = CONTAINER_APIS  # metal: the report's own evidence
 _DRIVER_VERSION_IN_PATH = re.compile(r"\.so\.(\d{3}\.\d+(?:\.\d+)?)$|/nvidia/(\d{3}\.\d+(?:\.\d+)?)/")
 _HOST_DRIVER_ARG = re.compile(r"--host-driver-version=(\d+\.\d+(?:\.\d+)?)")
 
 
 class DeviceAnswer:
     # Plain classes, not dataclasses, in this backend: creating a dataclass costs about a
-    # millisecond at import, a visible share of the CLI's start-up (design §9).
+    # millisecond at import, a visible share of the CLI's start-up (docs/cdi.md#speed).
     __slots__ = ("device", "findings", "mismatch", "missing")
 
     def __init__(

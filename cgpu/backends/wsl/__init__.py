@@ -20,6 +20,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cgpu.apis import CONTAINER_APIS
 from cgpu.errors import CgpuError
 from cgpu.gpu_probe.answer import ApiAnswer, Device, read_child_answer
 from cgpu.problem import Problem
@@ -196,7 +197,7 @@ def probe(report: ReportBuilder, *, distro: str | None = None, timeout: float | 
 
 def _could_not_run(report: ReportBuilder, source: str, message: str) -> None:
     report.failed(source, message)
-    for api in ("cuda", "rocm", "vulkan", "opencl", "directml"):
+    for api in CONTAINER_APIS:
         report.unknown(api, "unknown: cgpu could not probe the WSL session (see problems)")
 
 
