@@ -6,8 +6,9 @@ configuration, an image read, the probe's answer, a backend) to where the report
 message}` object of the report's JSON. `cgpu.model` validates and serializes it for the library
 and `cgpu schema`.
 
-A named tuple, not a dataclass or a pydantic model: this module is on the CLI's start-up path,
-where `dataclasses` and pydantic are not imported. It unpacks as `severity, source, message`.
+A tuple of three, not a dataclass or a pydantic model: this module is on the CLI's start-up
+path, where `dataclasses` and pydantic are not imported (and a `typing.NamedTuple` class costs
+ten times as much to create). It unpacks as `severity, source, message`.
 
 The one exception is the in-container probe (`cgpu/gpu_probe/standalone.py`): it is copied into
 containers and VMs and runs alone there, so it writes its problems in its own JSON wire format,
@@ -16,7 +17,7 @@ which `cgpu.gpu_probe.answer` reads back into this type.
 
 from __future__ import annotations
 
-from typing import Final, Literal, NamedTuple
+from typing import Final, Literal
 
 from cgpu.errors import CgpuValueError
 
@@ -27,14 +28,33 @@ SEVERITIES: Final = ("error", "warning", "info")  # the order problems are shown
 Note = tuple[Severity, str]
 
 
-class Problem(NamedTuple):
+class Problem(tuple[Severity, str, str]):
     """severity: error (something that costs an answer), warning (worth fixing) or info;
     source: the file, command or device it concerns; message: what is wrong and, where cgpu
     knows it, the fix."""
 
-    severity: Severity
-    source: str
-    message: str
+    __slots__ = ()
+
+    def __new__(cls, severity: Severity, source: str, message: str) -> Problem:
+        return tuple.__new__(cls, (severity, source, message))
+
+    def __getnewargs__(self) -> tuple[Severity, str, str]:  # pickling: __new__ takes the three
+        return (self[0], self[1], self[2])
+
+    def __repr__(self) -> str:
+        return f"Problem(severity={self[0]!r}, source={self[1]!r}, message={self[2]!r})"
+
+    @property
+    def severity(self) -> Severity:
+        return self[0]
+
+    @property
+    def source(self) -> str:
+        return self[1]
+
+    @property
+    def message(self) -> str:
+        return self[2]
 
     def as_dict(self) -> dict[str, str]:
         """The report's JSON object for it."""
