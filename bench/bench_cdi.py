@@ -1,4 +1,4 @@
-"""Benchmark of the cdi backend (design §9); a script, not a timed test.
+"""Benchmark of the cdi backend (docs/cdi.md#speed); a script, not a timed test.
 
     uv run python bench/bench_cdi.py [--runs N]
 

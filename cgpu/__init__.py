@@ -9,7 +9,8 @@ Library use (the node agent)::
     answer.status, answer.verdict
 
 `cgpu.Report` and `cgpu.ImageCheck` are the pydantic models of those answers (`cgpu.model`),
-loaded on first use: the CLI imports this package and must not pay for pydantic.
+loaded on first use: the CLI imports this package and must not pay for pydantic. Their
+`problems` are `cgpu.Problem`s, the one type cgpu uses for a problem throughout.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import os
 from typing import TYPE_CHECKING, Any, Literal, overload
 
 from cgpu.errors import CgpuError, CgpuTypeError, CgpuValueError
+from cgpu.problem import Problem
 from cgpu.version import __version__
 
 if TYPE_CHECKING:
@@ -31,6 +33,7 @@ __all__ = [
     "CgpuValueError",
     "ImageCheck",
     "ProbeError",
+    "Problem",
     "Report",
     "__version__",
     "check_image",

@@ -6,6 +6,12 @@ from __future__ import annotations
 from typing import Final, Literal
 
 API_ORDER: Final = ("cuda", "rocm", "vulkan", "opencl", "directml", "metal")
+# Every API but metal: the ones a container can get and a backend answers for. Metal is an Apple
+# host API that never reaches a Linux container (METAL_EVIDENCE): a report always says absent.
+CONTAINER_APIS: Final = API_ORDER[:-1]
+# CONTAINER_APIS as a type (a test holds them equal), and every API as one
+ContainerApi = Literal["cuda", "rocm", "vulkan", "opencl", "directml"]
+Api = Literal[ContainerApi, "metal"]
 
 State = Literal["provided", "absent", "unknown"]
 STATES: Final = ("provided", "absent", "unknown")

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from cgpu.errors import CgpuValueError
+from cgpu.problem import Problem, Severity
 
 DEFAULT_SPEC_DIRS = ("/etc/cdi", "/var/run/cdi")
 MAX_CONFIG_BYTES = 1 << 20  # a config file above 1 MiB is not one an engine was given
@@ -35,7 +36,7 @@ class Config:
         self.file = ""  # the file to change for it, as shown
         self.default_runtime: str | None = None  # the OCI runtime containers get unless they ask for another
         self.runtime_file = ""  # where that is set
-        self.problems: list[tuple[str, str, str]] = []  # (severity, source, message)
+        self.problems: list[Problem] = []
 
 
 # Files: read(path) -> (text or None, why not or None, shown path); listdir(path) -> names
@@ -68,7 +69,7 @@ def _spec_dirs_setting(table: dict[str, Any], key: str, shown: str, config: Conf
     dirs = _string_list(table[key])
     if dirs is None:
         name = f'"{key}"' if quoted else key
-        config.problems.append(("error", shown, f"{name} is not a list of paths"))
+        config.problems.append(Problem("error", shown, f"{name} is not a list of paths"))
     else:
         config.spec_dirs = dirs
 
@@ -79,16 +80,18 @@ def _string_list(value: Any) -> list[str] | None:
     return None
 
 
-def _toml_file(read: Reader, path: str, config: Config, severity: str = "error") -> dict[str, Any] | None:
+def _toml_file(read: Reader, path: str, config: Config, severity: Severity = "error") -> dict[str, Any] | None:
     text, why, shown = read(path)
     if text is None:
         if why is not None:
-            config.problems.append((severity, shown, f"cgpu could not read this engine configuration file: {why}"))
+            config.problems.append(
+                Problem(severity, shown, f"cgpu could not read this engine configuration file: {why}")
+            )
         return None
     try:
         document = parse_toml(text)
     except ValueError as exc:
-        config.problems.append((severity, shown, f"this engine configuration file is not valid TOML: {exc}"))
+        config.problems.append(Problem(severity, shown, f"this engine configuration file is not valid TOML: {exc}"))
         return None
     return document
 
@@ -106,7 +109,7 @@ def _imports(read: Reader, listdir: Lister, path: str, document: dict[str, Any],
     """The files a containerd config imports: paths relative to its folder, globs expanded in name order."""
     imports = document.get("imports", [])
     if not isinstance(imports, list):
-        config.problems.append(("error", read(path)[2], "imports is not a list of paths"))
+        config.problems.append(Problem("error", read(path)[2], "imports is not a list of paths"))
         return []
     found = []
     for pattern in imports[:MAX_IMPORTS]:
@@ -135,7 +138,7 @@ def containerd(read: Reader, listdir: Lister, path: str, major: int | None) -> C
     if main is None:
         if config.problems:
             config.problems.append(
-                ("error", read(path)[2], "containerd refuses to start with a config file it cannot parse")
+                Problem("error", read(path)[2], "containerd refuses to start with a config file it cannot parse")
             )
         return config
     documents = [(path, main)]
@@ -148,14 +151,16 @@ def containerd(read: Reader, listdir: Lister, path: str, major: int | None) -> C
         loaded.add(target)
         text, why, shown = read(target)
         if text is None and why is None:
-            config.problems.append(("error", shown, "this imported config file does not exist"))
+            config.problems.append(Problem("error", shown, "this imported config file does not exist"))
             continue
         document = _toml_file(read, target, config)
         if document is not None:
             documents.append((target, document))
             pending += _imports(read, listdir, target, document, config)
     if any(severity == "error" for severity, _, _ in config.problems):
-        config.problems.append(("error", config.file, "containerd refuses to start with a config file it cannot load"))
+        config.problems.append(
+            Problem("error", config.file, "containerd refuses to start with a config file it cannot load")
+        )
     for source, document in documents:
         for keys in (
             ("plugins", "io.containerd.cri.v1.runtime"),
@@ -174,7 +179,7 @@ def containerd(read: Reader, listdir: Lister, path: str, major: int | None) -> C
                 config.file = shown
                 config.setting = f"enable_cdi = true in [plugins.{json.dumps(keys[1])}] of {shown}"
             elif enabled is not None:
-                config.problems.append(("error", shown, f"enable_cdi is {enabled!r}, not true or false"))
+                config.problems.append(Problem("error", shown, f"enable_cdi is {enabled!r}, not true or false"))
             _spec_dirs_setting(found, "cdi_spec_dirs", shown, config)
             runtime = _table(found, "containerd")
             if runtime is not None and isinstance(runtime.get("default_runtime_name"), str):
@@ -198,7 +203,9 @@ def crio(read: Reader, listdir: Lister, path: str, drop_in_dir: str) -> Config:
         if runtime is not None:
             _spec_dirs_setting(runtime, "cdi_spec_dirs", read(source)[2], config)
     if config.problems:
-        config.problems.append(("error", read(path)[2], "CRI-O refuses to start with a config file it cannot parse"))
+        config.problems.append(
+            Problem("error", read(path)[2], "CRI-O refuses to start with a config file it cannot parse")
+        )
     config.enabled = True
     return config
 
@@ -230,24 +237,28 @@ def docker(read: Reader, path: str) -> Config:
     config.setting = f'"features": {{"cdi": true}} in {shown}'
     if text is None:
         if why is not None:
-            config.problems.append(("error", shown, f"cgpu could not read Docker's daemon configuration: {why}"))
+            config.problems.append(Problem("error", shown, f"cgpu could not read Docker's daemon configuration: {why}"))
         return config
     try:
         document = json.loads(text)
     except (ValueError, RecursionError) as exc:
         config.problems.append(
-            ("error", shown, f"this daemon.json is not valid JSON ({exc}): dockerd refuses to start with it")
+            Problem("error", shown, f"this daemon.json is not valid JSON ({exc}): dockerd refuses to start with it")
         )
         return config
     if not isinstance(document, dict):
-        config.problems.append(("error", shown, "this daemon.json is not a JSON object: dockerd refuses to start"))
+        config.problems.append(
+            Problem("error", shown, "this daemon.json is not a JSON object: dockerd refuses to start")
+        )
         return config
     features = document.get("features")
     if isinstance(features, dict) and "cdi" in features:
         if isinstance(features["cdi"], bool):
             config.enabled = features["cdi"]
         else:
-            config.problems.append(("error", shown, f'"features": {{"cdi": {features["cdi"]!r}}} is not a boolean'))
+            config.problems.append(
+                Problem("error", shown, f'"features": {{"cdi": {features["cdi"]!r}}} is not a boolean')
+            )
     if isinstance(document.get("default-runtime"), str):
         config.default_runtime, config.runtime_file = document["default-runtime"], shown
     _spec_dirs_setting(document, "cdi-spec-dirs", shown, config, quoted=True)
@@ -261,13 +272,13 @@ NVIDIA_RUNTIME_CONFIGS = (
 NVIDIA_MODES = ("auto", "legacy", "cdi", "csv", "jit-cdi")
 
 
-def nvidia_runtime(read: Reader, runtime: str, set_in: str) -> tuple[dict[str, Any], list[tuple[str, str, str]]]:
+def nvidia_runtime(read: Reader, runtime: str, set_in: str) -> tuple[dict[str, Any], list[Problem]]:
     """NVIDIA's runtime as the engine's default runtime: its mode (`[nvidia-container-runtime] mode`,
     default "auto"; the GPU Operator's `nvidia-cdi` and `nvidia-legacy` runtimes fix it), what a
     container must ask for and which driver capability each API needs (nvidia-container-toolkit
     `cmd/nvidia-container-runtime/README.md`: NVIDIA_VISIBLE_DEVICES, NVIDIA_DRIVER_CAPABILITIES,
     default `utility,compute`; `compute` for CUDA and OpenCL, `graphics` for Vulkan)."""
-    problems: list[tuple[str, str, str]] = []
+    problems: list[Problem] = []
     mode: str | None = {"nvidia-cdi": "cdi", "nvidia-legacy": "legacy"}.get(runtime)
     mode_from: str | None = f"the runtime's name {runtime}" if mode else None
     if mode is None:
@@ -277,19 +288,21 @@ def nvidia_runtime(read: Reader, runtime: str, set_in: str) -> tuple[dict[str, A
                 continue
             mode_from = shown
             if text is None:
-                problems.append(("warning", shown, f"cgpu could not read NVIDIA's runtime configuration: {why}"))
+                problems.append(Problem("warning", shown, f"cgpu could not read NVIDIA's runtime configuration: {why}"))
                 break
             try:
                 document = parse_toml(text)
             except ValueError as exc:
-                problems.append(("warning", shown, f"NVIDIA's runtime configuration is not valid TOML: {exc}"))
+                problems.append(Problem("warning", shown, f"NVIDIA's runtime configuration is not valid TOML: {exc}"))
                 break
             section = _table(document, "nvidia-container-runtime")
             value = section.get("mode", "auto") if section is not None else "auto"
             if isinstance(value, str) and value in NVIDIA_MODES:
                 mode = value
             else:
-                problems.append(("warning", shown, f"[nvidia-container-runtime] mode {value!r} is not one cgpu knows"))
+                problems.append(
+                    Problem("warning", shown, f"[nvidia-container-runtime] mode {value!r} is not one cgpu knows")
+                )
             break
         else:
             mode, mode_from = "auto", None  # no configuration file: the runtime's default

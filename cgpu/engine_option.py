@@ -170,7 +170,8 @@ def learn_engines(
     a repeat call stats those files and reads one small file."""
     from pathlib import Path
 
-    from cgpu.cache import default_cache_dir, open_private, private_directory, read_private
+    from cgpu.cache import default_cache_dir, private_directory, read_private, write_private
+    from cgpu.problem import Problem
 
     where = os.path.abspath(root or "/")
     key = {
@@ -185,25 +186,17 @@ def learn_engines(
         private_directory(cache_file.parent, create=False)
         data = json.loads(read_private(cache_file, limit=MAX_ENGINES_BYTES))
         if data["key"] == key and identity_unchanged(where, data["node"]["identity"]):
-            return data["engines"], data["node"]
+            engines = data["engines"]
+            for entry in engines:  # JSON made each Problem an array
+                entry["problems"] = [Problem.from_json(problem) for problem in entry["problems"]]
+            return engines, data["node"]
     except (OSError, ValueError, KeyError, TypeError, RecursionError):
         pass  # absent, unreadable, unsafe or stale: learn again
     engines, node = learn(where, run_allowed=root is None, timeout=timeout)
-    temporary = Path(f"{cache_file}.{os.getpid()}.{time.monotonic_ns()}.tmp")
     try:
-        private_directory(cache_file.parent, create=True)
-        fd = open_private(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
-    except OSError:
-        return engines, node
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump({"key": key, "engines": engines, "node": node}, handle)
-        os.replace(temporary, cache_file)
+        write_private(cache_file, json.dumps({"key": key, "engines": engines, "node": node}).encode())
     except (OSError, TypeError, ValueError):
-        try:
-            os.unlink(temporary)
-        except OSError:
-            pass
+        pass  # not kept: learnt again next time
     return engines, node
 
 
@@ -240,9 +233,7 @@ def _remember(
     details: dict[str, Any],
 ) -> None:
     """Store the answer atomically in the private cache dir; any failure only means asking again."""
-    from pathlib import Path
-
-    from cgpu.cache import open_private, private_directory
+    from cgpu.cache import write_private
 
     data = {
         "identity": identity,
@@ -251,18 +242,7 @@ def _remember(
         "failures": failures,
         "details": details,
     }
-    temporary = Path(f"{cache_file}.{os.getpid()}.{time.monotonic_ns()}.tmp")
     try:
-        private_directory(Path(cache_file).parent, create=True)
-        fd = open_private(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
-    except OSError:
-        return
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(data, handle)
-        os.replace(temporary, cache_file)  # readers see the old file or the new one, never half of one
-    except OSError:
-        try:
-            os.unlink(temporary)
-        except OSError:
-            pass
+        write_private(cache_file, json.dumps(data).encode())  # readers see the old file or the new one
+    except (OSError, TypeError, ValueError):
+        pass

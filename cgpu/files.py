@@ -1,5 +1,6 @@
 """Opening files cgpu did not write (spec files, host files under --root, image blobs), and
-writing the files others read (watch's answer, NFD feature and metrics files)."""
+the one writer of the files cgpu replaces (`write_atomic`: watch's answer, NFD feature and
+metrics files, and every cache entry through `cgpu.cache.write_private`)."""
 
 from __future__ import annotations
 
@@ -125,26 +126,49 @@ def temp_dir(directory: str) -> str:
     return path
 
 
-def write_atomic(path: str, data: bytes, *, mode: int = 0o644) -> None:
+def write_atomic(
+    path: str | os.PathLike[str],
+    data: bytes,
+    *,
+    mode: int = 0o644,
+    private_dir: str | None = None,
+    durable: bool = True,
+) -> None:
     """Replace `path` with `data` so that a reader sees the old file or the new one, never a
-    part, and a watcher of the directory sees one event, on `path`'s own name: the data goes to a
-    temporary file with an unguessable name in a private hidden subdirectory (TEMP_DIR, on the
-    same filesystem), its mode set on the open descriptor, flushed to disk, then renamed over.
-    A target that is a link, a directory or another user's file is refused (UnsafeTargetError).
-    The temporary file is removed on every failure, Ctrl-C and SIGTERM included."""
-    import tempfile
+    part: the one writer of every file cgpu replaces (watch's answer, NFD and metrics files, and
+    through `cgpu.cache.write_private` every cache entry). The data goes to a new temporary file
+    with an unguessable name (created exclusively, never through a link), its mode set on the
+    open descriptor, flushed to disk when `durable`, then renamed over `path`. The temporary file
+    is removed on every failure, Ctrl-C and SIGTERM included.
 
-    directory, name = os.path.split(os.path.abspath(path))
-    check_target(path)
-    fd, temporary = tempfile.mkstemp(dir=temp_dir(directory), prefix=f"{name}.", suffix=TEMP_SUFFIX)
+    In a shared directory (the default) the temporary file is made in the private hidden
+    subdirectory TEMP_DIR (a watcher of the directory sees one event, on `path`'s own name), and
+    a target that is a link, a directory or another user's file is refused (UnsafeTargetError):
+    whoever put it there may want cgpu, often root, to act on their behalf. `private_dir`: the
+    directory `path` is in is this user's private one (a cache's, checked by the caller): the
+    temporary file is made there (that cache's pruning removes what a killed writer left), and
+    whatever is at `path` is replaced, a link or FIFO too (only this user could have put it
+    there, and the rename replaces a link itself, never its target)."""
+    target = os.fspath(path)
+    directory, name = os.path.split(os.path.abspath(target))
+    if private_dir is None:
+        check_target(target)
+    # 64 random bits: unguessable, and two writers (processes or threads) do not collide (O_EXCL
+    # would refuse the second rather than share a file)
+    temporary = os.path.join(
+        temp_dir(directory) if private_dir is None else private_dir, f"{name}.{os.urandom(8).hex()}{TEMP_SUFFIX}"
+    )
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
+    fd = os.open(temporary, flags, 0o600)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
             if hasattr(os, "fchmod"):
                 os.fchmod(handle.fileno(), mode)
-            os.fsync(handle.fileno())
-        os.replace(temporary, path)
+            if durable:
+                os.fsync(handle.fileno())
+        os.replace(temporary, target)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(temporary)

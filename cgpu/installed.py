@@ -20,6 +20,7 @@ from typing import Any
 from cgpu.backends.cdi.host import HostFS
 from cgpu.cdi.versions import CDI_MODULES, library_max_version, max_cdi_version
 from cgpu.engine_config import DEFAULT_SPEC_DIRS, MAX_CONFIG_BYTES, Config
+from cgpu.problem import Problem
 
 BIN_DIRS = ("/usr/bin", "/usr/local/bin", "/usr/sbin", "/bin")
 DAEMONS = {"podman": "podman", "docker": "dockerd", "crio": "crio", "containerd": "containerd"}
@@ -155,7 +156,7 @@ def new_entry(name: str) -> dict[str, Any]:
         "judged": False,
         "containers": [],
         "nvidia_runtime": None,
-        "problems": [],  # internal: (severity, source, message); not in the report's entry
+        "problems": [],  # internal: Problems; not in the report's entry
         "cdi_setting": "",  # internal: the setting and file that turn CDI on
         "cdi_file": "",  # internal: the file holding (or to hold) that setting
         "cdi_explicit": None,  # internal: what the configuration says of CDI (None: nothing)
@@ -188,7 +189,10 @@ def with_version(installed: dict[str, Any] | None, name: str, version: str, lear
         entry["max_cdi_version"] = max_cdi_version(name, version)
     except ValueError as exc:
         entry["rules_unknown"] = True
-        entry["problems"] = [*entry["problems"], ("warning", f"{name} {version}", f"{exc}; judged by the newest rules")]
+        entry["problems"] = [
+            *entry["problems"],
+            Problem("warning", f"{name} {version}", f"{exc}; judged by the newest rules"),
+        ]
     explicit = entry["cdi_explicit"]
     entry["cdi_enabled"] = explicit if explicit is not None else cdi_on_by_default(name, version)
     if installed is None and name in ("docker", "containerd"):
@@ -255,7 +259,9 @@ def _learn_one(
             entry["max_cdi_version"] = max_cdi_version(name, entry["version"])
         except ValueError as exc:
             entry["rules_unknown"] = True
-            entry["problems"].append(("warning", f"{name} {entry['version']}", f"{exc}; judged by the newest rules"))
+            entry["problems"].append(
+                Problem("warning", f"{name} {entry['version']}", f"{exc}; judged by the newest rules")
+            )
     _configure(files, entry, flavour)
     return entry
 
@@ -271,7 +277,7 @@ def _from_build_info(files: Files, entry: dict[str, Any], binary: str, flavour: 
     try:
         info = read_build_info(real)
     except (OSError, BuildInfoError) as exc:
-        entry["problems"].append(("warning", shown, f"cgpu could not read this engine's Go build info: {exc}"))
+        entry["problems"].append(Problem("warning", shown, f"cgpu could not read this engine's Go build info: {exc}"))
         return
     if info is None:
         return
@@ -292,7 +298,7 @@ def _from_build_info(files: Files, entry: dict[str, Any], binary: str, flavour: 
     entry["cdi_library"] = library
     entry["max_cdi_version"] = library_max_version(library) if library else None
     if library is not None and entry["max_cdi_version"] is None:
-        entry["problems"].append(("warning", shown, f"its CDI library {library} is older than any cgpu knows"))
+        entry["problems"].append(Problem("warning", shown, f"its CDI library {library} is older than any cgpu knows"))
 
 
 def _from_package(entry: dict[str, Any], package: tuple[Any, str]) -> None:
@@ -321,7 +327,7 @@ def _from_running(entry: dict[str, Any], binary: str, timeout: float) -> None:
     try:
         done = run(argv, timeout=timeout)
     except CommandError as exc:
-        entry["problems"].append(("warning", " ".join(argv), str(exc)))
+        entry["problems"].append(Problem("warning", " ".join(argv), str(exc)))
         return
     text = decode(done.stdout)
     if entry["name"] == "containerd":
@@ -339,7 +345,7 @@ class _Packages:
         self.files = files
         self._read = False
         self._packages: dict[str, tuple[Any, str]] = {}
-        self.problems: list[tuple[str, str, str]] = []
+        self.problems: list[Problem] = []
 
     def find(self, engine: str) -> tuple[Any, str] | None:
         if not self._read:
@@ -355,7 +361,7 @@ class _Packages:
 
         text, why, shown = self.files.read(DPKG_STATUS, MAX_STATUS_BYTES)
         if why is not None:
-            self.problems.append(("warning", shown, f"cgpu could not read the package database: {why}"))
+            self.problems.append(Problem("warning", shown, f"cgpu could not read the package database: {why}"))
         if text is not None:
             for package in read_dpkg_status(text):
                 self._packages.setdefault(package.name, (package, shown))
@@ -373,13 +379,13 @@ class _Packages:
 
         data, why = read_capped(real, MAX_RPMDB_BYTES)
         if data is None:
-            self.problems.append(("warning", shown, f"cgpu could not read the rpm database: {why}"))
+            self.problems.append(Problem("warning", shown, f"cgpu could not read the rpm database: {why}"))
             return
         wal, _ = read_capped(real + "-wal", MAX_RPMDB_BYTES) if os.path.exists(real + "-wal") else (None, None)
         try:
             packages, _ = read_rpmdb(data, wal, provides_with=b"container-device-interface", deadline=Deadline(10))
         except ImageReadError as exc:
-            self.problems.append(("warning", shown, f"cgpu could not read the rpm database: {exc}"))
+            self.problems.append(Problem("warning", shown, f"cgpu could not read the rpm database: {exc}"))
             return
         for package in packages:
             self._packages.setdefault(package.name, (package, shown))

@@ -1,18 +1,26 @@
-"""The contracts as pydantic models (design §1): the probe report (`cgpu schema`, what
+"""The contracts as pydantic models (README.md "The report"): the probe report (`cgpu schema`, what
 `cgpu.probe()` returns) and the image check (`cgpu schema image-check`, `cgpu.check_image()`).
 Every field is described; devices have one model per shape a backend writes. Imported only by
 the library calls, `cgpu schema` and the tests."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    GetCoreSchemaHandler,
+    GetPydanticSchema,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import core_schema
 
-from cgpu.apis import API_ORDER, IMAGE_NEEDS
+from cgpu.apis import API_ORDER, IMAGE_NEEDS, Api, ContainerApi
 from cgpu.errors import CgpuValueError
-
-Api = Literal["cuda", "rocm", "vulkan", "opencl", "directml", "metal"]
+from cgpu.problem import Problem
 
 
 class ApiState(BaseModel):
@@ -38,16 +46,50 @@ class ApiState(BaseModel):
     )
 
 
-class Problem(BaseModel):
-    """One bad input, failed command or finding worth a person's attention."""
+def _problem_fields() -> type[BaseModel]:
+    # A class named Problem, as the schema names it (`$defs/Problem`); in a function so that the
+    # module's one `Problem` is the type itself (cgpu.problem).
+    class Problem(BaseModel):
+        """One bad input, failed command or finding worth a person's attention."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+        model_config = ConfigDict(extra="forbid", frozen=True)
 
-    severity: Literal["error", "warning", "info"] = Field(
-        description="error: something that costs an answer (a device, a backend run); warning: worth fixing; info"
+        severity: Literal["error", "warning", "info"] = Field(
+            description="error: something that costs an answer (a device, a backend run); warning: worth fixing; info"
+        )
+        source: str = Field(description="the file, command or device the problem concerns")
+        message: str = Field(description="what is wrong and, where cgpu knows it, the fix; one or more sentences")
+
+    return Problem
+
+
+_ProblemFields = _problem_fields()
+
+
+def _problem_core_schema(_source: Any, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
+    """`cgpu.problem.Problem` in a model: validated as the `{severity, source, message}` object
+    (a `Problem` given is taken as its fields), held as the `Problem` itself, dumped as the object."""
+    fields = handler(_ProblemFields)
+
+    def fields_of(value: Any) -> Any:
+        return value.as_dict() if isinstance(value, Problem) else value
+
+    def to_problem(checked: Any) -> Problem:
+        return Problem(checked.severity, checked.source, checked.message)
+
+    def to_fields(problem: Problem) -> Any:
+        return _ProblemFields.model_construct(
+            None, severity=problem.severity, source=problem.source, message=problem.message
+        )
+
+    return core_schema.no_info_before_validator_function(
+        fields_of,
+        core_schema.no_info_after_validator_function(to_problem, fields),
+        serialization=core_schema.plain_serializer_function_ser_schema(to_fields, return_schema=fields),
     )
-    source: str = Field(description="the file, command or device the problem concerns")
-    message: str = Field(description="what is wrong and, where cgpu knows it, the fix; one or more sentences")
+
+
+ProblemField = Annotated[Problem, GetPydanticSchema(_problem_core_schema)]
 
 
 class _Device(BaseModel):
@@ -85,7 +127,7 @@ class CdiDevice(_Device):
         default=None,
         description="another name of the same device in the same spec (a GPU's UUID beside its index), if any",
     )
-    checks: dict[Literal["cuda", "rocm", "vulkan", "opencl", "directml"], str] = Field(
+    checks: dict[ContainerApi, str] = Field(
         description="per API, the rule's finding: `provided: ...`, `partial: ...` or `absent: ...` with its reason"
     )
     missing: list[str] | None = Field(
@@ -287,7 +329,7 @@ class Report(BaseModel):
             "krunkit: ProbeDevice (what the probe saw in the VM), wsl: WslAdapter or WslGpuPv"
         )
     )
-    problems: list[Problem] = Field(description="every bad input, failed command or finding, errors first")
+    problems: list[ProblemField] = Field(description="every bad input, failed command or finding, errors first")
     engines: list[Engine] = Field(
         default_factory=list,
         description=(
@@ -376,7 +418,7 @@ class ImageCheck(BaseModel):
     )
     reason: str = Field(description="the verdict in one sentence")
     checks: list[ImageCheckItem] = Field(description="each check of the image's files; empty when unread")
-    problems: list[Problem] = Field(description="bad input, failed commands, the probe's findings with --machine")
+    problems: list[ProblemField] = Field(description="bad input, failed commands, the probe's findings with --machine")
     cgpu_version: str = Field(description="the cgpu that checked")
     checked_at: str = Field(description="when, ISO 8601 in UTC, to the second")
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 from typing import Any
 
 from cgpu.apis import API_ORDER, METAL_EVIDENCE
+from cgpu.problem import SEVERITIES
 from cgpu.terminal import PLAIN, Style, escape, wrap
 
-SEVERITY_ORDER = ("error", "warning", "info")
+SEVERITY_ORDER = SEVERITIES  # a built report's problems are its JSON objects here (also read back from a file)
 _SEVERITY_STYLE = {"error": ("bold", "red"), "warning": ("yellow",), "info": ("dim",)}
 _MARK = {"provided": "+", "absent": "-", "unknown": "?"}
 _STATE_STYLE = {"provided": ("green",), "absent": (), "unknown": ("yellow",)}

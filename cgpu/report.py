@@ -13,13 +13,13 @@ import os
 import re
 import sys
 from collections.abc import Callable, Iterable
-from typing import Any, Literal
+from typing import Any
 
 from cgpu.apis import API_ORDER, IMAGE_NEEDS, METAL_EVIDENCE, State
+from cgpu.problem import Problem, Severity
 from cgpu.version import __version__
 
 FORMAT_VERSION = 2  # additive changes keep it; a removed or re-typed field raises it
-Severity = Literal["error", "warning", "info"]
 MAX_TEXT = 2000  # characters of one evidence, problem or reason text; longer ones end in "…"
 
 
@@ -67,7 +67,8 @@ class ReportBuilder:
     """Collects what one backend found; `build()` turns it into the report dict.
 
     A backend calls `provide`, `absent` or `unknown` for each API it answers for, `device`
-    per device it saw, `problem` for every bad input or failed command, and `failed` when it
+    per device it saw, `problem` (or `add`, for problems found elsewhere) for every bad input or
+    failed command, and `failed` when it
     could not run at all (the CLI then exits non-zero). An API it says nothing of is absent
     (the backend looked and found nothing), or unknown when the backend could not run; metal
     is always absent.
@@ -81,7 +82,7 @@ class ReportBuilder:
         self._image_needs: dict[str, list[str]] = {}
         self.devices: list[dict[str, Any]] = []
         self.engines: list[dict[str, Any]] = []  # cdi: the container engines found, the judging one marked
-        self.problems: list[dict[str, str]] = []
+        self.problems: list[Problem] = []
         self.could_not_run = False
         self.bad_usage = False
         self._usage: list[tuple[tuple[str, ...], str]] = []
@@ -128,7 +129,19 @@ class ReportBuilder:
         return entry
 
     def problem(self, severity: Severity, source: str, message: str) -> None:
-        self.problems.append({"severity": severity, "source": cap(source), "message": cap(message)})
+        """One problem found here; the same as `add(Problem(severity, source, message))`."""
+        self.add(Problem(severity, source, message))
+
+    def add(self, *problems: Problem) -> None:
+        """Problems found elsewhere (a scan, an engine's configuration, the probe's answer), in
+        order; their texts are capped. Only `Problem`s: a bare tuple or dict is a TypeError."""
+        for problem in problems:
+            if type(problem) is not Problem:
+                raise TypeError(f"a report's problem is a cgpu.problem.Problem, not {type(problem).__name__}")
+            source, message = problem.source, problem.message
+            if len(source) > MAX_TEXT or len(message) > MAX_TEXT:
+                problem = Problem(problem.severity, cap(source), cap(message))
+            self.problems.append(problem)
 
     def failed(self, source: str, message: str) -> None:
         """The backend could not answer: an error problem, and the CLI exits non-zero."""
@@ -176,7 +189,7 @@ class ReportBuilder:
             "platform": current_platform(),
             "devices": self.devices,
             "engines": self.engines,
-            "problems": self.problems,
+            "problems": [problem.as_dict() for problem in self.problems],
             "cgpu_version": __version__,
             "checked_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         }

@@ -4,7 +4,10 @@ snake_case; absent optional values are None or empty tuples."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from cgpu.problem import Problem
 
 
 @dataclass(frozen=True)
@@ -141,7 +144,7 @@ class ScanResult:
 
     devices: dict[str, ResolvedDevice]  # qualified name -> device, after priority and conflicts
     specs: list[Spec]  # every valid spec, lowest priority first
-    problems: list[tuple[str, str, str]]  # (severity, source path, message), in scan order
+    problems: list[Problem]  # in scan order; the source is the spec path or dir
     # Valid specs the engine ignores: their cdiVersion is above its maximum. Their devices are
     # not in `devices`; a resolver can report them as blocked.
     engine_dropped: list[Spec] = field(default_factory=list)

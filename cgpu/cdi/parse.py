@@ -16,7 +16,8 @@ from that, and what this module reproduces:
   the spec and add a warning; of non-ASCII runes only the Kelvin sign and the long s fold); of
   two keys naming the same field (`kind`, `Kind`) the later in byte order wins, as json.Marshal
   sorts them; unknown keys are an error;
-- then the library's validation: versions, names, edits, devices (reference/cdi.md §1-2).
+- then the library's validation: versions, names, edits, devices (pkg/cdi/spec.go `newSpec`,
+  device.go, container-edits.go; docs/cdi-reading.md "The rules, and where cgpu decided").
 
 Where the library panics (a null hook, a one-character vendor on <= v1.1.0), parse_spec
 raises SpecError with `crash` set: the engine's whole spec-dir load dies, not just this file.

@@ -10,7 +10,8 @@ What cgpu decided where the library's behaviour is an accident rather than a rul
 - A file the library panics on (SpecError.crash) takes the engine's whole load with it: the
   scan reports the crash and what is lost, and resolves no device at all.
 - A name defined twice in one dir is removed even if a later dir also defines it: the
-  library deletes conflicting names after reading every dir (reference/cdi.md §3.1). We
+  library deletes conflicting names after reading every dir (pkg/cdi/cache.go `refresh`,
+  docs/cdi-reading.md). We
   mimic that and say so on the later file.
 - A dir that cannot be listed, which the library skips silently, is a warning here: an engine
   running as root may see specs there that cgpu cannot.
@@ -38,6 +39,7 @@ from cgpu.cdi.names import go_quote
 from cgpu.cdi.parse import MAX_SPEC_BYTES, SpecError, parse_spec, too_big_message
 from cgpu.errors import CgpuError, CgpuTypeError
 from cgpu.files import open_regular
+from cgpu.problem import Problem, Severity
 
 DEFAULT_SPEC_DIRS = ("/etc/cdi", "/var/run/cdi")
 SPEC_EXTENSIONS = (".json", ".yaml")  # exactly these, case-sensitive: not .yml, not .YAML
@@ -138,7 +140,7 @@ class _StopScan(CgpuError):
         path: str,
         reason: str,
         *,
-        severity: str = "warning",
+        severity: Severity = "warning",
         files: list[tuple[str, os.stat_result, bool]] | None = None,
         entry: bool = False,
         error: OSError | None = None,
@@ -165,7 +167,7 @@ def _refused_as_user(exc: OSError) -> bool:
 
 
 def _spec_files(
-    directory: str, problems: list[tuple[str, str, str]], unreadable: list[str], library: str
+    directory: str, problems: list[Problem], unreadable: list[str], library: str
 ) -> list[tuple[str, os.stat_result, bool]]:
     """The spec files of one dir in name order, each with its (followed) stat result and
     whether no message may quote its content (_leaves_open_dir). Raises _StopScan where the
@@ -193,7 +195,7 @@ def _spec_files(
         return _spec_file(os.path.dirname(directory) or ".", directory, dir_info, problems, unreadable, parent_info)
     if stat.S_ISLNK(dir_info.st_mode):
         problems.append(
-            (
+            Problem(
                 "warning",
                 directory,
                 (
@@ -205,7 +207,7 @@ def _spec_files(
         )
         return []
     if not stat.S_ISDIR(dir_info.st_mode):
-        problems.append(("warning", directory, "this spec dir is not a directory; skipped"))
+        problems.append(Problem("warning", directory, "this spec dir is not a directory; skipped"))
         return []
     try:
         entries = sorted(os.listdir(directory))
@@ -217,7 +219,7 @@ def _spec_files(
         if main:
             unreadable.append(directory)
             raise _StopScan(directory, message) from None
-        problems.append(("warning", directory, message))  # Walk ignores a dir it cannot list
+        problems.append(Problem("warning", directory, message))  # Walk ignores a dir it cannot list
         return []
     files: list[tuple[str, os.stat_result, bool]] = []
     for name in entries:
@@ -231,7 +233,7 @@ def _spec_files(
             continue  # removed since the listing: Walk skips it too
         except OSError as exc:
             if main:
-                problems.append(("error", path, f"cannot read the file: {exc.strerror or exc}"))
+                problems.append(Problem("error", path, f"cannot read the file: {exc.strerror or exc}"))
                 unreadable.append(path)
                 continue
             # Walk lstats every entry, whatever its name, before the scan's function sees the
@@ -250,7 +252,7 @@ def _spec_file(
     directory: str,
     path: str,
     info: os.stat_result,
-    problems: list[tuple[str, str, str]],
+    problems: list[Problem],
     unreadable: list[str],
     dir_info: os.stat_result,
 ) -> list[tuple[str, os.stat_result, bool]]:
@@ -262,20 +264,22 @@ def _spec_file(
             info = os.stat(path)
         except FileNotFoundError:
             problems.append(
-                ("error", path, "a symlink to a missing file; the CDI library reports it as a spec it cannot load")
+                Problem(
+                    "error", path, "a symlink to a missing file; the CDI library reports it as a spec it cannot load"
+                )
             )
             return []
         except OSError as exc:
-            problems.append(("error", path, f"cannot read the file: {exc.strerror or exc}"))
+            problems.append(Problem("error", path, f"cannot read the file: {exc.strerror or exc}"))
             unreadable.append(path)
             return []
         withhold = _leaves_open_dir(directory, path, dir_info)
     if stat.S_ISDIR(info.st_mode):
-        problems.append(("error", path, "a symlink to a directory; the CDI library fails to read it as a spec"))
+        problems.append(Problem("error", path, "a symlink to a directory; the CDI library fails to read it as a spec"))
         return []
     if not stat.S_ISREG(info.st_mode):
         problems.append(
-            (
+            Problem(
                 "error",
                 path,
                 "not a regular file (a FIFO, socket or device); cgpu does not "
@@ -303,7 +307,7 @@ def scan_spec_dirs(
     """
     if isinstance(spec_dirs, str):
         raise CgpuTypeError("spec_dirs is a list of directories, not one string")
-    problems: list[tuple[str, str, str]] = []
+    problems: list[Problem] = []
     specs: list[Spec] = []
     engine_dropped: list[Spec] = []
     devices: dict[str, ResolvedDevice] = {}
@@ -327,12 +331,12 @@ def scan_spec_dirs(
                     crashes.append(path)
                 elif not exc.by_library:
                     unreadable.append(path)
-                problems.append(("error", path, _rejection(exc, withhold)))
+                problems.append(Problem("error", path, _rejection(exc, withhold)))
                 continue
-            problems.extend(("warning", path, warning) for warning in spec.warnings)
+            problems.extend(Problem("warning", path, warning) for warning in spec.warnings)
             if max_version is not None and (versions.version_key(spec.version) > versions.version_key(max_version)):
                 problems.append(
-                    (
+                    Problem(
                         "error",
                         path,
                         (
@@ -355,8 +359,8 @@ def scan_spec_dirs(
                             f"{go_quote(other.spec.path)}): "
                             "two files in the same spec dir define it, so engines drop it entirely"
                         )
-                        problems.append(("error", other.spec.path, message))
-                        problems.append(("error", path, message))
+                        problems.append(Problem("error", other.spec.path, message))
+                        problems.append(Problem("error", path, message))
                         conflicts[qualified] = priority
                     continue
                 devices[qualified] = ResolvedDevice(qualified, spec, device)
@@ -370,7 +374,7 @@ def scan_spec_dirs(
                 later, max_version=max_version, engine_label=engine_label, cache_dir=cache_dir, library=library
             )
             unreached = {name: found.spec for name, found in beyond.devices.items() if name not in devices}
-        problems.append((stop.severity, stop.path, _stop_message(stop, later, unreached, engine, library)))
+        problems.append(Problem(stop.severity, stop.path, _stop_message(stop, later, unreached, engine, library)))
     if cache.stored and cache.directory is not None:
         spec_cache.prune(cache.directory, keep=cache.read)
     for stale in [path for path in _parse_cache if path not in cache.read]:
@@ -379,7 +383,7 @@ def scan_spec_dirs(
         survivor = devices.pop(qualified, None)
         if survivor is not None and survivor.spec.priority > conflict_priority:
             problems.append(
-                (
+                Problem(
                     "warning",
                     survivor.spec.path,
                     (
@@ -390,7 +394,7 @@ def scan_spec_dirs(
                 )
             )
     if crashes:
-        problems.append(("error", crashes[0], _crash_loss(crashes, devices, engine)))
+        problems.append(Problem("error", crashes[0], _crash_loss(crashes, devices, engine)))
         devices = {}
     return ScanResult(
         devices=devices,

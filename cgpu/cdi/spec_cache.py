@@ -35,13 +35,12 @@ import binascii
 import contextlib
 import json
 import os
-import stat
-import sys
 import time
 from collections.abc import Collection
 from typing import Any
 
 from cgpu import version
+from cgpu.cache import private_directory, read_private, write_private
 from cgpu.cdi import model, names, parse, versions
 from cgpu.cdi.model import ContainerEdits, DeviceNode, Hook, Mount, Spec, SpecDevice
 from cgpu.cdi.parse import SpecError
@@ -52,7 +51,6 @@ SUBDIR = "cdi-specs"
 MAX_ENTRIES = 1024
 PRUNE_DAYS = 30
 _DAY_NS = 86_400 * 10**9
-_OPEN_ENTRY = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
 
 _code_identity: list[list[int]] = []
 
@@ -80,40 +78,17 @@ def _key(path: str, info: os.stat_result) -> dict[str, Any]:
     }
 
 
-def _private(info: os.stat_result) -> bool:
-    """Owned by this user and writable by no one else (Windows: no such owner check)."""
-    if sys.platform == "win32":
-        return True
-    return info.st_uid == os.getuid() and not info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
-
-
-def _private_dir(directory: str, create: bool) -> bool:
-    """`directory` is a real directory (not a symlink), ours and writable by no one else;
-    created 0700 (its parents as makedirs makes them) when missing and `create`."""
-    try:
-        try:
-            info = os.lstat(directory)
-        except FileNotFoundError:
-            if not create:
-                return False
-            parent = os.path.dirname(directory)
-            if parent:
-                os.makedirs(parent, exist_ok=True)
-            os.mkdir(directory, 0o700)  # not makedirs' mode: that applies the umask to the parents only
-            info = os.lstat(directory)
-    except OSError:
-        return False
-    return stat.S_ISDIR(info.st_mode) and _private(info)
-
-
 def _directory(cache_dir: str, create: bool) -> str | None:
-    """The entries' directory when it and the cache dir above it are safe to use (created when
-    `create`), else None. Another user who could write the cache dir could swap the entries'
-    directory for theirs between the check and the use."""
+    """The entries' directory when it and the cache dir above it are private (`cgpu.cache`'s
+    rules; created when `create`), else None. Another user who could write the cache dir could
+    swap the entries' directory for theirs between the check and the use."""
     directory = os.path.join(cache_dir, SUBDIR)
-    if _private_dir(cache_dir, create) and _private_dir(directory, create):
-        return directory
-    return None
+    try:
+        private_directory(cache_dir, create=create)
+        private_directory(directory, create=create)
+    except OSError:
+        return None
+    return directory
 
 
 def _entry_path(directory: str, path: str) -> str:
@@ -128,19 +103,13 @@ def load(cache_dir: str, path: str, info: os.stat_result, priority: int) -> Spec
     if directory is None:
         return None
     try:
-        fd = os.open(_entry_path(directory, path), _OPEN_ENTRY)
+        data = read_private(_entry_path(directory, path), limit=parse.MAX_SPEC_BYTES * 2, touch_after_ns=_DAY_NS)
     except OSError:
-        return None
+        return None  # absent, or not a private regular file of this user's: parse instead
     try:
-        with os.fdopen(fd, "rb") as handle:
-            entry_info = os.fstat(handle.fileno())
-            if not stat.S_ISREG(entry_info.st_mode) or not _private(entry_info):
-                return None
-            entry = json.loads(handle.read(parse.MAX_SPEC_BYTES * 2))
-            if entry["key"] != _key(path, info):
-                return None
-            if time.time_ns() - entry_info.st_mtime_ns > _DAY_NS and os.utime in os.supports_fd:
-                os.utime(handle.fileno())  # in use: pruning goes by mtime
+        entry = json.loads(data)
+        if entry["key"] != _key(path, info):
+            return None
         if "error" in entry:
             error = entry["error"]
             message, by_library, crash = error["message"], error["by_library"], error["crash"]
@@ -177,23 +146,13 @@ def store(cache_dir: str, path: str, info: os.stat_result, read_info: os.stat_re
         entry["error"] = {"message": result.message, "by_library": result.by_library, "crash": result.crash}
     else:
         entry["spec"] = _encode(result)
-    target = _entry_path(directory, path)
-    temporary = f"{target}.{os.getpid()}.{time.monotonic_ns()}.tmp"
     try:
         data = json.dumps(entry, separators=(",", ":")).encode()
     except ValueError:  # defensive: parsed specs hold only JSON values, and the cache must never break a scan
         return False
     try:
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        write_private(_entry_path(directory, path), data)  # atomic: a reader sees the old entry or the new one
     except OSError:
-        return False
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.replace(temporary, target)  # atomic: a reader sees the old entry or the new one
-    except OSError:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
         return False
     return True
 

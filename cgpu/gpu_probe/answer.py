@@ -16,11 +16,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from cgpu.apis import API_ORDER, METAL_EVIDENCE, STATES, State
+from cgpu.apis import API_ORDER, CONTAINER_APIS, METAL_EVIDENCE, STATES, State
 from cgpu.errors import CgpuValueError
+from cgpu.problem import Problem
 
 if TYPE_CHECKING:
-    from cgpu.report import ReportBuilder, Severity
+    from cgpu.report import ReportBuilder
 
 MAX_TEXT = 500
 MAX_DEVICES = 64
@@ -57,7 +58,6 @@ _QUIET_ERRORS = frozenset({None, "library_not_found", "no_device_node", "not_pro
 PROBE_FAILURES = frozenset({"timeout", "crashed", "probe_failed", "probe_error", "no_ctypes"})
 # The shape `ProbeAnswer.to_json` writes (krunkit's answer cache); raise it when that shape changes.
 ANSWER_FORMAT = 1
-_SEVERITIES = ("error", "warning", "info")
 NOT_JSON = "its output is not a JSON object"
 Detail = str | bool | int | float | None
 
@@ -71,13 +71,6 @@ class Device:
     api: str
     counted: bool
     details: Mapping[str, Detail] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Problem:
-    severity: Severity
-    source: str
-    message: str
 
 
 @dataclass(frozen=True)
@@ -131,7 +124,7 @@ class ProbeAnswer:
                 }
                 for api, entry in self.apis.items()
             },
-            "problems": [{"severity": p.severity, "source": p.source, "message": p.message} for p in self.problems],
+            "problems": [problem.as_dict() for problem in self.problems],
         }
 
     @classmethod
@@ -142,10 +135,7 @@ class ProbeAnswer:
             if not isinstance(data, dict) or data["answer_format"] != ANSWER_FORMAT:
                 raise CgpuValueError(f"not an answer of format {ANSWER_FORMAT}")
             apis = {api: _api_from_json(api, entry) for api, entry in _dict(data["apis"]).items()}
-            problems = tuple(
-                Problem(_one_of(p["severity"], _SEVERITIES), _str(p["source"]), _str(p["message"]))  # type: ignore[arg-type]
-                for p in _list(data["problems"])
-            )
+            problems = tuple(Problem.from_json(_dict(p)) for p in _list(data["problems"]))
             unusable = data["unusable"]
             if unusable is not None:
                 unusable = _str(unusable)
@@ -263,7 +253,7 @@ def read_child_answer(raw: bytes, api: str, *, source: str) -> tuple[ApiAnswer, 
 
 
 def _unusable_answer(source: str, why: str) -> ProbeAnswer:
-    apis = {api: ApiAnswer("unknown", f"unknown: {why}") for api in API_ORDER[:-1]}
+    apis = {api: ApiAnswer("unknown", f"unknown: {why}") for api in CONTAINER_APIS}
     apis["metal"] = ApiAnswer("absent", METAL_EVIDENCE)
     return ProbeAnswer(source, apis, (Problem("error", source, why),), unusable=why)
 
@@ -378,8 +368,7 @@ def apply_answer(report: ReportBuilder, answer: ProbeAnswer) -> None:
             report.absent(api, entry.evidence)
         else:
             report.unknown(api, entry.evidence)
-    for problem in answer.problems:
-        report.problem(problem.severity, problem.source, problem.message)
+    report.add(*answer.problems)
     for device in answer.devices:
         report.device(
             device.name,

@@ -11,6 +11,11 @@ forking after a driver is loaded: drivers crash, hang, and CUDA poisons `fork()`
 crashes or hangs costs that API only. Counting rules and ctypes layouts follow the Khronos,
 CUDA, HSA and DXCore headers; software drivers (lavapipe/llvmpipe, SwiftShader, PoCL CPU,
 WARP) are reported but never counted.
+
+This file is the one part of cgpu that imports nothing of cgpu (not `cgpu.problem`'s `Problem`,
+not the report's types): it is copied into containers and VMs and runs alone there. What it
+finds travels in its own JSON wire format, which `cgpu.gpu_probe.answer` checks and turns into
+cgpu's types on the host.
 """
 
 from __future__ import annotations

@@ -7,6 +7,8 @@ The image is read without running it (cgpu.image.source), the checks look at its
   checks [{name, status (pass|fail|unknown|skip), evidence, fix, required}],
   problems [{severity, source, message}], cgpu_version, checked_at
 
+While the check runs, `problems` holds `cgpu.problem.Problem`s; the answer gives their dicts.
+
 With --machine, cgpu's probe also runs in the image inside that krunkit VM (through the
 krunkit backend, `probe_image=REF`), and a probe that ran decides the verdict.
 
@@ -22,6 +24,7 @@ import datetime
 from collections.abc import Callable
 from typing import Any
 
+from cgpu.problem import Problem
 from cgpu.version import __version__
 
 DEFAULT_TIMEOUT = 300.0  # the whole check; exporting a multi-GB image from engine storage takes a while
@@ -37,7 +40,7 @@ def check_image(
     result = _check(ref, machine=machine, timeout=timeout, progress=progress)
     result["reason"] = cap(result["reason"])
     result["checks"] = [{**c, "evidence": cap(c["evidence"]), "fix": cap(c["fix"])} for c in result["checks"]]
-    result["problems"] = [{**p, "source": cap(p["source"]), "message": cap(p["message"])} for p in result["problems"]]
+    result["problems"] = [Problem(p.severity, cap(p.source), cap(p.message)).as_dict() for p in result["problems"]]
     return result
 
 
@@ -63,30 +66,24 @@ def _check(
         "cgpu_version": __version__,
         "checked_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
-    problems: list[dict[str, str]] = result["problems"]
+    problems: list[Problem] = result["problems"]
     try:
         # one for the whole check, every read asks it; in the CLI it counts from the process's start
         deadline = Deadline(timeout or DEFAULT_TIMEOUT, start=limit_start())
         with open_image(ref, deadline=deadline, progress=progress) as image:
             result["source"] = image.source
-            problems += [{"severity": s, "source": image.source, "message": m} for s, m in image.notes]
+            problems += [Problem(severity, image.source, note) for severity, note in image.notes]
             checks, found, info = run_checks(image)
     except (ImageReadError, DeadlineExceeded) as exc:
         result["reason"] = f"could not read the image: {exc}"
-        problems.append({"severity": "error", "source": ref, "message": str(exc)})
+        problems.append(Problem("error", ref, str(exc)))
         result["status"] = "unreadable"
         return result
     except KeyboardInterrupt:
         raise
     except Exception as exc:  # a bug in cgpu: still one answer, never a traceback
         result["reason"] = "internal error"
-        problems.append(
-            {
-                "severity": "error",
-                "source": "cgpu",
-                "message": f"internal error, please report it: {type(exc).__name__}: {exc}",
-            }
-        )
+        problems.append(Problem("error", "cgpu", f"internal error, please report it: {type(exc).__name__}: {exc}"))
         result["status"] = "internal_error"
         return result
     problems += found
@@ -105,14 +102,12 @@ def _probe_in_machine(
     source = f"--machine {machine}"
     if ref.partition(":")[0] in ("dir", "oci", "oci-archive", "docker-archive"):
         result["problems"].append(
-            {
-                "severity": "error",
-                "source": source,
-                "message": (
-                    "the probe runs the image from the machine's podman storage: give the image's name there "
-                    f"(`podman load -i ...` it first), not {ref}"
-                ),
-            }
+            Problem(
+                "error",
+                source,
+                "the probe runs the image from the machine's podman storage: give the image's name there "
+                f"(`podman load -i ...` it first), not {ref}",
+            )
         )
         return False
     from cgpu.backends import run_backend
@@ -124,28 +119,24 @@ def _probe_in_machine(
 def merge_machine_probe(result: dict[str, Any], builder: Any, source: str) -> bool:
     """Fold the krunkit backend's report into the answer: a probe that ran decides the verdict."""
     report = builder.build()
-    result["problems"] += [{**p, "source": f"{source}: {p['source']}"} for p in report["problems"]]
+    result["problems"] += [Problem(p.severity, f"{source}: {p.source}", p.message) for p in builder.problems]
     if builder.could_not_run:
         result["problems"].append(
-            {
-                "severity": "error",
-                "source": source,
-                "message": ("the probe did not run in the VM; the verdict above is from the image's files only"),
-            }
+            Problem(
+                "error", source, "the probe did not run in the VM; the verdict above is from the image's files only"
+            )
         )
         return False
     got = "vulkan" in report["containers"]
     evidence = report["evidence"]["vulkan"]
     if (result["verdict"] == "yes") != got and result["verdict"] != "unknown":
         result["problems"].append(
-            {
-                "severity": "warning",
-                "source": source,
-                "message": (
-                    f"the image's files said {result['verdict']}, the probe in the VM says {'yes' if got else 'no'}; "
-                    "the probe decides"
-                ),
-            }
+            Problem(
+                "warning",
+                source,
+                f"the image's files said {result['verdict']}, the probe in the VM says {'yes' if got else 'no'}; "
+                "the probe decides",
+            )
         )
     result["verdict"] = "yes" if got else "no"
     result["reason"] = f"the probe in {source.split(' ', 1)[1]}: {evidence}"

@@ -35,6 +35,7 @@ from cgpu.image.packages import (
     read_versionlock_toml,
 )
 from cgpu.image.source import OpenedImage
+from cgpu.problem import Problem, Severity
 
 COPR = "slp/mesa-libkrun-vulkan"
 OLD_COPR = "slp/mesa-krunkit"
@@ -108,15 +109,15 @@ class Facts:
         self.image = image
         self.tree: Tree = image.tree
         self.env = image.env
-        self.problems: list[dict[str, str]] = []
+        self.problems: list[Problem] = []
         self.lib_dirs = self._lib_dirs()
         self.os_name = self._os_release()
         self.packages, self.package_db = self._packages()
         self._copr_repos: dict[CoprRepo, tuple[bool, str]] | None = None
         self._nevras: dict[str, str] | None = None
 
-    def problem(self, severity: str, source: str, message: str) -> None:
-        self.problems.append({"severity": severity, "source": source, "message": message})
+    def problem(self, severity: Severity, source: str, message: str) -> None:
+        self.problems.append(Problem(severity, source, message))
 
     def _lib_dirs(self) -> list[str]:
         dirs = [d.strip("/") for d in self.env.get("LD_LIBRARY_PATH", "").split(":") if d.strip("/")]
@@ -315,7 +316,7 @@ class Facts:
         return manifest
 
 
-def run_checks(image: OpenedImage) -> tuple[list[Check], list[dict[str, str]], dict[str, Any]]:
+def run_checks(image: OpenedImage) -> tuple[list[Check], list[Problem], dict[str, Any]]:
     """All checks in report order, the problems met, and facts worth showing (os, packages)."""
     facts = Facts(image)
     manifests, chosen_by = facts.manifests()

@@ -21,6 +21,7 @@ from typing import IO
 
 from cgpu.errors import CgpuError
 from cgpu.image.tarstream import PATH_MAX, READ_ERRORS, Member, TarReader, decompressed
+from cgpu.problem import Note, Severity
 
 HEAD_BYTES = 64  # what Tree.head() gives: enough for an ELF header's class, endianness and machine
 _ELF_KEPT = 20  # of a larger file in a layer, only an ELF identification and machine are kept (memory)
@@ -122,7 +123,7 @@ class Tree:
     """Path lookups inside an image root; subclasses say how to stat, list and read."""
 
     def __init__(self, deadline: Deadline | None = None) -> None:
-        self.problems: list[tuple[str, str]] = []  # (severity, message) met while reading
+        self.notes: list[Note] = []  # met while reading; the image check makes Problems of them
         self.deadline = deadline or Deadline(None)  # the whole check's, for whoever reads on
 
     # --- to implement -------------------------------------------------------------
@@ -287,7 +288,7 @@ class LayerTree(Tree):
         except READ_ERRORS as exc:
             raise ImageReadError(f"layer {name}: unreadable tar ({_why(exc)})") from None
         if self._unsaid:
-            self.problems.append(("warning", f"layer {name}: {self._unsaid} more members like these; ignored"))
+            self.notes.append(("warning", f"layer {name}: {self._unsaid} more members like these; ignored"))
             self._unsaid = 0
         return layer
 
@@ -299,9 +300,9 @@ class LayerTree(Tree):
         self.entries.update(layer.entries)
         self._children = None
 
-    def _note(self, severity: str, message: str) -> None:
-        if len(self.problems) < _MAX_NOTES:
-            self.problems.append((severity, message))
+    def _note(self, severity: Severity, message: str) -> None:
+        if len(self.notes) < _MAX_NOTES:
+            self.notes.append((severity, message))
         else:
             self._unsaid += 1
 

@@ -46,6 +46,7 @@ from cgpu.image.fs import (
     normalize_member,
 )
 from cgpu.image.tarstream import READ_ERRORS, Member, TarReader, decompressed
+from cgpu.problem import Note
 from cgpu.run import CommandError, CommandTimeoutError, decode, format_argv, run
 
 _DIGEST = re.compile(r"^([a-z0-9]+(?:[+._-][a-z0-9]+)*):([a-zA-Z0-9=_-]{32,})$")
@@ -62,7 +63,7 @@ class OpenedImage:
     tree: Tree
     source: str  # what was read, in words
     config: dict[str, Any] = field(default_factory=dict)  # the OCI image config, when there is one
-    notes: list[tuple[str, str]] = field(default_factory=list)  # (severity, message)
+    notes: list[Note] = field(default_factory=list)  # (severity, message)
 
     @property
     def architecture(self) -> str | None:
@@ -514,7 +515,7 @@ def _read_docker_archive(
     manifest = _json(blobs, "manifest.json", "docker-archive manifest")
     if not isinstance(manifest, list) or not manifest or not isinstance(manifest[0], dict):
         raise ImageReadError(f"{source}: manifest.json is not a list of images")
-    notes = []
+    notes: list[Note] = []
     if len(manifest) > 1:
         notes.append(("info", f"{source} holds {len(manifest)} images; checked the first"))
     entry = manifest[0]
@@ -530,12 +531,12 @@ def _read_docker_archive(
     tags = entry.get("RepoTags")
     if isinstance(tags, list) and tags and isinstance(tags[0], str) and tags[0] not in source:
         source = f"{source} ({tags[0]})"
-    return OpenedImage(tree, source, config if isinstance(config, dict) else {}, notes + tree.problems)
+    return OpenedImage(tree, source, config if isinstance(config, dict) else {}, notes + tree.notes)
 
 
 def _read_layout(blobs: _TarBlobs | _DirBlobs, source: str, limits: Limits, say: Callable[[str], None]) -> OpenedImage:
     index = _json(blobs, "index.json", "OCI index")
-    notes: list[tuple[str, str]] = []
+    notes: list[Note] = []
     manifest = _pick_manifest(blobs, index, notes, depth=0)
     config_desc = manifest.get("config")
     layers = manifest.get("layers")
@@ -548,12 +549,10 @@ def _read_layout(blobs: _TarBlobs | _DirBlobs, source: str, limits: Limits, say:
     config = _json(blobs, _blob_name(config_desc.get("digest")), "image config")
     names = [(_blob_name(layer.get("digest")), str(layer.get("mediaType", ""))) for layer in layers]
     tree = _apply_layers(blobs, names, limits, say)
-    return OpenedImage(tree, source, config if isinstance(config, dict) else {}, notes + tree.problems)
+    return OpenedImage(tree, source, config if isinstance(config, dict) else {}, notes + tree.notes)
 
 
-def _pick_manifest(
-    blobs: _TarBlobs | _DirBlobs, index: Any, notes: list[tuple[str, str]], depth: int
-) -> dict[str, Any]:
+def _pick_manifest(blobs: _TarBlobs | _DirBlobs, index: Any, notes: list[Note], depth: int) -> dict[str, Any]:
     """The image manifest for linux/arm64 (what a krunkit VM runs), else the first one."""
     descriptors = index.get("manifests") if isinstance(index, dict) else None
     if not isinstance(descriptors, list) or not descriptors or depth > 4:

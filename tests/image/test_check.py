@@ -427,7 +427,7 @@ def test_a_probe_that_ran_decides(static, probed, verdict, warned):
     result = {"verdict": static, "reason": "files", "problems": []}
     assert merge_machine_probe(result, builder, "--machine vm")
     assert result["verdict"] == verdict and result["reason"].startswith("the probe in vm: ")
-    assert any(p["severity"] == "warning" for p in result["problems"]) == warned
+    assert any(p.severity == "warning" for p in result["problems"]) == warned
 
 
 def test_stock_mesa_is_never_advised_to_be_pinned(roots):

@@ -78,7 +78,7 @@ def test_hostile_member_names_become_problems_not_paths():
     assert set(tree.entries) == {"etc/os-release", "usr/lib64/libc.so.6", "usr/lib64/hard-ok"}
     assert tree.read("etc/os-release") == b"ID=fedora\n"
     assert tree.head("usr/lib64/hard-ok") == b"\x7fELF"
-    messages = " | ".join(message for _, message in tree.problems)
+    messages = " | ".join(message for _, message in tree.notes)
     assert "'../../escape.json' is a name that climbs out of the root" in messages
     assert "'usr/../../escape2'" in messages
     assert "'/etc/os-release' has an absolute name" in messages
@@ -100,7 +100,7 @@ def test_kept_content_is_capped():
     assert tree.read("etc/os-release") == b"x" * 500
     with pytest.raises(ImageReadError, match="does not keep"):
         tree.read("etc/ld.so.conf")
-    assert any("not read" in message for _, message in tree.problems)
+    assert any("not read" in message for _, message in tree.notes)
 
 
 def test_compressed_layers_are_read():
@@ -194,7 +194,7 @@ def test_a_deep_or_long_name_is_ignored_with_a_warning():
     deep = "/".join(["d"] * 300) + "/f"
     tree = raw_tree(hostile.member(deep, b"x") + hostile.member("ok", b"y") + hostile.end())
     assert tree.exists("ok") and not tree.entries.keys() - {"ok"}
-    assert any("deeper than 256 folders; ignored" in message for _, message in tree.problems)
+    assert any("deeper than 256 folders; ignored" in message for _, message in tree.notes)
 
 
 def test_symlink_resolution_is_linear_in_the_path_and_capped():
@@ -233,8 +233,8 @@ def test_the_deadline_stops_a_layer_between_blocks():
 def test_too_many_per_member_warnings_are_counted_not_kept():
     layer = b"".join(hostile.member(f"../x{n}") for n in range(500)) + hostile.end()
     tree = raw_tree(layer)
-    assert len(tree.problems) == 51
-    assert tree.problems[-1] == ("warning", "layer 1: 450 more members like these; ignored")
+    assert len(tree.notes) == 51
+    assert tree.notes[-1] == ("warning", "layer 1: 450 more members like these; ignored")
 
 
 _SAMPLE = layer_tar(

@@ -410,4 +410,4 @@ def test_a_probe_too_big_for_one_argument_is_not_sent(monkeypatch):
     report = ReportBuilder("wsl")
     assert backend._local_probe_source(report) is None
     [warning] = report.problems
-    assert warning["source"].endswith("standalone.py") and "too big" in warning["message"]
+    assert warning.source.endswith("standalone.py") and "too big" in warning.message

@@ -158,8 +158,7 @@ def _scan_answers(
     engine_label: str | None = None,
 ) -> DeviceEntries | None:
     """The problems and the node answer with evidence into `report`; the device entries to put there."""
-    for severity, source, message in scan.problems:
-        report.problem(severity, source, message)  # type: ignore[arg-type]
+    report.add(*scan.problems)
     dropped = _engine_dropped(scan)
     selected = _select(report, scan, devices, list(dirs), {**scan.unreached, **dropped})
     if selected is None:

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+from cgpu.apis import CONTAINER_APIS
 from cgpu.backends.cdi.rules import PARTIAL, PROVIDED, Finding
 from cgpu.cdi.model import ResolvedDevice
 
-APIS = ("cuda", "rocm", "vulkan", "opencl", "directml")  # metal: the report's own evidence
+APIS = CONTAINER_APIS  # metal: the report's own evidence
 
 
 class DeviceAnswer:
     # Plain classes, not dataclasses, in this backend: creating a dataclass costs about a
-    # millisecond at import, a visible share of the CLI's start-up (design §9).
+    # millisecond at import, a visible share of the CLI's start-up (docs/cdi.md#speed).
     __slots__ = ("device", "findings", "mismatch", "missing")
 
     def __init__(

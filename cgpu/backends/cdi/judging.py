@@ -230,10 +230,10 @@ def _nvidia_runtime_note(report: ReportBuilder, entry: dict[str, Any]) -> None:
 def _report_engine_problems(report: ReportBuilder, engines: list[dict[str, Any]]) -> None:
     seen = set()
     for entry in engines:
-        for severity, source, message in entry.get("problems", ()):
-            if (source, message) not in seen:
-                seen.add((source, message))
-                report.problem(severity, source, message)
+        for problem in entry.get("problems", ()):
+            if (problem.source, problem.message) not in seen:
+                seen.add((problem.source, problem.message))
+                report.add(problem)
 
 
 def engine_entry(entry: dict[str, Any]) -> dict[str, Any]:

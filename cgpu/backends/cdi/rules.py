@@ -1,4 +1,4 @@
-"""The per-API rules of the CDI backend (design §3): what one device's container gets.
+"""The per-API rules of the CDI backend (docs/cdi.md "The answers"): what one device's container gets.
 
 Each rule returns a `Finding`: provided, partial (something aimed at the API is there, but not
 all of it) or absent, with a sentence fragment that follows the device's name in the evidence
@@ -47,7 +47,7 @@ WSL_CUDA_COMPANIONS = ("libcuda_loader.so", "libnvdxgdmal.so.1")
 NVIDIA_D3D12_UMD = "libnvwgf2umx.so"  # NVIDIA's D3D12 user-mode driver in its WSL driver-store folder
 _VERSION_SUFFIX = re.compile(r"\.so\.(\d{2,3}\.\d+(?:\.\d+)?)$")
 
-# Software drivers never count (design §3); matched on the library file name an ICD names.
+# Software drivers never count (docs/cdi.md "The answers"); matched on the library file name an ICD names.
 SOFTWARE_DRIVERS = (
     (re.compile(r"lvp|llvmpipe"), "lavapipe (llvmpipe)"),
     (re.compile(r"swiftshader"), "SwiftShader"),

@@ -274,8 +274,7 @@ def _read_probe(
     answer = read_answer(stdout, source=f"probe in the container with {name}")
     if answer.unusable:
         return answer.unusable
-    for problem in answer.problems:
-        report.problem(problem.severity, problem.source, problem.message)
+    report.add(*answer.problems)
     summaries = {api: entry.summary or entry.evidence for api, entry in answer.apis.items()}
     seen = [
         {"name": device.name, "api": device.api, "counted": device.counted, "reason": device.details.get("reason", "")}

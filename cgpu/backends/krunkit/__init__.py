@@ -43,10 +43,10 @@ from cgpu.gpu_probe.answer import (
     ApiAnswer,
     Device,
     ProbeAnswer,
-    Problem,
     apply_answer,
     read_answer,
 )
+from cgpu.problem import Problem
 from cgpu.report import ReportBuilder, current_platform
 from cgpu.run import CommandError, Completed, decode, run
 from cgpu.version import __version__

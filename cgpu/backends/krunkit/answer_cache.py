@@ -5,12 +5,12 @@ it back. The key is a JSON-able dict of everything the answer depends on (tool v
 image digest, VM, host); change any part and it is a different entry. Entries expire after
 a time limit and are pruned once they have.
 
-Writes are atomic (temp file + `os.replace`), and `locked()` serialises two runs that
+Writes are atomic (`cgpu.cache.write_private`), and `locked()` serialises two runs that
 compute the same key, so the second reads the first's answer instead of booting a second
 VM. Nothing here raises for a broken cache: a corrupt file, a read-only directory or a full
 disk becomes a warning passed to `warn` and the caller computes a fresh answer.
 
-Only this user can change what is read back (the spec cache's rules, `cgpu.cache`): the cache
+Only this user can change what is read back (the rules of every cache, `cgpu.cache`): the cache
 root and the entries' directory are private 0700 directories owned by the user; an entry or
 lock is used only when it is a regular file of the user's that no one else can write, opened
 without following a link or blocking on a FIFO, and an entry over `MAX_ENTRY_BYTES` is not read.
@@ -27,7 +27,15 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from cgpu.cache import default_cache_dir, key_digest, open_private, private_directory, prune, read_private
+from cgpu.cache import (
+    default_cache_dir,
+    key_digest,
+    open_private,
+    private_directory,
+    prune,
+    read_private,
+    write_private,
+)
 from cgpu.errors import CgpuTypeError
 
 Warn = Callable[[str, str], None]  # (source, message)
@@ -100,31 +108,17 @@ class AnswerCache:
 
     def put(self, key: Mapping[str, Any], value: Mapping[str, Any]) -> bool:
         """Store atomically; False (and a warning) when the cache could not be written."""
-        import tempfile
-
         path = self.path(key)
         entry = {"format": FORMAT, "key": key, "stored_at": time.time(), "value": value}
         data = json.dumps(entry, indent=1, default=str).encode()
-        tmp_name = None
         failing = "could not store the answer in the cache"
         try:
             if not self._usable(create=True, failing=failing):
                 return False
-            # mkstemp: O_EXCL and O_NOFOLLOW, mode 0600; os.replace swaps a link itself, never its target
-            fd, tmp_name = tempfile.mkstemp(prefix=path.stem, suffix=".tmp", dir=self.directory)
-            with os.fdopen(fd, "wb") as tmp:
-                tmp.write(data)
-                tmp.flush()
-                os.fsync(tmp.fileno())
-            os.replace(tmp_name, path)
-            tmp_name = None
+            write_private(path, data, durable=True)
         except OSError as exc:
             self._warn(str(path), f"{failing} ({exc.strerror or exc}); the next run will check afresh")
             return False
-        finally:
-            if tmp_name is not None:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp_name)
         self.prune(keep=path)
         return True
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Any
 
-from cgpu.apis import API_ORDER
+from cgpu.apis import CONTAINER_APIS
 from cgpu.gpu_probe import PROBE_SCRIPT
 from cgpu.gpu_probe.answer import apply_answer, check_answer
 from cgpu.report import ReportBuilder
@@ -35,5 +35,5 @@ def probe(report: ReportBuilder, *, timeout: float | None = None) -> None:
         return
     answer = check_answer(data, source="local probe")
     apply_answer(report, answer)
-    if all(answer.apis[api].state == "unknown" for api in API_ORDER if api != "metal"):
+    if all(answer.apis[api].state == "unknown" for api in CONTAINER_APIS):
         report.failed("local probe", "the probe got no answer for any GPU API (see problems)")

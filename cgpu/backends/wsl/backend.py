@@ -8,6 +8,7 @@ import re
 import shutil
 import sys
 
+from cgpu.apis import CONTAINER_APIS
 from cgpu.backends.wsl.judging import judge
 from cgpu.backends.wsl.output import FORMAT, ProbeOutputError, _explain_failure, excerpt, parse_output
 from cgpu.report import ReportBuilder
@@ -79,7 +80,7 @@ def probe(report: ReportBuilder, *, distro: str | None = None, timeout: float | 
 
 def _could_not_run(report: ReportBuilder, source: str, message: str) -> None:
     report.failed(source, message)
-    for api in ("cuda", "rocm", "vulkan", "opencl", "directml"):
+    for api in CONTAINER_APIS:
         report.unknown(api, "unknown: cgpu could not probe the WSL session (see problems)")
 
 

@@ -7,7 +7,8 @@ import re
 from dataclasses import dataclass
 
 from cgpu.backends.wsl.output import Session, _host_wslconfig_disables_gpu, adapters, ini_value
-from cgpu.gpu_probe.answer import ApiAnswer, Problem, read_child_answer
+from cgpu.gpu_probe.answer import ApiAnswer, read_child_answer
+from cgpu.problem import Problem
 from cgpu.report import ReportBuilder
 
 # Linux user-mode drivers that a GPU vendor's Windows driver package puts in the driver store.
@@ -78,8 +79,7 @@ def judge(report: ReportBuilder, session: Session, distro: str, sent_local_probe
         found = _local_result(report, session, api, sent_local_probe, source)
         if found is not None and (found[0].state == "provided" or not musl):
             local[api] = found[0]
-            for problem in found[1]:
-                report.problem(problem.severity, problem.source, problem.message)
+            report.add(*found[1])
     directml_ok = _judge_directml(report, source, libs, local.get("directml"), smi, stores)
     cuda_ok = _judge_cuda(report, libs, local.get("cuda"), smi, musl)
     _devices(report, local.get("directml"), directml_ok, cuda_ok, stores, smi, details)
