@@ -22,8 +22,12 @@ def _engine(node: ast.AST | None) -> str | None:
 
 
 def _head(node: ast.AST | None) -> str | None:
-    """The engine an argv literal starts with (`["podman", ...]`), else None."""
-    return _engine(node.elts[0]) if isinstance(node, (ast.List, ast.Tuple)) and node.elts else None
+    """The engine an argv literal starts with (`["podman", ...]`, or `[podman, ...]` where the
+    name holds its path), else None."""
+    if not isinstance(node, (ast.List, ast.Tuple)) or not node.elts:
+        return None
+    first = node.elts[0]
+    return first.id if isinstance(first, ast.Name) and first.id in ENGINES else _engine(first)
 
 
 def _called(node: ast.Call) -> str:
@@ -73,6 +77,8 @@ def test_the_check_sees_each_way_round_the_door(tmp_path):
         "exe = shutil.which('podman')\n"
         "subprocess.run(('docker', 'ps'))\n"
         "argv = ['podman', 'image', 'exists', 'x']\n"
+        "docker = exe\n"
+        "subprocess.Popen([docker, 'ps'])\n"
         "names = ('podman', 'docker')  # names, not a command line\n"
     )
     assert [where.split(": ", 1)[1] for where in engine_calls(module)] == [
@@ -82,4 +88,6 @@ def test_the_check_sees_each_way_round_the_door(tmp_path):
         "which('podman')",
         "run(['docker', ...])",
         "argv ['podman', ...]",
+        "Popen(['docker', ...])",
+        "argv ['docker', ...]",
     ]
