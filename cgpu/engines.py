@@ -226,7 +226,7 @@ class Engine(abc.ABC):
     def image_id(self, ref: str, *, timeout: float) -> str:
         """The ID of the local image `ref`: ImageNotFound when there is none, EngineUnreachable
         when the CLI cannot reach the engine, EngineError when it could not be asked."""
-        argv = self._cli("image", "inspect", "--format", "{{.Id}}", ref)
+        argv = self._cli("image", "inspect", "--format", "{{.Id}}", "--", ref)
         try:
             done = run(argv, timeout=timeout)
         except CommandError as exc:
@@ -268,6 +268,7 @@ class Engine(abc.ABC):
             *(arg for device in devices for arg in ("--device", device)),
             "--entrypoint",
             command[0],
+            "--",  # an image name is never taken for a flag
             image,
             *command[1:],
         )

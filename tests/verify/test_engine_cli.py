@@ -32,6 +32,8 @@ def test_an_image_id_and_a_missing_image(engine, stand_in_image):
     assert engine.image_id(stand_in_image, timeout=API_TIMEOUT).removeprefix("sha256:") == expected
     with pytest.raises(ImageNotFound):
         engine.image_id(f"localhost/cgpu-test-absent:{uuid.uuid4().hex[:8]}", timeout=API_TIMEOUT)
+    with pytest.raises(ImageNotFound):  # a name, never a flag (`--help` would print the help, exit 0)
+        engine.image_id("--help", timeout=API_TIMEOUT)
 
 
 @pytest.mark.podman
