@@ -1,12 +1,23 @@
-"""Container engines on this host: which one, which version, and a client that runs one
-container at a time with a timeout and always removes it.
+"""Container engines on this host: which one, which version, and every call cgpu makes to one.
 
-podman is reached through podman-py, Docker through docker-py; both are imported lazily
-(each costs ~100 ms), only by the code that talks to an engine.
+This module is the one door to podman and Docker: no other module imports podman-py or
+docker-py or runs the `podman` or `docker` CLI (tests/test_engine_door.py checks). `Engine` is
+what cgpu asks of an engine; `PodmanEngine` and `DockerEngine` answer it, each the way that
+engine is best asked:
+- through its CLI, which needs nothing opened (`local_engine(name)`, or an engine at a given
+  address: `PodmanEngine(url=...)`): an image's ID, exporting a local image, running one
+  container attached to a pipe, building an image, a podman machine's facts;
+- through its API client (`open_engine` connects it and closes it after): the containers
+  `--verify` runs, created, fed and removed within a timeout.
+
+Docker's image export talks to the daemon through docker-py (no docker CLI needed). podman-py
+and docker-py are imported lazily (each costs ~100 ms, seconds on a busy host), only by the
+code that talks to an engine's API.
 """
 
 from __future__ import annotations
 
+import abc
 import importlib
 import json
 import os
@@ -19,10 +30,19 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import IO, Any, ClassVar, Protocol
 
-from cgpu.errors import CgpuError
-from cgpu.run import CommandError, CommandTimeoutError, Completed, Helper, HelperExitedError, decode, run
+from cgpu.errors import CgpuError, CgpuTypeError, CgpuValueError
+from cgpu.run import (
+    CommandError,
+    CommandTimeoutError,
+    Completed,
+    Helper,
+    HelperExitedError,
+    decode,
+    format_argv,
+    run,
+)
 
 # Every container cgpu starts carries the label cgpu.verify=VALUE, so a user (and the tests) can
 # find one that outlived its run: `podman ps -a --filter label=cgpu.verify=1`. VALUE is "1" unless
@@ -101,37 +121,191 @@ def _docker_spec_dirs(exe: str, timeout: float) -> tuple[str, ...] | None:
 
 class EngineError(CgpuError):
     """The engine could not be reached or refused a request; str() is the user's message,
-    with the engine's own words where it gave any."""
+    with the engine's own words where it gave any. `source` names what was asked (for a
+    report's problem), `said` is the engine's own words alone."""
+
+    def __init__(self, message: str, *, source: str = "", said: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.source = source
+        self.said = said
 
 
 class ContainerTimeout(EngineError):
     pass
 
 
+class ImageNotFound(EngineError):
+    """The engine has no such local image (cgpu never pulls)."""
+
+
+class EngineUnreachable(EngineError):
+    """The engine's CLI could not reach its API (a stopped machine, a dead socket)."""
+
+
+class ExportTooLarge(EngineError):
+    """An image export went past the size cap; it was stopped."""
+
+
+class DeadlinePassed(EngineError):
+    """The run's time limit was used up before the engine was asked."""
+
+
+class Limit(Protocol):
+    """One time limit over a whole command (`cgpu.image.fs.Deadline` is one)."""
+
+    seconds: float | None
+
+    def left(self) -> float | None: ...
+
+    def expired(self) -> bool: ...
+
+
+NO_SUCH_IMAGE = "has no such local image"
+_EXPORT_CHUNK = 1024**2
+
+
 def version_tuple(version: str) -> tuple[int, ...]:
     return tuple(int(part) for part in re.findall(r"\d+", version)[:3])
 
 
-class Engine:
-    """One engine's API. `run_container` is the whole life of one container: create, copy
-    files in, start, wait (with a timeout), read the logs, and remove it on every path."""
+class Engine(abc.ABC):
+    """What cgpu asks of one container engine (podman or Docker), whichever it is: callers
+    dispatch on these methods, never on the engine's type.
 
-    name = ""
+    The CLI half needs nothing opened; the API half (`image_exists`, `import_image`,
+    `run_container`, `cdi_refusal`) needs the client `open_engine` connects.
+    `run_container` is the whole life of one container: create, copy files in, start, wait
+    (with a timeout), read the logs, and remove it on every path."""
 
-    def __init__(self, client: Any, version: str, where: str) -> None:
-        self.client = client  # the podman-py or docker-py client
-        self.version = version
-        self.where = where  # the API address, for messages
+    name: ClassVar[str]
+
+    def __init__(self, *, url: str | None = None) -> None:
+        self.url = url  # where the CLI is pointed (podman --url, docker --host); None: its default
+        self.version = ""
+        self.where = url or ""  # the API address, for messages
         self.notes: list[str] = []  # what was passed over on the way (another user's socket), for the report
+        self._client: Any = None  # the podman-py or docker-py client, once connected
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            raise EngineError(f"{self.name}'s API is not connected (open_engine connects it)")
+        return self._client
+
+    def _connected(self, client: Any, version: str, where: str) -> None:
+        self._client = client
+        self.version = version
+        self.where = where
 
     def describe(self) -> str:
-        return f"{self.name} {self.version}"
+        return f"{self.name} {self.version}".strip()
 
-    def image_exists(self, ref: str) -> bool:
-        raise NotImplementedError
+    def cdi_refusal(self) -> str | None:
+        """Why this engine would not inject CDI devices into a container, or None when it would."""
+        return None
 
-    def import_image(self, tar_path: str, ref: str, changes: list[str]) -> None:
-        raise NotImplementedError
+    # --- through the CLI ------------------------------------------------------------------
+
+    def executable(self) -> str | None:
+        """The engine's CLI on PATH, or None."""
+        return shutil.which(self.name)
+
+    def _cli(self, *args: str) -> list[str]:
+        # a CLI not on PATH is left to run(), which says "not found" as a CommandError
+        return [self.executable() or self.name, *self._address(), *args]
+
+    @abc.abstractmethod
+    def _address(self) -> list[str]:
+        """The CLI's flags that point it at self.url."""
+
+    @abc.abstractmethod
+    def _remove_argv(self, container: str) -> list[str]:
+        """The CLI's arguments that remove a container at once, whatever its state."""
+
+    def image_id(self, ref: str, *, timeout: float) -> str:
+        """The ID of the local image `ref`: ImageNotFound when there is none, EngineUnreachable
+        when the CLI cannot reach the engine, EngineError when it could not be asked."""
+        argv = self._cli("image", "inspect", "--format", "{{.Id}}", "--", ref)
+        try:
+            done = run(argv, timeout=timeout)
+        except CommandError as exc:
+            raise EngineError(str(exc), source=f"{self.name} image inspect") from None
+        stderr = decode(done.stderr).strip()
+        if done.returncode != 0 and ("connect" in stderr.lower() or "socket" in stderr.lower()):
+            raise EngineUnreachable(f"{self.name} could not reach its API: {stderr[-300:]}", said=stderr[-300:])
+        if done.returncode != 0:
+            raise ImageNotFound(f"{self.name} {NO_SUCH_IMAGE} {ref}: {stderr[-200:]}", said=stderr[-200:])
+        return decode(done.stdout).strip()
+
+    def run_attached(
+        self,
+        image: str,
+        command: list[str],
+        *,
+        devices: list[str],
+        input: bytes,
+        timeout: float,
+        cleanup_timeout: float,
+        name_prefix: str = "cgpu-probe",
+    ) -> Completed:
+        """`run --rm --interactive` of `command` (its first word replaces the image's entry
+        point) with `input` on its stdin, no network, never pulling, these devices. Past
+        `timeout`, or on Ctrl-C, the container is removed by name (killing the CLI does not stop
+        a container the engine runs, in a VM maybe). EngineError when it could not run."""
+        # Named, so that it can be removed when the CLI is killed.
+        container = f"{name_prefix}-{uuid.uuid4().hex[:12]}"
+        argv = self._cli(
+            "run",
+            "--rm",
+            "--interactive",
+            "--name",
+            container,
+            "--label",
+            f"{LABEL_KEY}={labels()[LABEL_KEY]}",
+            "--pull=never",
+            "--network=none",
+            *(arg for device in devices for arg in ("--device", device)),
+            "--entrypoint",
+            command[0],
+            "--",  # an image name is never taken for a flag
+            image,
+            *command[1:],
+        )
+        try:
+            return run(argv, timeout=timeout, input=input)
+        except CommandError as exc:
+            self.remove_container(container, timeout=cleanup_timeout)
+            raise EngineError(str(exc), source=f"{self.name} run") from None
+        except BaseException:  # Ctrl-C
+            self.remove_container(container, timeout=cleanup_timeout)
+            raise
+
+    def remove_container(self, container: str, *, timeout: float) -> None:
+        """Best effort: remove a container (by name or ID) that may still run."""
+        try:
+            run(self._cli(*self._remove_argv(container)), timeout=timeout)
+        except CommandError:
+            pass
+
+    def build_image(self, folder: str, tag: str, *, timeout: float, tee: Callable[[bytes], None]) -> Completed:
+        """`build -t TAG FOLDER`, its output handed to `tee` as it comes; raises CommandError
+        (not found, timed out) as run() does."""
+        return run(self._cli("build", "-t", tag, folder), timeout=timeout, tee=tee)
+
+    @abc.abstractmethod
+    def save_image(self, ref: str, archive: str, *, deadline: Limit, cap: int, say: Callable[[str], None]) -> None:
+        """Export the local image `ref` to a docker-archive at `archive` within `deadline`
+        and at most `cap` bytes. Raises ImageNotFound (cgpu never pulls), ExportTooLarge,
+        DeadlinePassed (no time left to ask), or EngineError with why it could not be read."""
+
+    # --- through the API ------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def image_exists(self, ref: str) -> bool: ...
+
+    @abc.abstractmethod
+    def import_image(self, tar_path: str, ref: str, changes: list[str]) -> None: ...
 
     def run_container(
         self, image: str, command: list[str], *, devices: list[str], files: dict[str, bytes], timeout: float
@@ -180,20 +354,21 @@ class Engine:
         return Completed(command, exit_code, stdout, stderr)
 
     def close(self) -> None:
-        pass
+        if self._client is not None:
+            self._client.close()
 
     # engine specifics
-    def _create(self, image: str, command: list[str], devices: list[str], name: str) -> Any:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def _create(self, image: str, command: list[str], devices: list[str], name: str) -> Any: ...
 
-    def _wait(self, container: Any, timeout: float) -> int:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def _wait(self, container: Any, timeout: float) -> int: ...
 
-    def _errors(self) -> tuple[type[BaseException], ...]:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def _errors(self) -> tuple[type[BaseException], ...]: ...
 
-    def _message(self, exc: BaseException) -> str:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def _message(self, exc: BaseException) -> str: ...
 
     @contextmanager
     def _until(self, deadline: float) -> Iterator[None]:
@@ -256,14 +431,8 @@ class Engine:
 
     def _remove_with_cli(self, container: str, deadline: float) -> None:
         """The API is gone (service stopped, Ctrl-C twice) or stuck: the CLI can still remove it."""
-        exe = shutil.which(self.name)
-        if exe:
-            # podman's --force stops a container with its 10 s timeout first; docker's kills it at once
-            now = ["--time", "0"] if self.name == "podman" else []
-            try:
-                run([exe, "rm", "--force", *now, container], timeout=max(1.0, deadline - time.monotonic()))
-            except CommandError:
-                pass
+        if self.executable():
+            self.remove_container(container, timeout=max(1.0, deadline - time.monotonic()))
 
 
 def kill_container_processes(container_id: str) -> None:
@@ -326,12 +495,114 @@ def _joined(output: bytes | Iterator[bytes] | None) -> bytes:
     return bytes(data[:MAX_LOG_BYTES])
 
 
+@dataclass(frozen=True)
+class Machine:
+    """A podman machine (`podman machine list`)."""
+
+    name: str
+    vm_type: str  # "libkrun", "applehv", ...
+    running: bool
+    default: bool
+
+
 class PodmanEngine(Engine):
     name = "podman"
 
-    def __init__(self, client: Any, version: str, where: str, service: PodmanService | None) -> None:
-        super().__init__(client, version, where)
-        self._service = service
+    def __init__(self, *, url: str | None = None, connection: str | None = None) -> None:
+        """`url`: a podman API socket for the CLI (`--url`); `connection`: a system connection
+        (`--connection`, a podman machine's name)."""
+        super().__init__(url=url)
+        self.connection = connection
+        self._service: PodmanService | None = None  # started for this run by open_engine
+
+    def _address(self) -> list[str]:
+        if self.url:
+            return ["--url", self.url]
+        return ["--connection", self.connection] if self.connection else []
+
+    def _remove_argv(self, container: str) -> list[str]:
+        # podman's --force stops a container with its 10 s timeout first; --time 0 kills it at once
+        return ["rm", "--force", "--time", "0", "--ignore", container]
+
+    def save_image(self, ref: str, archive: str, *, deadline: Limit, cap: int, say: Callable[[str], None]) -> None:
+        """`podman save` (the CLI is present wherever podman is; podman-py would need an API
+        service, which a rootful host without systemd does not run)."""
+        if self.executable() is None:
+            raise EngineError("podman is not installed")
+        try:
+            exists = run(self._cli("image", "exists", "--", ref), timeout=min(_time_left(deadline), 60))
+            if exists.returncode == 1:
+                raise ImageNotFound(f"podman {NO_SUCH_IMAGE}")
+            say(f"exporting {ref} with podman save")
+            done = run(
+                self._cli("save", "--format", "docker-archive", "-o", archive, "--", ref),
+                timeout=_time_left(deadline),
+            )
+        except CommandTimeoutError as exc:  # the time left, said as the --timeout it comes from
+            seconds = deadline.seconds if deadline.expired() and deadline.seconds is not None else exc.timeout
+            raise EngineError(f"{format_argv(exc.argv)}: no answer within {seconds:g} s; it was stopped") from None
+        except CommandError as exc:
+            raise EngineError(str(exc)) from None
+        if exists.returncode != 0 or done.returncode != 0:
+            failed = exists if exists.returncode != 0 else done
+            verb = failed.argv[len(self._cli())]
+            raise EngineError(
+                f"`podman {verb}` exited {failed.returncode}: "
+                f"{(decode(failed.stderr).strip().splitlines() or [''])[-1][:300]}"
+            )
+
+    # --- podman machines (macOS, Windows: the VM a podman CLI talks to) ---------------------
+
+    def machines(self, *, timeout: float) -> list[Machine]:
+        """`podman machine list --format json` (every provider where podman knows the flag)."""
+        args = ["machine", "list", "--format", "json", "--all-providers"]
+        source = "podman machine list"
+        done = self._machine_cli(args, source, timeout=timeout)
+        if done.returncode != 0 and "--all-providers" in decode(done.stderr):  # podman < 5.3
+            args = args[:-1]
+            done = self._machine_cli(args, source, timeout=timeout)
+        if done.returncode != 0:
+            raise EngineError(f"exited {done.returncode}: {_tail(decode(done.stderr), 5)}", source=source)
+        try:
+            data = json.loads(done.stdout or b"[]")
+            if not isinstance(data, list):
+                raise CgpuValueError("not a list")
+            return [
+                Machine(
+                    name=_str(entry["Name"]),
+                    vm_type=_str(entry.get("VMType", "")),
+                    running=entry.get("Running") is True,
+                    default=entry.get("Default") is True,
+                )
+                for entry in data
+            ]
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            raise EngineError(
+                f"unreadable output ({type(exc).__name__}: {exc}): {decode(done.stdout)[:200]!r}", source=source
+            ) from None
+
+    def machine_socket(self, machine: str, *, timeout: float) -> str:
+        """The host-side path of the machine's podman API socket (`podman machine inspect`)."""
+        source = f"podman machine inspect {machine}"
+        done = self._machine_cli(["machine", "inspect", machine], source, timeout=timeout)
+        if done.returncode != 0:
+            raise EngineError(f"exited {done.returncode}: {_tail(decode(done.stderr), 5)}", source=source)
+        try:
+            data = json.loads(done.stdout)
+            path = data[0]["ConnectionInfo"]["PodmanSocket"]["Path"]
+            if not isinstance(path, str) or not path:
+                raise CgpuValueError("no socket path")
+        except (ValueError, TypeError, KeyError, IndexError) as exc:
+            raise EngineError(f"no API socket in its output ({type(exc).__name__}: {exc})", source=source) from None
+        return path
+
+    def _machine_cli(self, args: list[str], source: str, *, timeout: float) -> Completed:
+        try:
+            return run(self._cli(*args), timeout=timeout)
+        except CommandError as exc:
+            raise EngineError(str(exc), source=source) from None
+
+    # --- through the API ------------------------------------------------------------------
 
     def image_exists(self, ref: str) -> bool:
         try:
@@ -385,7 +656,7 @@ class PodmanEngine(Engine):
 
     def close(self) -> None:
         try:
-            self.client.close()
+            super().close()
         finally:
             if self._service is not None:
                 self._service.stop()
@@ -394,10 +665,50 @@ class PodmanEngine(Engine):
 class DockerEngine(Engine):
     name = "docker"
 
-    def __init__(self, client: Any, version: str, where: str, podman_version: str | None) -> None:
-        super().__init__(client, version, where)
+    def __init__(self, *, url: str | None = None) -> None:
+        super().__init__(url=url)
         # Set when the "Docker" API is podman's Docker-compatible one.
-        self.podman_version = podman_version
+        self.podman_version: str | None = None
+
+    def _address(self) -> list[str]:
+        return ["--host", self.url] if self.url else []
+
+    def _remove_argv(self, container: str) -> list[str]:
+        return ["rm", "--force", container]  # docker's --force kills it at once
+
+    def save_image(self, ref: str, archive: str, *, deadline: Limit, cap: int, say: Callable[[str], None]) -> None:
+        """docker-py's export, in a worker thread so that the deadline holds even while the daemon
+        sends nothing (its socket timeout applies per read, not to the whole export) and while
+        `import docker` itself takes seconds (a busy host): the worker imports it too. Past the
+        deadline the worker writes nothing more."""
+        host = self.url or os.environ.get("DOCKER_HOST")
+        if not host and not os.path.exists("/var/run/docker.sock"):
+            raise EngineError("no Docker daemon (DOCKER_HOST unset, no /var/run/docker.sock)")
+        stop = threading.Event()
+        outcome: list[str | BaseException | bool] = []  # a reason the image was not read, an error, or True
+
+        def export(out: IO[bytes]) -> None:
+            try:
+                outcome.append(_docker_export(ref, out, deadline, cap, stop, say, host=self.url))
+            except BaseException as exc:  # handed to the waiting thread
+                outcome.append(exc)
+
+        # opened here, not by the worker: a worker still waiting on the daemon creates nothing in the
+        # folder being removed; it can only write into this file, already unlinked by then
+        with open(archive, "wb") as out:
+            worker = threading.Thread(target=export, args=(out,), name="cgpu-docker-save", daemon=True)
+            worker.start()
+            try:
+                worker.join(deadline.left())
+            finally:
+                stop.set()  # also on Ctrl-C
+        if worker.is_alive() or (outcome and outcome[0] is False):
+            raise EngineError(f"Docker: no complete export within --timeout {deadline.seconds:g} s; stopped")
+        result = outcome[0] if outcome else None
+        if isinstance(result, str):
+            raise (ImageNotFound if NO_SUCH_IMAGE in result else EngineError)(result)
+        if isinstance(result, BaseException):
+            raise result
 
     def describe(self) -> str:
         if self.podman_version:
@@ -473,8 +784,73 @@ class DockerEngine(Engine):
             return str(explanation).strip()
         return f"no answer from the Docker API at {self.where}: {exc}"
 
-    def close(self) -> None:
-        self.client.close()
+
+def _docker_export(
+    name: str,
+    out: IO[bytes],
+    deadline: Limit,
+    cap: int,
+    stop: threading.Event,
+    say: Callable[[str], None],
+    *,
+    host: str | None = None,
+) -> str | bool:
+    """The export worker's part: True when the whole export is in `out`, False when stopped at
+    the deadline, or why the image could not be read from Docker."""
+    try:
+        import docker
+        import requests
+    except ImportError:
+        return "the docker Python package is not installed"
+    try:
+        left = deadline.left()
+        # the seconds as given, 0.5 stays 0.5 (docker-py's own default without a deadline)
+        options: dict[str, Any] = {"timeout": max(left, 0.01)} if left is not None else {}
+        client = docker.DockerClient(base_url=host, **options) if host else docker.from_env(**options)
+        try:
+            image = client.images.get(name)
+            say(f"exporting {name} from Docker")
+            written = 0
+            for chunk in image.save(chunk_size=_EXPORT_CHUNK, named=True):
+                written += len(chunk)
+                if stop.is_set() or deadline.expired():
+                    return False
+                if written > cap:
+                    raise ExportTooLarge(f"Docker's export of {name} is larger than {cap} bytes; stopped")
+                out.write(chunk)
+        finally:
+            client.close()
+    except docker.errors.ImageNotFound:
+        return f"Docker {NO_SUCH_IMAGE}"
+    except (docker.errors.DockerException, requests.exceptions.RequestException, OSError) as exc:
+        return f"Docker: {exc}"
+    return True
+
+
+def _time_left(deadline: Limit) -> float:
+    left = deadline.left()
+    if left is None:
+        return 24 * 3600.0
+    if left <= 0:
+        raise DeadlinePassed("the run's time limit was used up before exporting the image")
+    return left
+
+
+def _tail(text: str, lines: int) -> str:
+    return " / ".join(line.strip() for line in text.strip().splitlines()[-lines:] if line.strip())
+
+
+def _str(value: Any) -> str:
+    if not isinstance(value, str):
+        raise CgpuTypeError(f"expected a string, got {type(value).__name__}")
+    return value
+
+
+def local_engine(name: str) -> Engine:
+    """The engine `name` ("podman" or "docker") on this host, reached through its CLI (and, for
+    Docker's export, docker-py); nothing is opened until a method asks."""
+    engines: dict[str, type[PodmanEngine] | type[DockerEngine]] = {"podman": PodmanEngine, "docker": DockerEngine}
+    return engines[name]()
 
 
 def docker_create_options(devices: list[str]) -> dict[str, Any]:
@@ -591,7 +967,10 @@ def _open_docker(budget: _Budget) -> DockerEngine:
         (c.get("Version") for c in version.get("Components") or [] if "podman" in str(c.get("Name", "")).lower()),
         None,
     )
-    return DockerEngine(client, str(version.get("Version", "unknown")), client.api.base_url, podman_version)
+    engine = DockerEngine()
+    engine._connected(client, str(version.get("Version", "unknown")), client.api.base_url)
+    engine.podman_version = podman_version
+    return engine
 
 
 def _open_podman(budget: _Budget, progress: Callable[[str], None]) -> PodmanEngine:
@@ -630,7 +1009,9 @@ def _open_podman(budget: _Budget, progress: Callable[[str], None]) -> PodmanEngi
             raise
         explanation = getattr(exc, "explanation", None) or exc
         raise EngineError(f"the podman API did not answer at {url}: {explanation}") from None
-    engine = PodmanEngine(client, version, url, service)
+    engine = PodmanEngine()
+    engine._connected(client, version, url)
+    engine._service = service
     engine.notes = notes
     return engine
 

@@ -8,10 +8,9 @@ REF forms (the transport names follow skopeo's):
   oci:PATH                   an OCI image layout directory
   dir:PATH                   a root filesystem tree on disk (e.g. `podman image mount`'s output)
 
-A local podman image is exported with `podman save` (the CLI is present wherever podman is;
-podman-py would need an API service, which a rootful host without systemd does not run, and as
-root podman-py does not even look for /run/podman/podman.sock). A Docker image is exported with
-docker-py, which talks to the daemon's socket and needs no docker CLI.
+A local image is exported by its engine (`cgpu.engines`, `Engine.save_image`): podman's with
+`podman save` (podman-py would need an API service, which a rootful host without systemd does
+not run), Docker's with docker-py, which talks to the daemon's socket and needs no docker CLI.
 """
 
 from __future__ import annotations
@@ -23,10 +22,8 @@ import io
 import json
 import os
 import re
-import shutil
 import stat
 import tempfile
-import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -47,7 +44,6 @@ from cgpu.image.fs import (
 )
 from cgpu.image.tarstream import READ_ERRORS, Member, TarReader, decompressed
 from cgpu.problem import Note
-from cgpu.run import CommandError, CommandTimeoutError, decode, format_argv, run
 
 _DIGEST = re.compile(r"^([a-z0-9]+(?:[+._-][a-z0-9]+)*):([a-zA-Z0-9=_-]{32,})$")
 _BLOB_PATH = re.compile(r"^blobs/(sha256|sha512)/([0-9a-f]{64}|[0-9a-f]{128})$")
@@ -55,7 +51,6 @@ _INDEX_TYPES = ("application/vnd.oci.image.index.v1+json", "application/vnd.dock
 _META_LIMIT = 16 * 1024**2  # manifest, index and config JSON
 _ARCHIVE_MEMBERS = 10_000  # an image archive holds a few files per layer
 _CHUNK = 1024**2
-_NOT_HERE = "has no such local image"
 
 
 @dataclass
@@ -152,134 +147,30 @@ def _export(
     name: str, engines: tuple[str, ...], tmp: str, deadline: Deadline, limits: Limits, say: Callable[[str], None]
 ) -> tuple[str, str]:
     """Save a local image to a docker-archive in tmp; returns (path, what was read)."""
+    from cgpu.engines import DeadlinePassed, EngineError, ExportTooLarge, ImageNotFound, local_engine
+
     archive = os.path.join(tmp, "image.tar")
     tried: list[str] = []
-    for engine in engines:
-        if engine == "podman":
-            found = _podman_save(name, archive, deadline, say, tried)
+    missing = False
+    for engine in map(local_engine, engines):
+        try:
+            engine.save_image(name, archive, deadline=deadline, cap=limits.max_total_bytes, say=say)
+        except DeadlinePassed as exc:
+            deadline.check("exporting the image")  # DeadlineExceeded, as everywhere in an image check
+            tried.append(str(exc))
+        except ExportTooLarge as exc:
+            raise ImageReadError(str(exc)) from None
+        except ImageNotFound as exc:
+            missing = True
+            tried.append(str(exc))
+        except EngineError as exc:
+            tried.append(str(exc))
         else:
-            found = _docker_save(name, archive, deadline, limits.max_total_bytes, say, tried)
-        if found:
-            return archive, f"{engine} image {name}"
+            return archive, f"{engine.name} image {name}"
     hint = ""
-    if any(_NOT_HERE in attempt for attempt in tried):
+    if missing:
         hint = f". cgpu never pulls: `podman pull {name}` (or `docker pull`) first, or give an archive"
     raise ImageReadError(f"image {name!r} could not be read: {'; '.join(tried)}{hint}")
-
-
-def _podman_save(name: str, archive: str, deadline: Deadline, say: Callable[[str], None], tried: list[str]) -> bool:
-    podman = shutil.which("podman")
-    if podman is None:
-        tried.append("podman is not installed")
-        return False
-    try:
-        exists = run([podman, "image", "exists", "--", name], timeout=min(_time_left(deadline), 60))
-        if exists.returncode == 1:
-            tried.append(f"podman {_NOT_HERE}")
-            return False
-        say(f"exporting {name} with podman save")
-        done = run(
-            [podman, "save", "--format", "docker-archive", "-o", archive, "--", name], timeout=_time_left(deadline)
-        )
-    except CommandTimeoutError as exc:  # the time left, said as the --timeout it comes from
-        seconds = deadline.seconds if deadline.expired() else exc.timeout
-        tried.append(f"{format_argv(exc.argv)}: no answer within {seconds:g} s; it was stopped")
-        return False
-    except CommandError as exc:
-        tried.append(str(exc))
-        return False
-    if exists.returncode != 0 or done.returncode != 0:
-        failed = exists if exists.returncode != 0 else done
-        tried.append(
-            f"`podman {failed.argv[1]}` exited {failed.returncode}: "
-            f"{(decode(failed.stderr).strip().splitlines() or [''])[-1][:300]}"
-        )
-        return False
-    return True
-
-
-def _docker_save(
-    name: str, archive: str, deadline: Deadline, cap: int, say: Callable[[str], None], tried: list[str]
-) -> bool:
-    """docker-py's export, in a worker thread so that the deadline holds even while the daemon
-    sends nothing (its socket timeout applies per read, not to the whole export) and while
-    `import docker` itself takes seconds (a busy host): the worker imports it too. Past the
-    deadline the worker writes nothing more."""
-    host = os.environ.get("DOCKER_HOST")
-    if not host and not os.path.exists("/var/run/docker.sock"):
-        tried.append("no Docker daemon (DOCKER_HOST unset, no /var/run/docker.sock)")
-        return False
-    stop = threading.Event()
-    outcome: list[str | BaseException | bool] = []  # a reason the image was not read, an error, or True
-
-    def export(out: IO[bytes]) -> None:
-        try:
-            outcome.append(_docker_export(name, out, deadline, cap, stop, say))
-        except BaseException as exc:  # handed to the waiting thread
-            outcome.append(exc)
-
-    # opened here, not by the worker: a worker still waiting on the daemon creates nothing in the
-    # folder being removed; it can only write into this file, already unlinked by then
-    with open(archive, "wb") as out:
-        worker = threading.Thread(target=export, args=(out,), name="cgpu-docker-save", daemon=True)
-        worker.start()
-        try:
-            worker.join(deadline.left())
-        finally:
-            stop.set()  # also on Ctrl-C
-    if worker.is_alive() or (outcome and outcome[0] is False):
-        tried.append(f"Docker: no complete export within --timeout {deadline.seconds:g} s; stopped")
-        return False
-    result = outcome[0] if outcome else None
-    if isinstance(result, str):
-        tried.append(result)
-        return False
-    if isinstance(result, BaseException):
-        raise result
-    return True
-
-
-def _docker_export(
-    name: str, out: IO[bytes], deadline: Deadline, cap: int, stop: threading.Event, say: Callable[[str], None]
-) -> str | bool:
-    """The worker's part: True when the whole export is in `out`, False when stopped at the
-    deadline, or why the image could not be read from Docker."""
-    try:
-        import docker
-        import requests
-    except ImportError:
-        return "the docker Python package is not installed"
-    try:
-        left = deadline.left()
-        # the seconds as given, 0.5 stays 0.5 (docker-py's own default without a deadline)
-        client = docker.from_env(**({"timeout": max(left, 0.01)} if left is not None else {}))
-        try:
-            image = client.images.get(name)
-            say(f"exporting {name} from Docker")
-            written = 0
-            for chunk in image.save(chunk_size=_CHUNK, named=True):
-                written += len(chunk)
-                if stop.is_set() or deadline.expired():
-                    return False
-                if written > cap:
-                    raise ImageReadError(f"Docker's export of {name} is larger than {cap} bytes; stopped")
-                out.write(chunk)
-        finally:
-            client.close()
-    except docker.errors.ImageNotFound:
-        return f"Docker {_NOT_HERE}"
-    except (docker.errors.DockerException, requests.exceptions.RequestException, OSError) as exc:
-        return f"Docker: {exc}"
-    return True
-
-
-def _time_left(deadline: Deadline) -> float:
-    left = deadline.left()
-    if left is None:
-        return 24 * 3600.0
-    if left <= 0:
-        deadline.check("exporting the image")
-    return left
 
 
 # --- blob stores: a tar archive or a directory ----------------------------------------------

@@ -343,6 +343,7 @@ def test_a_docker_export_stops_writing_at_the_deadline(tmp_path, docker_daemon, 
     deadline, and the export's worker ends soon after it (it does not go on reading)."""
     import threading as threads
 
+    from cgpu import engines
     from cgpu.image import source
     from cgpu.image.fs import Deadline, ImageReadError
 
@@ -350,7 +351,7 @@ def test_a_docker_export_stops_writing_at_the_deadline(tmp_path, docker_daemon, 
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     monkeypatch.setattr(tempfile, "tempdir", None)  # read TMPDIR again (and the old value back after)
     writes: list[float] = []
-    export = source._docker_export
+    export = engines._docker_export
 
     class Recorded:
         def __init__(self, out) -> None:
@@ -360,7 +361,9 @@ def test_a_docker_export_stops_writing_at_the_deadline(tmp_path, docker_daemon, 
             writes.append(time.monotonic())
             return self.out.write(chunk)
 
-    monkeypatch.setattr(source, "_docker_export", lambda name, out, *rest: export(name, Recorded(out), *rest))
+    monkeypatch.setattr(
+        engines, "_docker_export", lambda name, out, *rest, **named: export(name, Recorded(out), *rest, **named)
+    )
     started = time.monotonic()
     deadline = Deadline(1, start=started)
     with pytest.raises(ImageReadError, match="no complete export within --timeout 1 s; stopped"):

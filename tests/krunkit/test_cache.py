@@ -368,7 +368,7 @@ def test_default_cache_dir(monkeypatch, platform, env, expected):
 
 
 def test_a_cached_answer_of_the_wrong_shape_is_not_used():
-    from cgpu.backends.krunkit import _from_cache
+    from cgpu.backends.krunkit.cached import from_cache as _from_cache
     from cgpu.gpu_probe.answer import ApiAnswer, Device, ProbeAnswer
     from cgpu.problem import Problem
 

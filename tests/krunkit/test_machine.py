@@ -8,8 +8,8 @@ import subprocess
 
 import pytest
 
-from cgpu.backends import krunkit as backend
 from cgpu.backends import run_backend
+from cgpu.backends.krunkit import machine as machine_module
 from tests.conftest import validate_report
 from tests.krunkit.conftest import FORGED_VENUS, REAL_PODMAN
 
@@ -88,7 +88,7 @@ def libkrun_machine(machines, podman_api, monkeypatch):
     """A running libkrun machine whose API is the real podman service; its VM has a GPU
     (/dev/dri is mapped from /dev/null here, as this machine has none)."""
     machines({"Name": "gpu-vm", "VMType": "libkrun", "Running": True, "Default": True, "Socket": podman_api})
-    monkeypatch.setattr(backend, "GPU_DEVICE", "/dev/null:/dev/dri/renderD128")
+    monkeypatch.setattr(machine_module, "GPU_DEVICE", "/dev/null:/dev/dri/renderD128")
     return "gpu-vm"
 
 
@@ -164,7 +164,7 @@ def test_running_libkrun_machine_is_preferred(machines, podman_api, probe_images
         {"Name": "old", "VMType": "applehv", "Running": False, "Default": True, "Socket": "/nonexistent"},
         {"Name": "gpu", "VMType": "libkrun", "Running": True, "Socket": podman_api},
     )
-    monkeypatch.setattr(backend, "GPU_DEVICE", "/dev/null:/dev/dri/renderD128")
+    monkeypatch.setattr(machine_module, "GPU_DEVICE", "/dev/null:/dev/dri/renderD128")
     report, failed, _ = krunkit_report(probe_image=probe_images("prefer", probe_output(VENUS)))
     assert not failed and report["containers"] == ["vulkan"]
     assert "podman machine gpu" in report["evidence"]["vulkan"]

@@ -18,7 +18,7 @@ from typing import Any, Literal
 from cgpu.apis import API_ORDER
 from cgpu.clock import limit_start
 from cgpu.engine_option import EngineOption, parse_engine
-from cgpu.engines import ContainerTimeout, DockerEngine, Engine, EngineError, open_engine
+from cgpu.engines import ContainerTimeout, Engine, EngineError, open_engine
 from cgpu.report import ReportBuilder
 from cgpu.run import decode
 
@@ -119,11 +119,10 @@ def _verify_with(
     checks: list[LiveCheck],
 ) -> None:
     """Each device's check into `checks` as it ends, so those done stay when the engine fails."""
-    if isinstance(eng, DockerEngine):
-        refusal = eng.cdi_refusal()
-        if refusal:
-            report.problem("error", SOURCE, f"did not run: {refusal}")
-            return
+    refusal = eng.cdi_refusal()
+    if refusal:
+        report.problem("error", SOURCE, f"did not run: {refusal}")
+        return
     for note in eng.notes:
         report.problem("warning", SOURCE, note)
     _note_engine_mismatch(report, eng, engine_option)

@@ -11,7 +11,7 @@ from importlib import resources
 from pathlib import Path
 
 from cgpu.clock import limit_start
-from cgpu.run import CommandTimeoutError, Completed, run
+from cgpu.run import CommandTimeoutError, Completed
 
 ASSETS = ("Containerfile", "guest/cgpu-probe.service", "guest/cgpu-probe.sh")
 
@@ -47,10 +47,13 @@ def build_image(*, machine: str | None, tag: str, timeout: float, tee: Callable[
     handed to `tee` as it comes and kept for the caller; raises CommandError (not found, timed out).
     The timeout is the whole build's: in the CLI it counts from cgpu's start."""
     end = limit_start() + timeout
+    from cgpu.engines import PodmanEngine
+
     with tempfile.TemporaryDirectory(prefix="cgpu-venus-probe-") as folder:
         write_assets(folder)
-        argv = ["podman", *(["--connection", machine] if machine else []), "build", "-t", tag, folder]
         try:
-            return run(argv, timeout=max(0.1, end - time.monotonic()), tee=tee)
+            return PodmanEngine(connection=machine).build_image(
+                folder, tag, timeout=max(0.1, end - time.monotonic()), tee=tee
+            )
         except CommandTimeoutError as exc:  # said as the limit given, not what was left of it
             raise CommandTimeoutError(exc.argv, timeout, exc.stdout, exc.stderr) from None

@@ -1,8 +1,8 @@
-"""The VM side of the krunkit backend: finding krunkit, the podman machine on the libkrun
-provider and its API socket, or booting a probe VM with krunkit and reading its answer.
+"""The VM side of the krunkit backend: finding krunkit, or booting a probe VM with krunkit and
+reading its answer (a podman machine's facts come from `cgpu.engines.PodmanEngine`).
 
 Everything here returns facts or raises `VMError` with what failed and its fix; turning them
-into a report is `cgpu.backends.krunkit`'s job.
+into a report is the job of the backend's other modules.
 """
 
 from __future__ import annotations
@@ -17,11 +17,10 @@ import socket
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from cgpu.errors import CgpuError, CgpuTypeError, CgpuValueError
+from cgpu.errors import CgpuError
 from cgpu.files import open_regular
 from cgpu.gpu_probe import PROBE_SCRIPT
 from cgpu.run import CommandError, CommandTimeoutError, Completed, Helper, HelperExitedError, decode, run
@@ -102,76 +101,6 @@ def krunkit_version(exe: str, *, timeout: float) -> str:
             f"{decode(done.stderr).strip()[:300]!r}, not `krunkit X.Y.Z`; reinstall it: {BREW_INSTALL}",
         )
     return match.group(1)
-
-
-# --- podman machine ---------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Machine:
-    name: str
-    vm_type: str  # "libkrun", "applehv", ...
-    running: bool
-    default: bool
-
-
-def list_machines(podman: str, *, timeout: float) -> list[Machine]:
-    """`podman machine list --format json` (every provider where podman knows the flag)."""
-    argv = [podman, "machine", "list", "--format", "json", "--all-providers"]
-    done = _podman(argv, timeout=timeout)
-    if done.returncode != 0 and "--all-providers" in decode(done.stderr):  # podman < 5.3
-        argv = argv[:-1]
-        done = _podman(argv, timeout=timeout)
-    if done.returncode != 0:
-        raise VMError(" ".join(argv[:3]), f"exited {done.returncode}: {_tail(decode(done.stderr), 5)}")
-    try:
-        data = json.loads(done.stdout or b"[]")
-        if not isinstance(data, list):
-            raise CgpuValueError("not a list")
-        return [
-            Machine(
-                name=_str(entry["Name"]),
-                vm_type=_str(entry.get("VMType", "")),
-                running=entry.get("Running") is True,
-                default=entry.get("Default") is True,
-            )
-            for entry in data
-        ]
-    except (ValueError, TypeError, KeyError, AttributeError) as exc:
-        raise VMError(
-            " ".join(argv[:3]), f"unreadable output ({type(exc).__name__}: {exc}): {decode(done.stdout)[:200]!r}"
-        ) from None
-
-
-def machine_socket(podman: str, name: str, *, timeout: float) -> str:
-    """The host-side path of the machine's podman API socket (`podman machine inspect`)."""
-    argv = [podman, "machine", "inspect", name]
-    done = _podman(argv, timeout=timeout)
-    if done.returncode != 0:
-        raise VMError(f"podman machine inspect {name}", f"exited {done.returncode}: {_tail(decode(done.stderr), 5)}")
-    try:
-        data = json.loads(done.stdout)
-        path = data[0]["ConnectionInfo"]["PodmanSocket"]["Path"]
-        if not isinstance(path, str) or not path:
-            raise CgpuValueError("no socket path")
-    except (ValueError, TypeError, KeyError, IndexError) as exc:
-        raise VMError(
-            f"podman machine inspect {name}", f"no API socket in its output ({type(exc).__name__}: {exc})"
-        ) from None
-    return path
-
-
-def _podman(argv: list[str], *, timeout: float) -> Completed:
-    try:
-        return run(argv, timeout=timeout)
-    except CommandError as exc:
-        raise VMError(" ".join(argv[:3]), str(exc)) from None
-
-
-def _str(value: Any) -> str:
-    if not isinstance(value, str):
-        raise CgpuTypeError(f"expected a string, got {type(value).__name__}")
-    return value
 
 
 # --- booting a probe VM with krunkit ----------------------------------------------------
