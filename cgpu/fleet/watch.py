@@ -82,8 +82,8 @@ def fingerprint(spec_dirs: Sequence[str], root: str) -> tuple[Any, ...]:
 def engine_spec_dirs(report: dict[str, Any], root: str) -> list[str]:
     """The spec dirs the report's judging engine reads (its `engines` entry with `judged: true`),
     else the CDI defaults; host paths, looked up under `root`."""
-    from cgpu.cdi.scan import DEFAULT_SPEC_DIRS
     from cgpu.fleet.nfd import judging_engine
+    from cgpu.options import DEFAULT_SPEC_DIRS
 
     judge = judging_engine(report)
     dirs = judge.get("spec_dirs") if judge is not None else None

@@ -19,6 +19,7 @@ from cgpu.backends.cdi.rules import PARTIAL, PROVIDED, Finding, driver_mismatch,
 from cgpu.backends.cdi.view import ContainerView, is_bind, node_fully_specified, risky_edits
 from cgpu.cdi.model import ContainerEdits, ResolvedDevice, ScanResult, Spec
 from cgpu.engine_option import EngineOption, host_engine_details
+from cgpu.options import DEFAULT_ROOT, DEFAULT_SPEC_DIRS
 from cgpu.report import ReportBuilder
 
 APIS = ("cuda", "rocm", "vulkan", "opencl", "directml")  # metal: the report's own evidence
@@ -68,18 +69,16 @@ def probe(
     report: ReportBuilder,
     *,
     spec_dirs: Sequence[str] | None = None,
-    root: str | None = "/",
+    root: str | None = DEFAULT_ROOT,
     engine: str | EngineOption | None = None,
     devices: Sequence[str] | None = None,
     verify: bool = False,
     probe_image: str | None = None,
     timeout: float | None = None,
 ) -> None:
-    from cgpu.cdi.scan import DEFAULT_SPEC_DIRS
-
     for missing in [d for d in spec_dirs or () if _not_found(d)]:  # the defaults may well be absent
         report.problem("warning", missing, f"the spec dir {missing} does not exist: nothing was read from it")
-    root = root or "/"
+    root = root or DEFAULT_ROOT
     if not os.path.isdir(root):
         report.usage_error("root", f"{root!r} is not a directory")
         return
