@@ -392,16 +392,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             gc.freeze()  # ~0.1 s of CPU, a second on a busy host, past every --timeout
 
 
-def _backend_options(parser: argparse.ArgumentParser, args: argparse.Namespace, backend: str) -> dict[str, Any]:
-    """The backend options given on the command line; one of another backend is a usage error."""
+def backend_options(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, backend: str, table: Sequence[Option] = OPTIONS
+) -> dict[str, Any]:
+    """The backend options given on the command line (those of `table`, as the library's
+    keywords); one of another backend is a usage error."""
     given = {
         option.keyword: value
-        for option in OPTIONS
+        for option in table
         if (value := getattr(args, option.keyword, None)) is not None and value is not False
     }
-    misplaced = set(given) - taken_by(backend)
+    misplaced = set(given) - taken_by(backend, table)
     if misplaced:
-        flags = ", ".join(flag_of(key) for key in sorted(misplaced))
+        flags = ", ".join(flag_of(key, table) for key in sorted(misplaced))
         parser.error(f"{flags} do(es) not apply to --backend {backend}")
     return given
 
@@ -437,7 +440,7 @@ def _probe(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         parser.error("--list-devices does not combine with --brief or --explain (it does with --json)")
     output = "json" if args.json else "name" if args.quiet else args.output
     backend = args.backend or default_backend()
-    given = _backend_options(parser, args, backend)
+    given = backend_options(parser, args, backend)
     human = not (output in ("json", "yaml", "name") or args.brief)
     builder, code = _run("probe", backend, given, _progress if human else None)
     if code == ExitCode.USAGE:
@@ -511,7 +514,7 @@ def _watch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             "before the next write renews them"
         )
     backend = args.backend or default_backend()
-    given = _backend_options(parser, args, backend)
+    given = backend_options(parser, args, backend)
     spec_dirs: list[str] = []
     spec_dirs_of = None
     if backend == "cdi":

@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Final
 
 from cgpu.apis import API_ORDER
+from cgpu.options import DEFAULT_ROOT, DEFAULT_SPEC_DIRS
 
 POLL_S: Final = 2.0  # fingerprint check; also how soon a driver change or a new spec dir is seen
 QUIET_S: Final = 0.2  # a burst of changes ends after this much calm ...
@@ -83,7 +84,6 @@ def engine_spec_dirs(report: dict[str, Any], root: str) -> list[str]:
     """The spec dirs the report's judging engine reads (its `engines` entry with `judged: true`),
     else the CDI defaults; host paths, looked up under `root`."""
     from cgpu.fleet.nfd import judging_engine
-    from cgpu.options import DEFAULT_SPEC_DIRS
 
     judge = judging_engine(report)
     dirs = judge.get("spec_dirs") if judge is not None else None
@@ -106,7 +106,7 @@ class Wakeup:
     """Sleeps until a spec dir changes (inotify), a signal arrives (`signal_fd`) or the timeout passes,
     and keeps each spec dir under inotify while it exists."""
 
-    def __init__(self, spec_dirs: Sequence[str], root: str = "/", *, signal_fd: int | None = None) -> None:
+    def __init__(self, spec_dirs: Sequence[str], root: str = DEFAULT_ROOT, *, signal_fd: int | None = None) -> None:
         self.spec_dirs = list(spec_dirs)
         self.root = root
         self._signal_fd = signal_fd
