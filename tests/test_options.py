@@ -74,6 +74,7 @@ def test_the_library_takes_exactly_the_tables_keywords_with_not_given_defaults()
     kinds = {o.keyword: o.kind for o in OPTIONS}
     for parameter in keywords:
         assert parameter.default is (False if kinds[parameter.name] == "flag" else None), parameter
+        assert f"`{parameter.name}`" in (cgpu.probe.__doc__ or ""), "the docstring names each keyword"
 
 
 _WRONG = {
