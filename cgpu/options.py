@@ -2,11 +2,14 @@
 
 `OPTIONS` is the one table. From it come the CLI's arguments of `cgpu probe` and `cgpu watch`
 (`cgpu.cli`, and so `--help`, the completion scripts and the man page), the library's keyword
-checks (`check_keywords`: names, types, ranges, used by `cgpu.probe`) and which backend takes
-what (`taken_by`, checked by `cgpu.backends.run_backend`). The defaults the options fall back on
-live here too: the CDI spec dirs, the host root and the range of a number of seconds.
+checks (`check_keywords`: types and ranges, for `cgpu.probe`; `check_names`: which backend takes
+what, for `cgpu.backends.run_backend`) and the flag a usage error names (`flag_of`). `cgpu.probe`
+spells its keywords for type checkers; tests/test_options.py holds them equal to the table. The
+defaults the options fall back on live here too: the CDI spec dirs, the host root and the range
+of a number of seconds.
 
-Imported by the CLI on every start and by the library: stdlib `typing` only, nothing else.
+Imported by the CLI on every start and by the library: it imports `os`, `typing` and `cgpu.errors`
+only, and `check_keywords` raises KeyError for a keyword the table does not hold (a bug).
 """
 
 from __future__ import annotations
