@@ -77,6 +77,15 @@ def test_the_library_takes_exactly_the_tables_keywords_with_not_given_defaults()
         assert f"`{parameter.name}`" in (cgpu.probe.__doc__ or ""), "the docstring names each keyword"
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_each_backend_takes_exactly_the_keywords_the_table_gives_it(backend):
+    import importlib
+
+    probe = importlib.import_module(f"cgpu.backends.{backend}").probe
+    parameters = inspect.signature(probe).parameters.values()
+    assert {p.name for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY} == taken_by(backend)
+
+
 _WRONG = {
     "text": (3, "must be a str, not int"),
     "path": (3, "must be a str or os.PathLike path, not int"),
