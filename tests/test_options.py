@@ -103,6 +103,9 @@ def test_every_option_is_type_checked_by_the_library_by_its_kind(option):
         cgpu.probe(option.backends[0], **{option.keyword: value})
 
 
+_RIGHT = {"text": "x", "path": "/x", "texts": ["x"], "paths": ["/x"], "flag": True, "seconds": 5}
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_each_backend_refuses_the_options_of_the_others(backend):
     for option in OPTIONS:
@@ -110,9 +113,6 @@ def test_each_backend_refuses_the_options_of_the_others(backend):
             continue
         with pytest.raises(cgpu.CgpuTypeError, match=f"the {backend} backend does not take {option.keyword}$"):
             cgpu.probe(backend, **{option.keyword: _RIGHT[option.kind]})
-
-
-_RIGHT = {"text": "x", "path": "/x", "texts": ["x"], "paths": ["/x"], "flag": True, "seconds": 5}
 
 
 def test_an_option_added_to_a_table_alone_reaches_argparse_the_checks_and_the_help():
