@@ -16,7 +16,7 @@ loaded on first use: the CLI imports this package and must not pay for pydantic.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any, Literal, overload
+from typing import TYPE_CHECKING, Any
 
 from cgpu.errors import CgpuError, CgpuTypeError, CgpuValueError
 from cgpu.problem import Problem
@@ -87,26 +87,15 @@ def probe(
     is a ValueError; each names the keyword, and each is also a `CgpuError`. Raises ProbeError
     (with `.report`) when the backend could not run.
     """
+    given = {keyword: value for keyword, value in locals().items() if keyword != "backend"}  # the options, first
     from cgpu.backends import default_backend, run_backend
+    from cgpu.options import check_keywords, required_text
 
-    given: dict[str, Any] = {
-        "spec_dirs": _paths("spec_dirs", spec_dirs),
-        "root": _path("root", root),
-        "engine": _text("engine", engine),
-        "devices": _texts("devices", devices),
-        "verify": _flag("verify", verify),
-        "probe_image": _text("probe_image", probe_image),
-        "distro": _text("distro", distro),
-        "machine": _text("machine", machine),
-        "vm_image": _path("vm_image", vm_image),
-        "refresh": _flag("refresh", refresh),
-        "timeout": _seconds(timeout),
-    }
-    options = {name: value for name, value in given.items() if value is not None and value is not False}
-    name = default_backend() if backend is None else _text("backend", backend)
+    options = check_keywords(given)  # each keyword's type and range, by its kind in the options table
+    name = default_backend() if backend is None else required_text("backend", backend)
     from cgpu.model import Report
 
-    builder = run_backend(name or "", options)  # an unknown backend: ValueError; another's option: TypeError
+    builder = run_backend(name, options)  # an unknown backend: ValueError; another's option: TypeError
     if builder.bad_usage:
         raise CgpuValueError("; ".join(builder.usage()))
     report = Report.model_validate(builder.build())
@@ -128,8 +117,9 @@ def check_image(ref: str, *, machine: str | None = None, timeout: float | None =
     """
     from cgpu.image.check import check_image as check
     from cgpu.model import ImageCheck
+    from cgpu.options import required_text, seconds, text
 
-    result = check(_text("ref", ref, required=True), machine=_text("machine", machine), timeout=_seconds(timeout))
+    result = check(required_text("ref", ref), machine=text("machine", machine), timeout=seconds("timeout", timeout))
     return ImageCheck.model_validate(result)
 
 
@@ -140,70 +130,3 @@ def __getattr__(name: str) -> Any:
 
         return getattr(model, name)
     raise AttributeError(f"module 'cgpu' has no attribute {name!r}")
-
-
-# --- argument types: checked here, as a wrong type would otherwise fail deep inside a backend ----
-
-
-@overload
-def _text(name: str, value: object, *, required: Literal[True]) -> str: ...
-@overload
-def _text(name: str, value: object) -> str | None: ...
-def _text(name: str, value: object, *, required: bool = False) -> str | None:
-    if (value is not None or required) and not isinstance(value, str):
-        raise CgpuTypeError(f"{name} must be a str, not {type(value).__name__}")
-    return value
-
-
-@overload
-def _path(name: str, value: object, *, required: Literal[True]) -> str: ...
-@overload
-def _path(name: str, value: object) -> str | None: ...
-def _path(name: str, value: object, *, required: bool = False) -> str | None:
-    if (value is None and not required) or isinstance(value, str):
-        return value
-    if isinstance(value, os.PathLike):
-        path = os.fspath(value)
-        if isinstance(path, str):
-            return path
-    raise CgpuTypeError(f"{name} must be a str or os.PathLike path, not {type(value).__name__}")
-
-
-def _sequence(name: str, value: object, what: str) -> Sequence[object] | None:
-    from collections.abc import Sequence
-
-    if value is None:
-        return None
-    if isinstance(value, str | bytes | os.PathLike):
-        raise CgpuTypeError(f"{name} must be a list of {what}, not a single {type(value).__name__}: {name}=[{value!r}]")
-    if not isinstance(value, Sequence):
-        raise CgpuTypeError(f"{name} must be a list of {what}, not {type(value).__name__}")
-    return value
-
-
-def _paths(name: str, value: object) -> list[str] | None:
-    items = _sequence(name, value, "paths")
-    return None if items is None else [_path(f"{name}[{i}]", item, required=True) for i, item in enumerate(items)]
-
-
-def _texts(name: str, value: object) -> list[str] | None:
-    items = _sequence(name, value, "str")
-    return None if items is None else [_text(f"{name}[{i}]", item, required=True) for i, item in enumerate(items)]
-
-
-def _flag(name: str, value: object) -> bool:
-    if not isinstance(value, bool):
-        raise CgpuTypeError(f"{name} must be True or False, not {type(value).__name__} {value!r}")
-    return value
-
-
-def _seconds(value: object) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise CgpuTypeError(f"timeout must be a number of seconds (int or float), not {type(value).__name__} {value!r}")
-    from cgpu.backends import MAX_TIMEOUT
-
-    if not 0 < value <= MAX_TIMEOUT:  # NaN fails this too
-        raise CgpuValueError(f"timeout must be a positive number of seconds, at most {MAX_TIMEOUT:g}, not {value!r}")
-    return float(value)

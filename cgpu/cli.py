@@ -24,7 +24,8 @@ from enum import IntEnum
 from typing import Any
 
 from cgpu.apis import API_ORDER
-from cgpu.backends import BACKENDS, MAX_TIMEOUT, OPTIONS, default_backend, run_backend
+from cgpu.backends import BACKENDS, default_backend, run_backend
+from cgpu.options import DEFAULT_ROOT, GROUPS, OPTIONS, Option, find, flag_of, in_range, range_text, taken_by
 from cgpu.report import ReportBuilder, to_json
 from cgpu.version import __version__
 
@@ -311,45 +312,27 @@ def _add_probe_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "-b", "--backend", choices=BACKENDS, help="default: cdi on Linux, wsl on Windows, krunkit on macOS"
     )
-    parser.add_argument("--timeout", type=_seconds, metavar="SECONDS", help="limit for each command cgpu runs")
-    parser.add_argument(
-        "--probe-image",
-        metavar="REF",
-        help="a local image with python3 that cgpu runs its own probe in (cdi --verify, krunkit); never pulled",
-    )
-    cdi = parser.add_argument_group("cdi backend (Linux)")
-    cdi.add_argument(
-        "-s",
-        "--spec-dir",
-        dest="spec_dirs",
-        action="append",
-        metavar="DIR",
-        help="CDI spec directory, repeatable, lowest priority first (default: /etc/cdi, then /var/run/cdi)",
-    )
-    cdi.add_argument("-r", "--root", metavar="DIR", help="host filesystem the specs are checked against (default: /)")
-    cdi.add_argument(
-        "-e",
-        "--engine",
-        metavar="ENGINE@VERSION|auto|none",
-        help="whose CDI rules judge the specs: auto (default) the engine installed here or under --root (the "
-        "kubelet's runtime first); podman, docker, crio or containerd: that one as installed; NAME@VERSION: that "
-        "release; none: the newest rules",
-    )
-    cdi.add_argument(
-        "-d",
-        "--device",
-        dest="devices",
-        action="append",
-        metavar="NAME",
-        help="only these qualified device names (vendor/class=name), repeatable",
-    )
-    cdi.add_argument("--verify", action="store_true", help="also run the probe in a real container per device")
-    wsl = parser.add_argument_group("wsl backend (Windows)")
-    wsl.add_argument("--distro", metavar="NAME", help="the WSL distro of the agent's containers session")
-    krunkit = parser.add_argument_group("krunkit backend (macOS)")
-    krunkit.add_argument("--machine", metavar="NAME", help="the podman machine (libkrun provider) to use")
-    krunkit.add_argument("--vm-image", metavar="PATH", help="boot this disk image with krunkit instead")
-    krunkit.add_argument("--refresh", action="store_true", help="ignore the cached answer")
+    add_options(parser)
+
+
+def add_options(parser: argparse.ArgumentParser, table: Sequence[Option] = OPTIONS) -> None:
+    """The backend options of `table`, each as its kind takes it: a flag's value, a repeatable
+    flag for a list, a switch for a bool, a checked number of seconds."""
+    groups: dict[str | None, Any] = {None: parser}
+    groups.update((title, parser.add_argument_group(title)) for title in GROUPS.values())  # in GROUPS' order
+    for option in table:
+        flags = (option.short, option.flag) if option.short else (option.flag,)
+        kind = option.kind
+        arguments: dict[str, Any] = {"dest": option.keyword, "help": option.help}
+        if kind == "flag":
+            arguments["action"] = "store_true"
+        else:
+            arguments["metavar"] = option.metavar
+        if kind in ("texts", "paths"):
+            arguments["action"] = "append"
+        if kind == "seconds":
+            arguments["type"] = _seconds
+        groups[option.group].add_argument(*flags, **arguments)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -409,31 +392,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             gc.freeze()  # ~0.1 s of CPU, a second on a busy host, past every --timeout
 
 
-_OUTPUT_FLAGS = (
-    "command",
-    "subparser",
-    "backend",
-    "json",
-    "output",
-    "quiet",
-    "brief",
-    "list_devices",
-    "explain",
-    "color",
-)
-_WATCH_ONLY = ("answer_file", "nfd_file", "metrics_file", "interval", "expiry", "check_age")
-
-
-def _backend_options(parser: argparse.ArgumentParser, args: argparse.Namespace, backend: str) -> dict[str, Any]:
-    """The backend options given on the command line; one of another backend is a usage error."""
+def backend_options(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, backend: str, table: Sequence[Option] = OPTIONS
+) -> dict[str, Any]:
+    """The backend options given on the command line (those of `table`, as the library's
+    keywords); one of another backend is a usage error."""
     given = {
-        key: value
-        for key, value in vars(args).items()
-        if key not in (*_OUTPUT_FLAGS, *_WATCH_ONLY) and value not in (None, False)
+        option.keyword: value
+        for option in table
+        if (value := getattr(args, option.keyword, None)) is not None and value is not False
     }
-    misplaced = set(given) - OPTIONS[backend]
+    misplaced = set(given) - taken_by(backend, table)
     if misplaced:
-        flags = ", ".join(flag(key) for key in sorted(misplaced))
+        flags = ", ".join(flag_of(key, table) for key in sorted(misplaced))
         parser.error(f"{flags} do(es) not apply to --backend {backend}")
     return given
 
@@ -459,18 +430,9 @@ def _run(
     if code == ExitCode.USAGE:  # nothing was checked: no report that could pass for an answer
         from cgpu.terminal import escape
 
-        for message in builder.usage(flag):
+        for message in builder.usage(flag_of):
             print(f"cgpu {command}: error: argument {escape(message)}", file=sys.stderr)
     return builder, code
-
-
-def flag(keyword: str) -> str:
-    """The CLI flag of a library keyword: `spec_dirs` is `--spec-dir`, `vm_image` `--vm-image`."""
-    name = keyword.removesuffix("s") if keyword in _LISTS else keyword
-    return "--" + name.replace("_", "-")
-
-
-_LISTS = ("spec_dirs", "devices")  # repeatable flags, a list keyword
 
 
 def _probe(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
@@ -478,7 +440,7 @@ def _probe(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         parser.error("--list-devices does not combine with --brief or --explain (it does with --json)")
     output = "json" if args.json else "name" if args.quiet else args.output
     backend = args.backend or default_backend()
-    given = _backend_options(parser, args, backend)
+    given = backend_options(parser, args, backend)
     human = not (output in ("json", "yaml", "name") or args.brief)
     builder, code = _run("probe", backend, given, _progress if human else None)
     if code == ExitCode.USAGE:
@@ -511,7 +473,7 @@ def _probe(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         _emit(render.render_device_list(report, columns=columns, style=style, wide=output == "wide"))
     elif args.explain:
         text = render.render_explain(
-            report, args.explain, devices=args.devices, root=args.root or "/", columns=columns, style=style
+            report, args.explain, devices=args.devices, root=args.root or DEFAULT_ROOT, columns=columns, style=style
         )
         _emit(text)
     else:
@@ -552,7 +514,7 @@ def _watch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             "before the next write renews them"
         )
     backend = args.backend or default_backend()
-    given = _backend_options(parser, args, backend)
+    given = backend_options(parser, args, backend)
     inputs_of = None
     if backend == "cdi":  # what its answer depends on, as the backend says after each report
         from functools import partial
@@ -576,7 +538,7 @@ def _watch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     try:
         watch(
             probe,
-            root=args.root or "/",
+            root=args.root or DEFAULT_ROOT,
             answer_file=args.answer_file,
             nfd_file=args.nfd_file,
             metrics_file=args.metrics_file,
@@ -604,6 +566,8 @@ def _take_devices(argv: list[str]) -> tuple[list[str], list[str]]:
     """
     if not argv or argv[0] not in ("probe", "watch"):
         return argv, []
+    option = find("devices")
+    long, short = option.flag, option.short
     rest, devices = [argv[0]], []
     index = 1
     while index < len(argv):
@@ -611,9 +575,9 @@ def _take_devices(argv: list[str]) -> tuple[list[str], list[str]]:
         if arg == "--":
             rest += argv[index:]
             break
-        if arg.startswith("--device="):
-            devices.append(arg.removeprefix("--device="))
-        elif arg in ("--device", "-d") and index + 1 < len(argv) and not argv[index + 1].startswith("-"):
+        if arg.startswith(long + "="):
+            devices.append(arg.removeprefix(long + "="))
+        elif arg in (long, short) and index + 1 < len(argv) and not argv[index + 1].startswith("-"):
             devices.append(argv[index + 1])
             index += 1
         else:
@@ -766,8 +730,8 @@ def _seconds(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not 0 < value <= MAX_TIMEOUT:
-        raise argparse.ArgumentTypeError(f"{text!r}: give a positive number of seconds, at most {MAX_TIMEOUT:g}")
+    if not in_range(value):
+        raise argparse.ArgumentTypeError(f"{text!r}: give {range_text()}")
     return value
 
 

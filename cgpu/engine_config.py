@@ -18,7 +18,6 @@ from typing import Any
 from cgpu.errors import CgpuValueError
 from cgpu.problem import Problem, Severity
 
-DEFAULT_SPEC_DIRS = ("/etc/cdi", "/var/run/cdi")
 MAX_CONFIG_BYTES = 1 << 20  # a config file above 1 MiB is not one an engine was given
 MAX_IMPORTS = 64
 MAX_DROP_INS = 256

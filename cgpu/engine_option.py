@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 from cgpu.errors import CgpuTypeError, CgpuValueError
+from cgpu.options import DEFAULT_ROOT
 
 AUTO, NONE, NAMED = "auto", "none", "named"
 # Every engine cgpu judges by, in the order `auto` prefers where no kubelet names one (docs/cdi.md):
@@ -173,7 +174,7 @@ def learn_engines(
     from cgpu.cache import default_cache_dir, private_directory, read_private, write_private
     from cgpu.problem import Problem
 
-    where = os.path.abspath(root or "/")
+    where = os.path.abspath(root or DEFAULT_ROOT)
     key = {
         "root": where,
         "env": [os.environ.get(k) for k in (*ENGINE_ENV, "XDG_CONFIG_HOME", "HOME")],

@@ -19,7 +19,8 @@ from typing import Any
 
 from cgpu.backends.cdi.host import HostFS
 from cgpu.cdi.versions import CDI_MODULES, library_max_version, max_cdi_version
-from cgpu.engine_config import DEFAULT_SPEC_DIRS, MAX_CONFIG_BYTES, Config
+from cgpu.engine_config import MAX_CONFIG_BYTES, Config
+from cgpu.options import DEFAULT_SPEC_DIRS
 from cgpu.problem import Problem
 
 BIN_DIRS = ("/usr/bin", "/usr/local/bin", "/usr/sbin", "/bin")

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from cgpu.apis import API_ORDER, METAL_EVIDENCE
+from cgpu.options import DEFAULT_ROOT
 from cgpu.problem import SEVERITIES
 from cgpu.terminal import PLAIN, Style, escape, wrap
 
@@ -242,7 +243,7 @@ def render_explain(
     api: str,
     *,
     devices: list[str] | None = None,
-    root: str = "/",
+    root: str = DEFAULT_ROOT,
     columns: int = 80,
     style: Style = PLAIN,
 ) -> str:

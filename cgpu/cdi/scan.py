@@ -39,9 +39,9 @@ from cgpu.cdi.names import go_quote
 from cgpu.cdi.parse import MAX_SPEC_BYTES, SpecError, parse_spec, too_big_message
 from cgpu.errors import CgpuError, CgpuTypeError
 from cgpu.files import open_regular
+from cgpu.options import DEFAULT_SPEC_DIRS
 from cgpu.problem import Problem, Severity
 
-DEFAULT_SPEC_DIRS = ("/etc/cdi", "/var/run/cdi")
 SPEC_EXTENSIONS = (".json", ".yaml")  # exactly these, case-sensitive: not .yml, not .YAML
 
 # Parsed files by path, valid while (size, mtime, inode, ctime) are unchanged: a second scan

@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from cgpu.apis import API_ORDER
+from cgpu.options import DEFAULT_ROOT
 
 if TYPE_CHECKING:
     from cgpu.backends.cdi.inputs import AnswerInputs
@@ -105,7 +106,7 @@ class Wakeup:
     def __init__(
         self,
         spec_dirs: Sequence[str],
-        root: str = "/",
+        root: str = DEFAULT_ROOT,
         *,
         signal_fd: int | None = None,
         host_files: Sequence[str] = (),

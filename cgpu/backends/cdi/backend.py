@@ -10,6 +10,7 @@ from cgpu.backends.cdi.answer import _answer
 from cgpu.backends.cdi.device import APIS, DeviceAnswer
 from cgpu.backends.cdi.judging import _engine_rules, engine_entry
 from cgpu.engine_option import EngineOption
+from cgpu.options import DEFAULT_ROOT, DEFAULT_SPEC_DIRS
 from cgpu.report import ReportBuilder
 
 if TYPE_CHECKING:
@@ -20,18 +21,16 @@ def probe(
     report: ReportBuilder,
     *,
     spec_dirs: Sequence[str] | None = None,
-    root: str | None = "/",
+    root: str | None = DEFAULT_ROOT,
     engine: str | EngineOption | None = None,
     devices: Sequence[str] | None = None,
     verify: bool = False,
     probe_image: str | None = None,
     timeout: float | None = None,
 ) -> None:
-    from cgpu.cdi.scan import DEFAULT_SPEC_DIRS
-
     for missing in [d for d in spec_dirs or () if _not_found(d)]:  # the defaults may well be absent
         report.problem("warning", missing, f"the spec dir {missing} does not exist: nothing was read from it")
-    root = root or "/"
+    root = root or DEFAULT_ROOT
     if not os.path.isdir(root):
         report.usage_error("root", f"{root!r} is not a directory")
         return
@@ -67,8 +66,6 @@ def probe(
 def spec_dirs_read(spec_dirs: Sequence[str] | None, root: str, judging: Mapping[str, Any] | None) -> list[str]:
     """The spec dirs the answer reads: those given, else what the judging engine (its entry) reads,
     inside the root under --root, else (no engine judges) the CDI defaults."""
-    from cgpu.cdi.scan import DEFAULT_SPEC_DIRS
-
     if spec_dirs:
         return list(spec_dirs)
     if judging is not None:

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from cgpu.files import NotRegularFileError, open_regular
+from cgpu.options import DEFAULT_ROOT
 
 MAX_SYMLINKS = 40
 _NOT_REGULAR = ", not a regular file"
@@ -110,7 +111,7 @@ class HostFS:
     else), so a caller can reuse what it concluded from them.
     """
 
-    def __init__(self, root: str = "/") -> None:
+    def __init__(self, root: str = DEFAULT_ROOT) -> None:
         self.given_root = root
         self.root = os.path.abspath(root)
         self._plain = self.root == os.path.abspath(os.sep)

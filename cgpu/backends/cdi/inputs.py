@@ -11,6 +11,7 @@ from typing import Any
 from cgpu.backends.cdi.backend import _under, spec_dirs_read
 from cgpu.backends.cdi.host import DRIVER_VERSION_FILES
 from cgpu.engine_option import ENGINE_CONFIGS, EngineOption
+from cgpu.options import DEFAULT_ROOT
 
 LEARN_TIMEOUT = 10.0  # as the probe's own default: the engines' files are usually remembered
 
@@ -35,7 +36,7 @@ def answer_inputs(
     report: Mapping[str, Any] | None = None,
     *,
     spec_dirs: Sequence[str] | None = None,
-    root: str | None = "/",
+    root: str | None = DEFAULT_ROOT,
     engine: str | EngineOption | None = None,
     timeout: float | None = None,
     devices: object = None,
@@ -48,7 +49,7 @@ def answer_inputs(
     `probe_image` change what is asked of the inputs, not which they are."""
     from cgpu.engine_option import NONE, parse_engine
 
-    root = root or "/"
+    root = root or DEFAULT_ROOT
     try:
         option = parse_engine(engine)
     except ValueError:  # the probe says why; nothing to watch but the spec dirs given
