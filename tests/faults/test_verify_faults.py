@@ -182,7 +182,7 @@ def _running(pid: int) -> bool:
 @pytest.mark.slow
 @pytest.mark.parametrize("hook", ["createContainer", "startContainer"])  # run by `runc create`, `runc start`
 def test_a_hung_cdi_hook_ends_at_the_timeout(cli, cdi_spec, stand_in_image, babbling_image, no_new_containers, hook):
-    """A CDI hook that sleeps 120 s: `--verify --timeout LIMIT` ends within LIMIT + 2 s (on a busy
+    """A CDI hook that sleeps past the limit: `--verify --timeout LIMIT` ends within LIMIT + 2 s (on a busy
     host: plus twice what the same run takes with a device that has no hook, a probe that exits at
     once), and the container, its conmon, `runc` and the hook are gone (a forced remove alone left
     conmon and `runc init`). The limit is long enough for that baseline run three times over, so a
@@ -196,7 +196,9 @@ def test_a_hung_cdi_hook_ends_at_the_timeout(cli, cdi_spec, stand_in_image, babb
     )  # fmt: skip
     assert code == 0, err
     LIMIT = max(15, round(3 * baseline))
-    marker = f"120.{uuid.uuid4().int % 10**9}"  # a sleep of 120 s whose command line is this test's
+    # a sleep 10 minutes past the limit (a hook that ended first would let the container start),
+    # whose command line is this test's
+    marker = f"{LIMIT + 600}.{uuid.uuid4().int % 10**9}"
     kind = cdi_spec(
         "devices:\n  - name: dev0\n    containerEdits:\n      hooks:\n"
         f"        - {{hookName: {hook}, path: /bin/sleep, args: [sleep, '{marker}']}}\n"

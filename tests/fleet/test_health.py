@@ -52,7 +52,9 @@ def test_check_age_is_the_liveness_and_readiness_signal(run_cli, tmp_path):
     old = time.time() - 3600
     os.utime(answer, (old, old))
     code, _, err = run_cli("watch", "--answer-file", str(answer), "--check-age", "60")
-    assert code == 1 and "last written 3600 s ago (more than 60 s)" in err and "Traceback" not in err
+    # 3600 s, or a second or two more on a busy host between the utime and the check
+    assert code == 1 and re.search(r"last written 360[0-5] s ago \(more than 60 s\)", err), err
+    assert "Traceback" not in err
 
 
 def test_the_metrics_file_is_a_node_exporter_textfile_written_like_the_others(tmp_path):
