@@ -403,9 +403,10 @@ class Publisher:
         return any(output.failing for output in self.outputs)
 
     def publish(self, report: dict[str, Any], *, finished_at: float, duration: float) -> None:
-        self._last = (report, finished_at, duration)
         for output in self.outputs:
             self._write(output, report, finished_at, duration)
+        # kept only for a write to retry: a report lists every device (20,000 DRA claims: ~20 MB)
+        self._last = (report, finished_at, duration) if self.failing else None
 
     def retry(self) -> None:
         if self._last is not None:
@@ -413,6 +414,8 @@ class Publisher:
             for output in self.outputs:
                 if output.failing:
                     self._write(output, report, finished_at, duration)
+            if not self.failing:
+                self._last = None
 
     def _data(self, output: Output, report: dict[str, Any], finished_at: float, duration: float) -> bytes:
         if output.kind == "answer":
@@ -502,12 +505,13 @@ def watch(
             with control.held():
                 publisher.publish(report, finished_at=time.time(), duration=duration)
             done += 1
-            _release_memory()
             if spec_dirs_of is not None and wakeup.set_spec_dirs(spec_dirs_of(report)):
                 log(f"watching the judging engine's spec dirs: {wakeup.describe()}")
             if summary(report) != last:  # log changes of answer, not every refresh
                 last = summary(report)
                 log(describe(report))
+            del report  # not held while asleep (the publisher keeps it only for a failed write)
+            _release_memory()
             if rounds is not None and done >= rounds:
                 break
             _sleep(wakeup, control, publisher, interval, log)
