@@ -1,0 +1,221 @@
+"""The answer path: a scan of the spec dirs into one answer per device and the node's answer, each
+device's container view checked against the host and judged by the per-API rules."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from cgpu.backends.cdi.device import APIS, DeviceAnswer
+from cgpu.backends.cdi.evidence import _evidence
+from cgpu.backends.cdi.host import HostFS, HostTrace
+from cgpu.backends.cdi.judging import _unlearned
+from cgpu.backends.cdi.problems import _report_problems, _spec_dir_hints
+from cgpu.backends.cdi.rules import Finding, driver_mismatch, judge
+from cgpu.backends.cdi.selection import _select
+from cgpu.backends.cdi.view import ContainerView, is_bind, node_fully_specified
+from cgpu.cdi.model import ContainerEdits, ResolvedDevice, ScanResult, Spec
+from cgpu.report import ReportBuilder
+
+
+def _cdi_off(report: ReportBuilder, entry: dict[str, Any], label: str | None, quiet: bool) -> tuple[None, list[str]]:
+    """The engine has CDI switched off in its configuration: no CDI device, the setting named."""
+    setting = entry.get("cdi_setting") or "its CDI setting"
+    why = (
+        f"{label or entry['name']} has CDI switched off, so it injects no CDI device and a container that asks "
+        f"for one {'is refused' if entry['name'] == 'docker' else 'starts without it'}: set {setting}"
+    )
+    if not quiet:
+        report.problem("error", entry.get("cdi_file") or entry["name"], why)
+    for api in APIS:
+        report.absent(api, f"not provided: {why}")
+    return None, []
+
+
+def _answer(
+    report: ReportBuilder,
+    entry: dict[str, Any] | None,
+    dirs: list[str],
+    root: str,
+    devices: Sequence[str] | None,
+    *,
+    quiet: bool = False,
+) -> tuple[list[DeviceAnswer] | None, list[str]]:
+    """The answer of one engine (`entry`; None: the newest rules) into `report`: its answers and the
+    APIs its containers get."""
+    from cgpu.cache import default_cache_dir
+    from cgpu.cdi.scan import scan_spec_dirs
+
+    label = None
+    max_version = None
+    if entry is not None and not entry.get("rules_unknown") and not _unlearned(entry):
+        version = entry["version"]
+        label = f"{entry['name']} {version}" if version else str(entry["name"])
+        max_version = entry["max_cdi_version"]
+    if entry is not None and entry.get("config_broken"):
+        for api in APIS:
+            report.unknown(
+                api,
+                f"unknown: {entry['name']} may not start with its configuration ({entry['config_broken']}), and "
+                f"cgpu cannot tell what it would inject: fix that file",
+            )
+        return None, []
+    if label is not None and max_version is None:
+        why = f"{label} reads no CDI specs at all, so no container there gets a CDI device"
+        if not quiet:
+            report.problem("error", "--engine", why)
+        scan = ScanResult(devices={}, specs=[], problems=[])
+    elif entry is not None and entry["cdi_enabled"] is False:
+        return _cdi_off(report, entry, label, quiet)
+    else:
+        scan = scan_spec_dirs(dirs, max_version=max_version, engine_label=label, cache_dir=default_cache_dir())
+        if not quiet:
+            _spec_dir_hints(report, dirs)
+    host = HostFS(root)
+    answers = answer_scan(report, scan, host, devices=devices, dirs=dirs, engine_label=label)
+    if not quiet:
+        for path, why in host.refused_files():
+            report.problem("warning", host.display(path), f"this host file {why}; cgpu did not open it")
+    return answers, [api for api in APIS if report.state(api) == "provided"]
+
+
+def answer_scan(
+    report: ReportBuilder,
+    scan: ScanResult,
+    host: HostFS,
+    *,
+    devices: Sequence[str] | None = None,
+    dirs: Sequence[str] = (),
+    engine_label: str | None = None,
+) -> list[DeviceAnswer] | None:
+    """Fill the report from a scan: problems, one entry per device, the node answer with evidence."""
+    for severity, source, message in scan.problems:
+        report.problem(severity, source, message)  # type: ignore[arg-type]
+    dropped = _engine_dropped(scan)
+    selected = _select(report, scan, devices, list(dirs), {**scan.unreached, **dropped})
+    if selected is None:
+        return None
+    answers = _answers(selected, host)
+    _report_problems(report, answers, host)
+    first_named: dict[int, str] = {}  # devices with the same edits in one spec share their findings
+    for answer in answers:
+        details: dict[str, Any] = {"status": answer.status, "spec": answer.device.spec.path}
+        alias_of = first_named.setdefault(id(answer.findings), answer.name)
+        if alias_of != answer.name:  # another name (index, UUID) for what a container gets with alias_of
+            details["alias_of"] = alias_of
+        details["checks"] = {api: f"{f.state}: {f.text}" for api, f in answer.findings.items()}
+        if answer.blocked:
+            details["missing"] = [path for path, _ in answer.missing]
+        report.device(answer.name, answer.apis, **details)
+    ignored = [name for name in (devices or dropped) if name in dropped]
+    for name in dict.fromkeys(ignored):
+        spec = dropped[name]
+        report.device(
+            name,
+            [],
+            status="blocked",
+            spec=spec.path,
+            reason=f"{engine_label or 'the engine'} ignores its spec: cdiVersion {spec.version} is above what "
+            f"it accepts",
+        )
+    for name in dict.fromkeys(n for n in (devices or scan.unreached) if n in scan.unreached and n not in dropped):
+        report.device(
+            name,
+            [],
+            status="blocked",
+            spec=scan.unreached[name].path,
+            reason=f"{engine_label or 'the engine'} never reads its spec dir: the scan of the spec dirs ends at "
+            f"{scan.stopped_at} (see problems)",
+        )
+    _evidence(report, answers, scan, list(dirs), host, ignored, engine_label or "the engine")
+    return answers
+
+
+def _engine_dropped(scan: ScanResult) -> dict[str, Spec]:
+    """Devices only specs the engine ignores define (their cdiVersion is too new for it)."""
+    dropped: dict[str, Spec] = {}
+    for spec in scan.engine_dropped:
+        for device in spec.devices:
+            name = f"{spec.kind}={device.name}"
+            if name not in scan.devices:
+                dropped.setdefault(name, spec)
+    return dropped
+
+
+class _Remembered:
+    __slots__ = ("answers", "devices", "trace")
+
+    def __init__(self, devices: list[ResolvedDevice], trace: HostTrace, answers: list[DeviceAnswer]) -> None:
+        self.devices = devices  # held, so the specs' ids stay theirs
+        self.trace = trace
+        self.answers = answers
+
+
+# The last answers per root: reused when the reader hands back the same parsed specs (it caches
+# them by path, size and mtime) and every host question gets the same answer again.
+_REMEMBERED: dict[str, _Remembered] = {}
+
+
+def _answers(selected: list[ResolvedDevice], host: HostFS) -> list[DeviceAnswer]:
+    last = _REMEMBERED.get(host.root)
+    if (
+        last is not None
+        and len(last.devices) == len(selected)
+        and all(
+            a.spec is b.spec and a.qualified_name == b.qualified_name
+            for a, b in zip(last.devices, selected, strict=True)
+        )
+        and host.replay(last.trace)
+    ):
+        return last.answers
+    bases: dict[int, tuple[ContainerView, list[tuple[str, str]]]] = {}
+    same_edits: dict[Any, tuple[dict[str, Finding], list[tuple[str, str]], tuple[str, str, str] | None]] = {}
+    answers = []
+    for device in selected:
+        spec = device.spec
+        if id(spec) not in bases:
+            bases[id(spec)] = (ContainerView.of(spec.edits, host), _missing(spec.edits, host))
+        try:
+            key: Any = (id(spec), device.device.edits)
+            hash(key)
+        except TypeError:  # edits holding dicts (intelRdt, netDevices): no sharing
+            key = object()
+        if key not in same_edits:
+            base, base_missing = bases[id(spec)]
+            own = device.device.edits
+            view = base.with_device(own)
+            missing = _missing(device.edits(), host) if own.mounts else base_missing + _missing(own, host)
+            same_edits[key] = (judge(view, spec.kind), missing, driver_mismatch(view))
+        findings, missing, mismatch = same_edits[key]
+        answers.append(DeviceAnswer(device, findings, missing, mismatch))
+    _REMEMBERED.clear()  # one root at a time: a long-running agent asks about one node
+    _REMEMBERED[host.root] = _Remembered(list(selected), host.trace, answers)
+    return answers
+
+
+def _missing(edits: ContainerEdits, host: HostFS) -> list[tuple[str, str]]:
+    """The host paths an engine needs for these edits that do not exist: the container cannot start."""
+    missing: list[tuple[str, str]] = []
+    for mount in edits.mounts:
+        if is_bind(mount) and not host.exists(mount.host_path):
+            target = "" if mount.container_path == mount.host_path else f" (for {mount.container_path})"
+            missing.append(
+                (mount.host_path, f"the mount source {host.display(mount.host_path)}{target} {_NOT_ON_HOST}")
+            )
+    for node in edits.device_nodes:
+        path = node.host_path or node.path
+        if node_fully_specified(node):
+            continue  # the engine creates it from type, major and minor
+        if not host.exists(path):
+            missing.append((path, f"the device node {host.display(path)} {_NOT_ON_HOST}"))
+        elif host.real_root and not host.is_device_node(path):
+            # The CDI library stats the node for its type and numbers and refuses anything else ("not a
+            # device node"). Under --root the trees hold stand-in files: only existence is checked there.
+            missing.append((path, f"the device node {path} is not a device file on the host"))
+    for hook in edits.hooks:
+        if not host.exists(hook.path):
+            missing.append((hook.path, f"the {hook.hook_name} hook binary {host.display(hook.path)} {_NOT_ON_HOST}"))
+    return missing
+
+
+_NOT_ON_HOST = "does not exist on the host"

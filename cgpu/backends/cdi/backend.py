@@ -1,0 +1,109 @@
+"""The cdi backend's entry: who judges the specs, each engine's answer, and `--verify`."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+from cgpu.backends.cdi.answer import _answer
+from cgpu.backends.cdi.device import APIS, DeviceAnswer
+from cgpu.backends.cdi.judging import _engine_rules, engine_entry
+from cgpu.engine_option import EngineOption
+from cgpu.report import ReportBuilder
+
+
+def probe(
+    report: ReportBuilder,
+    *,
+    spec_dirs: Sequence[str] | None = None,
+    root: str | None = "/",
+    engine: str | EngineOption | None = None,
+    devices: Sequence[str] | None = None,
+    verify: bool = False,
+    probe_image: str | None = None,
+    timeout: float | None = None,
+) -> None:
+    from cgpu.cdi.scan import DEFAULT_SPEC_DIRS
+
+    for missing in [d for d in spec_dirs or () if _not_found(d)]:  # the defaults may well be absent
+        report.problem("warning", missing, f"the spec dir {missing} does not exist: nothing was read from it")
+    root = root or "/"
+    if not os.path.isdir(root):
+        report.usage_error("root", f"{root!r} is not a directory")
+        return
+    judge = _engine_rules(report, engine, timeout, root)
+    if judge is None:
+        return
+    if spec_dirs:
+        dirs = list(spec_dirs)
+    elif judge.entry is not None:  # what the judging engine reads, inside the root under --root
+        dirs = [_under(root, d) for d in judge.entry["spec_dirs"]]
+    else:
+        dirs = list(DEFAULT_SPEC_DIRS)
+    answers = _answer(report, judge.entry, dirs, root, devices)
+    for entry in judge.engines:
+        if entry is not judge.entry:  # each other engine's answer, as data
+            own = list(spec_dirs) if spec_dirs else [_under(root, d) for d in entry["spec_dirs"]]
+            entry["containers"] = _answer(ReportBuilder("cdi"), entry, own, root, devices, quiet=True)[1]
+    if judge.entry is not None:
+        judge.entry["containers"] = [api for api in APIS if report.state(api) == "provided"]
+    report.engines = [engine_entry(e) for e in judge.engines]
+    if verify and answers[0] is not None:
+        engine_dirs = judge.entry["spec_dirs"] if judge.entry is not None else list(DEFAULT_SPEC_DIRS)
+        _verify(
+            report,
+            answers[0],
+            dirs=dirs,
+            engine_dirs=engine_dirs,
+            engine=judge.option,
+            probe_image=probe_image,
+            timeout=timeout,
+        )
+
+
+def _under(root: str, path: str) -> str:
+    if os.path.abspath(root) == os.path.abspath(os.sep):
+        return path
+    return os.path.join(os.path.abspath(root), path.lstrip("/"))
+
+
+def _not_found(path: str) -> bool:
+    """lstat says "not found"; any other failure the scan reports with its real error."""
+    try:
+        os.lstat(path)
+    except FileNotFoundError:
+        return True
+    except (OSError, ValueError):
+        return False
+    return False
+
+
+def _verify(
+    report: ReportBuilder,
+    answers: list[DeviceAnswer],
+    *,
+    dirs: list[str],
+    engine_dirs: list[str],
+    engine: EngineOption,
+    probe_image: str | None,
+    timeout: float | None,
+) -> None:
+    from cgpu.backends.cdi.verify import verify_devices
+
+    own = [d for d in dirs if os.path.realpath(d) not in {os.path.realpath(e) for e in engine_dirs}]
+    if own:
+        report.problem(
+            "info",
+            "--verify",
+            f"the engine reads its own spec dirs ({', '.join(engine_dirs)}), not {', '.join(own)}: a device "
+            f"defined only there is unresolvable to it",
+        )
+    runnable = [a for a in answers if not a.blocked]
+    verify_devices(
+        report,
+        [a.name for a in runnable],
+        {a.name: a.apis for a in runnable},
+        engine=engine,
+        probe_image=probe_image,
+        timeout=timeout,
+    )

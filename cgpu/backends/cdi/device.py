@@ -1,0 +1,46 @@
+"""What one CDI device gives a container: its findings per API, what blocks it, a driver mismatch."""
+
+from __future__ import annotations
+
+from cgpu.backends.cdi.rules import PARTIAL, PROVIDED, Finding
+from cgpu.cdi.model import ResolvedDevice
+
+APIS = ("cuda", "rocm", "vulkan", "opencl", "directml")  # metal: the report's own evidence
+
+
+class DeviceAnswer:
+    # Plain classes, not dataclasses, in this backend: creating a dataclass costs about a
+    # millisecond at import, a visible share of the CLI's start-up (design §9).
+    __slots__ = ("device", "findings", "mismatch", "missing")
+
+    def __init__(
+        self,
+        device: ResolvedDevice,
+        findings: dict[str, Finding],
+        missing: list[tuple[str, str]],
+        mismatch: tuple[str, str, str] | None = None,
+    ) -> None:
+        self.device = device
+        self.findings = findings
+        self.mismatch = mismatch  # (user-space version, kernel module version, where it was read)
+        self.missing = missing  # (host path, "the mount source /x (for /y) does not exist on the host")
+
+    @property
+    def name(self) -> str:
+        return self.device.qualified_name
+
+    @property
+    def blocked(self) -> bool:
+        return bool(self.missing)
+
+    @property
+    def apis(self) -> list[str]:
+        if self.blocked:
+            return []
+        return [api for api in APIS if self.findings[api].state == PROVIDED]
+
+    @property
+    def status(self) -> str:
+        if self.blocked:
+            return "blocked"
+        return "partial" if any(f.state == PARTIAL for f in self.findings.values()) else "ok"

@@ -1,0 +1,106 @@
+"""The node answer: per API, the evidence of the first device that gives it, or why none does."""
+
+from __future__ import annotations
+
+from cgpu.backends.cdi.device import APIS, DeviceAnswer
+from cgpu.backends.cdi.host import HostFS
+from cgpu.backends.cdi.problems import _drivers_without_spec, _names, _stale
+from cgpu.backends.cdi.rules import PARTIAL, PROVIDED
+from cgpu.cdi.model import ScanResult
+from cgpu.report import ReportBuilder
+
+
+def _lead(answers: list[DeviceAnswer]) -> str:
+    """The first device's name, with how many more share the finding: grammatical before 'gets'."""
+    first = answers[0].name
+    rest = len({id(a.findings) for a in answers}) - 1  # distinct devices: a GPU's index and UUID are one
+    return first if rest == 0 else f"{first} (and {rest} other device{'s' if rest > 1 else ''})"
+
+
+def _evidence(
+    report: ReportBuilder,
+    answers: list[DeviceAnswer],
+    scan: ScanResult,
+    dirs: list[str],
+    host: HostFS,
+    ignored: list[str],
+    engine_label: str,
+) -> None:
+    runnable = [a for a in answers if not a.blocked]
+    blocked = [a for a in answers if a.blocked]
+    for api in APIS:
+        providers = [a for a in runnable if a.findings[api].state == PROVIDED]
+        if providers:
+            finding = providers[0].findings[api]
+            report.provide(api, f"{_lead(providers)} {finding.text}", image_needs=finding.needs)
+            continue
+        partial = [a for a in runnable if a.findings[api].state == PARTIAL]
+        if partial:
+            report.absent(api, f"partial: {_lead(partial)} {partial[0].findings[api].text}")
+            continue
+        stopped = [a for a in blocked if a.findings[api].state == PROVIDED]
+        short = [a for a in blocked if a.findings[api].state == PARTIAL]
+        if stopped or short:
+            first = (stopped or short)[0]
+            stale = _stale(stopped or short, host)
+            cause = (
+                f"its spec is stale (written for NVIDIA driver {stale[0]}, the host runs {stale[1]}): "
+                f"regenerate it with `nvidia-ctk cdi generate`"
+                if stale
+                else first.missing[0][1]
+            )
+            if stopped:
+                report.absent(
+                    api,
+                    f"not provided: {_lead(stopped)} would give {api} but no container with it can start, as {cause}",
+                )
+            else:
+                report.absent(
+                    api,
+                    f"not provided: no container with {_lead(short)} can start, as {cause}, "
+                    f"and it {first.findings[api].text}",
+                )
+            continue
+        if answers:
+            base = runnable or answers
+            report.absent(api, f"not provided: {_lead(base)} {base[0].findings[api].text}")
+        elif ignored:
+            report.absent(
+                api,
+                f"not provided: {engine_label} ignores the spec that defines {_names(ignored)}, as its "
+                f"cdiVersion is newer than {engine_label} accepts",
+            )
+        elif scan.devices:
+            report.absent(api, "not provided: none of the requested CDI devices resolves")
+        elif scan.crashed:
+            report.absent(
+                api,
+                f"not provided: the engine's CDI library crashes loading {', '.join(dirs)} (on "
+                f"{_names(scan.crashed, 2)}), so no CDI device resolves: fix or remove that file",
+            )
+        elif scan.unreached:
+            report.absent(
+                api,
+                f"not provided: {engine_label}'s scan of the spec dirs ends at {scan.stopped_at} (see problems), "
+                f"so it never reads the specs that define {_names(list(scan.unreached))}",
+            )
+        else:
+            found = _drivers_without_spec(host)
+            advice = f": the host has {found[0][0]} loaded, generate a spec with {found[0][1]}" if found else ""
+            report.absent(api, f"not provided: no valid CDI spec defines a device in {', '.join(dirs)}{advice}")
+    if scan.unreadable:  # what those files define is not known: no API is absent for sure
+        for api in APIS:
+            if report.state(api) != "provided":
+                report.unknown(
+                    api,
+                    f"unknown: cgpu could not read {_names(scan.unreadable, 2)} (see problems), which the engine "
+                    f"may read and which may define devices that give {api}",
+                )
+    if not answers and not ignored and not scan.devices and not scan.crashed and not scan.unreached:
+        for driver, command in _drivers_without_spec(host):
+            report.problem(
+                "warning",
+                ", ".join(dirs),
+                f"the host has {driver} loaded but no CDI spec defines its devices, so a container asking for "
+                f"one is refused: generate a spec with {command}",
+            )

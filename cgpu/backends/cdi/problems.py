@@ -1,0 +1,224 @@
+"""Problems: blocked devices, stale specs, risky edits, a driver mismatch, files in a spec dir that
+engines skip, and which driver is loaded without a spec."""
+
+from __future__ import annotations
+
+import os
+import re
+
+from cgpu.backends.cdi.device import DeviceAnswer
+from cgpu.backends.cdi.host import HostFS
+from cgpu.backends.cdi.rules import mismatch_fix
+from cgpu.backends.cdi.view import risky_edits
+from cgpu.cdi.model import ContainerEdits, Spec
+from cgpu.report import ReportBuilder
+
+_DRIVER_VERSION_IN_PATH = re.compile(r"\.so\.(\d{3}\.\d+(?:\.\d+)?)$|/nvidia/(\d{3}\.\d+(?:\.\d+)?)/")
+_HOST_DRIVER_ARG = re.compile(r"--host-driver-version=(\d+\.\d+(?:\.\d+)?)")
+
+
+def _names(names: list[str], limit: int = 3) -> str:
+    if len(names) <= limit:
+        return ", ".join(names)
+    return f"{', '.join(names[:limit])} and {len(names) - limit} more"
+
+
+def _spec_driver_version(spec: Spec, missing: list[tuple[str, str]]) -> str | None:
+    """The NVIDIA driver version a spec was generated for, as its hooks or missing paths say."""
+    for hook in spec.edits.hooks:
+        for arg in hook.args:
+            match = _HOST_DRIVER_ARG.fullmatch(arg)
+            if match:
+                return match.group(1)
+    for path, _ in missing:
+        match = _DRIVER_VERSION_IN_PATH.search(path)
+        if match:
+            return match.group(1) or match.group(2)
+    return None
+
+
+def _stale(answers: list[DeviceAnswer], host: HostFS) -> tuple[str, str, str, list[str]] | None:
+    """(spec's driver, host's driver, file it was read from, versioned missing paths) when a spec is stale."""
+    host_version, source = host.nvidia_driver_version()
+    missing = [item for answer in answers for item in answer.missing]
+    spec_version = _spec_driver_version(answers[0].device.spec, missing)
+    if host_version is None or source is None or spec_version is None or spec_version == host_version:
+        return None
+    versioned = list(dict.fromkeys(p for p, _ in missing if spec_version in p))
+    return (spec_version, host_version, source, versioned) if versioned else None
+
+
+_RISKY: dict[int, tuple[ContainerEdits, list[str]]] = {}
+
+
+def _risky(edits: ContainerEdits, used: dict[int, tuple[ContainerEdits, list[str]]]) -> list[str]:
+    """`risky_edits`, remembered per parsed edits object (the reader reuses them while files are
+    unchanged); `used` collects this probe's, which are all that is kept afterwards."""
+    known = _RISKY.get(id(edits))
+    if known is None or known[0] is not edits:
+        known = (edits, risky_edits(edits))
+    used[id(edits)] = known
+    return known[1]
+
+
+def _report_problems(report: ReportBuilder, answers: list[DeviceAnswer], host: HostFS) -> None:
+    by_spec: dict[str, list[DeviceAnswer]] = {}
+    for answer in answers:
+        by_spec.setdefault(answer.device.spec.path, []).append(answer)
+    used: dict[int, tuple[ContainerEdits, list[str]]] = {}
+    risky = {
+        spec_path: [
+            *_risky(group[0].device.spec.edits, used),
+            *(m for a in group for m in _risky(a.device.device.edits, used)),
+        ]
+        for spec_path, group in by_spec.items()
+    }
+    _RISKY.clear()  # bounded by the specs read now, not by every spec seen since start-up
+    _RISKY.update(used)
+    for spec_path, group in by_spec.items():
+        spec = group[0].device.spec
+        seen: set[str] = set()
+        for message in risky[spec_path]:
+            if message not in seen:
+                seen.add(message)
+                report.problem("warning", spec_path, message)
+        _report_mismatch(report, spec_path, [a for a in group if not a.blocked], host)
+        blocked = [a for a in group if a.blocked]
+        if not blocked:
+            continue
+        stale = _stale(blocked, host)
+        if stale is not None:
+            spec_version, host_version, source, versioned = stale
+            report.problem(
+                "error",
+                spec_path,
+                (
+                    f"stale spec: it was generated for NVIDIA driver {spec_version} but the host runs {host_version} "
+                    f"({host.display(source)}), so {len(versioned)} of its paths such as {versioned[0]} no longer "
+                    f"exist and no container with {_names([a.name for a in blocked])} can start; regenerate it with "
+                    f"`nvidia-ctk cdi generate --output={spec_path}` (or `systemctl restart "
+                    f"nvidia-cdi-refresh.service` where the toolkit keeps /var/run/cdi/nvidia.yaml current)"
+                ),
+            )
+            continue
+        by_cause: dict[tuple[str, str], list[DeviceAnswer]] = {}
+        for answer in blocked:
+            by_cause.setdefault(answer.missing[0], []).append(answer)
+        for (path, what), causing in by_cause.items():
+            more = len({p for a in causing for p, _ in a.missing}) - 1
+            extra = f" (and {more} more missing paths)" if more > 0 else ""
+            unloaded = _driver_not_loaded(spec.kind, host) if path.startswith("/dev/") else None
+            if unloaded:
+                fix = f"{unloaded}; regenerating the spec does not help"
+            elif what.endswith("not a device file on the host"):
+                fix = "something replaced the node with another kind of file: reload the driver (or reboot)"
+            else:
+                fix = "the spec does not fit this host: regenerate it here"
+            report.problem(
+                "error",
+                spec_path,
+                f"{_names([a.name for a in causing])} cannot start: {what}{extra}, so the engine refuses the "
+                f"container; {fix}",
+            )
+
+
+def _report_mismatch(report: ReportBuilder, spec_path: str, runnable: list[DeviceAnswer], host: HostFS) -> None:
+    """The kernel module and the user-space files a device's container gets disagree: nothing works."""
+    found = [a for a in runnable if a.mismatch is not None]
+    if not found:
+        return
+    user, kernel, source = found[0].mismatch  # type: ignore[misc]
+    report.problem(
+        "error",
+        spec_path,
+        f"NVIDIA driver mismatch: a container with {_names([a.name for a in found])} gets the user-space driver "
+        f"{user} but the host's kernel module is {kernel} ({host.display(source)}), so NVML fails with "
+        f"'driver/library version mismatch' and CUDA with error 803; {mismatch_fix(user, kernel)}",
+    )
+
+
+# Which driver a host has loaded and the command that writes a spec for it.
+_GENERATORS = (
+    ("nvidia", "the NVIDIA driver", "`nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml`"),
+    (
+        "wsl",
+        "WSL's GPU paravirtualization (/dev/dxg) with NVIDIA's driver store",
+        "`nvidia-ctk cdi generate --mode=wsl --output=/etc/cdi/nvidia.yaml`",
+    ),
+    ("amd", "the amdgpu driver", "`amd-ctk cdi generate --output=/etc/cdi/amd.json` (AMD Container Toolkit)"),
+    (
+        "intel",
+        "an Intel GPU driver (i915 or xe)",
+        "a spec like the one in Intel's device-plugin CDI guide (kind intel.com/gpu: card and render node)",
+    ),
+)
+
+
+def _loaded_drivers(host: HostFS) -> set[str]:
+    loaded = set()
+    if host.nvidia_driver_version()[0] is not None or host.exists("/dev/nvidiactl"):
+        loaded.add("nvidia")
+    if host.exists("/dev/dxg") and any(n.startswith("nv") for n in host.listdir("/usr/lib/wsl/drivers")):
+        loaded.add("wsl")  # an NVIDIA driver store under WSL: nvidia-ctk's WSL mode applies
+    if host.exists("/sys/module/amdgpu") or host.exists("/dev/kfd"):
+        loaded.add("amd")
+    if host.exists("/sys/module/i915") or host.exists("/sys/module/xe"):
+        loaded.add("intel")
+    return loaded
+
+
+def _drivers_without_spec(host: HostFS) -> list[tuple[str, str]]:
+    loaded = _loaded_drivers(host)
+    return [(driver, command) for key, driver, command in _GENERATORS if key in loaded]
+
+
+def _driver_not_loaded(kind: str, host: HostFS) -> str | None:
+    """Why a spec's device nodes are missing when it is the driver, not the spec: the fix."""
+    vendor = kind.split("/", 1)[0]
+    loaded = _loaded_drivers(host)
+    if vendor == "nvidia.com" and not loaded & {"nvidia", "wsl"} and not host.exists("/dev/nvmap"):
+        return (
+            "the NVIDIA kernel driver is not loaded (no /proc/driver/nvidia/version): load it (`modprobe nvidia`) "
+            "or install it"
+        )
+    if vendor == "amd.com" and "amd" not in loaded:
+        return "the amdgpu kernel driver is not loaded (no /sys/module/amdgpu): load it (`modprobe amdgpu`)"
+    return None
+
+
+_BACKUP_SUFFIXES = ("~", ".bak", ".orig", ".old", ".swp", ".tmp", ".rpmnew", ".rpmsave", ".dpkg-old", ".dpkg-dist")
+
+
+def _spec_dir_hints(report: ReportBuilder, dirs: list[str]) -> None:
+    """Info for a person: files in a spec dir that engines skip (`.yml`, backups, hidden files),
+    and why a spec dir with no spec gives no device. The reader skips them silently, as engines do."""
+    from cgpu.cdi.scan import SPEC_EXTENSIONS
+
+    for folder in dirs:
+        if os.path.islink(folder) or not os.path.isdir(folder):
+            continue  # the reader already said why it skipped it
+        try:
+            names = sorted(os.listdir(folder))
+        except OSError:
+            continue
+        skipped = [n for n in names if not n.endswith(SPEC_EXTENSIONS) and not os.path.isdir(os.path.join(folder, n))]
+        yml = [n for n in skipped if n.lower().endswith((".yml", ".yaml", ".json"))]
+        backups = [n for n in skipped if n not in yml and n.endswith(_BACKUP_SUFFIXES)]
+        hidden = [n for n in skipped if n not in yml and n not in backups and n.startswith(".")]
+        other = [n for n in skipped if n not in yml and n not in backups and n not in hidden]
+        for group, why in (
+            (yml, "engines read only *.json and *.yaml (case-sensitive): rename to use them"),
+            (backups, "backup or editor files: engines skip them, and so does cgpu"),
+            (hidden, "hidden files that are not *.json or *.yaml: engines skip them, and so does cgpu"),
+            (other, "not *.json or *.yaml: engines skip them, and so does cgpu"),
+        ):
+            if group:
+                report.problem("info", folder, f"skipped {_names(group, 5)}: {why}")
+        if not any(n.endswith(SPEC_EXTENSIONS) for n in names):
+            report.problem(
+                "info",
+                folder,
+                "this spec dir holds no *.json or *.yaml spec, so it defines no device: generate one with "
+                "`nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml` (NVIDIA), `amd-ctk cdi generate` (AMD) "
+                "or your vendor's CDI generator, or point --spec-dir at the dir that has them",
+            )
