@@ -98,12 +98,13 @@ def answer_scan(
     answers = _answers(selected, host)
     _report_problems(report, answers, host)
     first_named: dict[int, str] = {}  # devices with the same edits in one spec share their findings
+    checks: dict[tuple[int, ...], dict[str, str]] = {}
     for answer in answers:
         details: dict[str, Any] = {"status": answer.status, "spec": answer.device.spec.path}
         alias_of = first_named.setdefault(id(answer.findings), answer.name)
         if alias_of != answer.name:  # another name (index, UUID) for what a container gets with alias_of
             details["alias_of"] = alias_of
-        details["checks"] = {api: f"{f.state}: {f.text}" for api, f in answer.findings.items()}
+        details["checks"] = _checks(answer.findings, checks)
         if answer.blocked:
             details["missing"] = [path for path, _ in answer.missing]
         report.device(answer.name, answer.apis, **details)
@@ -131,6 +132,16 @@ def answer_scan(
     return answers
 
 
+def _checks(findings: dict[str, Finding], known: dict[tuple[int, ...], dict[str, str]]) -> dict[str, str]:
+    """A device's `checks`: one dict (and its texts) for every device with the same findings, so
+    that 20,000 claim devices of one kind hold one copy, not 20,000 (the report is not mutated)."""
+    key = tuple(map(id, findings.values()))
+    found = known.get(key)
+    if found is None:
+        found = known[key] = {api: f"{f.state}: {f.text}" for api, f in findings.items()}
+    return found
+
+
 def _engine_dropped(scan: ScanResult) -> dict[str, Spec]:
     """Devices only specs the engine ignores define (their cdiVersion is too new for it)."""
     dropped: dict[str, Spec] = {}
@@ -142,54 +153,62 @@ def _engine_dropped(scan: ScanResult) -> dict[str, Spec]:
     return dropped
 
 
+_Result = tuple[dict[str, Finding], list[tuple[str, str]], tuple[str, str, str] | None]
+
+
 class _Remembered:
-    __slots__ = ("answers", "devices", "trace")
+    __slots__ = ("results", "specs", "trace")
 
-    def __init__(self, devices: list[ResolvedDevice], trace: HostTrace, answers: list[DeviceAnswer]) -> None:
-        self.devices = devices  # held, so the specs' ids stay theirs
+    def __init__(self, specs: dict[int, Spec], trace: HostTrace, results: dict[tuple[int, int], _Result]) -> None:
+        self.specs = specs  # held, so the specs' ids (and their edits') stay theirs
         self.trace = trace
-        self.answers = answers
+        self.results = results  # (id of the spec, id of the device's edits) -> what it gives
 
 
-# The last answers per root: reused when the reader hands back the same parsed specs (it caches
-# them by path, size and mtime) and every host question gets the same answer again.
+# The last answers per root, per parsed spec: the reader hands back the same Spec object while a
+# file is unchanged (it caches them by path, identity and times), so when every host question of
+# the last probe gets the same answer again only the devices of new or changed files are judged
+# (one claim spec among 20,000 costs one judgement, not 20,000). Bounded by the specs read now.
 _REMEMBERED: dict[str, _Remembered] = {}
 
 
 def _answers(selected: list[ResolvedDevice], host: HostFS) -> list[DeviceAnswer]:
     last = _REMEMBERED.get(host.root)
-    if (
-        last is not None
-        and len(last.devices) == len(selected)
-        and all(
-            a.spec is b.spec and a.qualified_name == b.qualified_name
-            for a, b in zip(last.devices, selected, strict=True)
-        )
-        and host.replay(last.trace)
-    ):
-        return last.answers
+    known = last.results if last is not None and host.replay(last.trace) else {}
     bases: dict[int, tuple[ContainerView, list[tuple[str, str]]]] = {}
-    same_edits: dict[Any, tuple[dict[str, Finding], list[tuple[str, str]], tuple[str, str, str] | None]] = {}
+    same_edits: dict[Any, _Result] = {}  # equal edits of one spec (a GPU's index and UUID) share one result
+    shared: dict[tuple[str, str, tuple[str, ...]], Finding] = {}  # equal findings of any spec: one object
+    results: dict[tuple[int, int], _Result] = {}
+    specs: dict[int, Spec] = {}
     answers = []
     for device in selected:
         spec = device.spec
-        if id(spec) not in bases:
-            bases[id(spec)] = (ContainerView.of(spec.edits, host), _missing(spec.edits, host))
-        try:
-            key: Any = (id(spec), device.device.edits)
-            hash(key)
-        except TypeError:  # edits holding dicts (intelRdt, netDevices): no sharing
-            key = object()
-        if key not in same_edits:
+        own = device.device.edits
+        result = known.get((id(spec), id(own)))
+        if result is None:
+            try:
+                key: Any = (id(spec), own)
+                hash(key)
+            except TypeError:  # edits holding dicts (intelRdt, netDevices): no sharing
+                key = object()
+            result = same_edits.get(key)
+        if result is None:
+            if id(spec) not in bases:
+                bases[id(spec)] = (ContainerView.of(spec.edits, host), _missing(spec.edits, host))
             base, base_missing = bases[id(spec)]
-            own = device.device.edits
             view = base.with_device(own)
             missing = _missing(device.edits(), host) if own.mounts else base_missing + _missing(own, host)
-            same_edits[key] = (judge(view, spec.kind), missing, driver_mismatch(view))
-        findings, missing, mismatch = same_edits[key]
+            findings = {
+                api: shared.setdefault((finding.state, finding.text, finding.needs), finding)
+                for api, finding in judge(view, spec.kind).items()
+            }
+            result = same_edits[key] = (findings, missing, driver_mismatch(view))
+        results[(id(spec), id(own))] = result
+        specs[id(spec)] = spec
+        findings, missing, mismatch = result
         answers.append(DeviceAnswer(device, findings, missing, mismatch))
     _REMEMBERED.clear()  # one root at a time: a long-running agent asks about one node
-    _REMEMBERED[host.root] = _Remembered(list(selected), host.trace, answers)
+    _REMEMBERED[host.root] = _Remembered(specs, host.trace, results)
     return answers
 
 

@@ -124,6 +124,8 @@ class HostFS:
             if read(arg) != result:
                 return False
         self._memo.update(trace.answers)
+        if trace is not self.trace:  # made again: this probe's trace holds them too
+            self.trace.reads.extend(trace.reads)
         return True
 
     def _read(self, read: Callable[[str], _Answer], arg: str) -> _Answer:
