@@ -31,9 +31,10 @@ import os
 import stat
 from collections import OrderedDict
 from collections.abc import Sequence
+from typing import TypeVar
 
 from cgpu.cdi import spec_cache, versions
-from cgpu.cdi.model import ResolvedDevice, ScanResult, Spec
+from cgpu.cdi.model import ContainerEdits, ResolvedDevice, ScanResult, Spec
 from cgpu.cdi.names import go_quote
 from cgpu.cdi.parse import MAX_SPEC_BYTES, SpecError, parse_spec, too_big_message
 from cgpu.errors import CgpuError, CgpuTypeError
@@ -54,6 +55,58 @@ _parse_cache: OrderedDict[str, tuple[tuple[int, int, int, int, str], Spec | Spec
 
 def clear_parse_cache() -> None:
     _parse_cache.clear()
+    _shared.clear()
+
+
+# Equal parts of different files, one object: a DRA driver's claim specs differ in a name and an
+# env value, and their spec-level edits, device nodes and most strings are the same (20,000 claim
+# specs held 20,000 copies of each). Values are frozen; only what the parse cache keeps is kept.
+_shared: dict[object, object] = {}
+_T = TypeVar("_T")
+
+
+def _one(value: _T) -> _T:
+    return _shared.setdefault(value, value)  # type: ignore[return-value]
+
+
+def _share_edits(edits: ContainerEdits) -> ContainerEdits:
+    try:
+        known = _shared.get(edits)
+    except TypeError:  # holding dicts (intelRdt, netDevices): kept as parsed
+        return edits
+    if known is not None:
+        return known  # type: ignore[return-value]
+    shared = dataclasses.replace(
+        edits,
+        env=_one(tuple(map(_one, edits.env))),
+        device_nodes=_one(tuple(map(_one, edits.device_nodes))),
+        mounts=_one(tuple(map(_one, edits.mounts))),
+        hooks=_one(tuple(map(_one, edits.hooks))),
+    )
+    _shared[shared] = shared
+    return shared
+
+
+def _share(spec: Spec) -> Spec:
+    """`spec` with its edits, device nodes, mounts, hooks and env strings shared with the other specs'."""
+    edits = _share_edits(spec.edits)
+    devices = tuple(
+        device if (own := _share_edits(device.edits)) is device.edits else dataclasses.replace(device, edits=own)
+        for device in spec.devices
+    )
+    if edits is spec.edits and all(a is b for a, b in zip(devices, spec.devices, strict=True)):
+        return spec
+    return dataclasses.replace(spec, edits=edits, devices=devices, kind=_one(spec.kind), version=_one(spec.version))
+
+
+def _prune_shared() -> None:
+    """Keep only what the cached specs use, once the table holds much more (files removed)."""
+    if len(_shared) <= 4 * len(_parse_cache) + 64:
+        return
+    _shared.clear()
+    for path, (key, result) in list(_parse_cache.items()):
+        if isinstance(result, Spec):
+            _parse_cache[path] = (key, _share(result))
 
 
 def _read_spec(path: str, info: os.stat_result, priority: int, cache: _DiskCache) -> Spec:
@@ -67,6 +120,8 @@ def _read_spec(path: str, info: os.stat_result, priority: int, cache: _DiskCache
         raise SpecError(path, too_big_message(info.st_size), by_library=False)
     else:
         result = cache.load(path, info, priority) or _parse_file(path, info, priority, cache)
+        if isinstance(result, Spec):
+            result = _share(result)
         _parse_cache[path] = (key, result)
         _parse_cache.move_to_end(path)
         cache.read.add(path)
@@ -375,6 +430,7 @@ def scan_spec_dirs(
         spec_cache.prune(cache.directory, keep=cache.read)
     for stale in [path for path in _parse_cache if path not in cache.read]:
         del _parse_cache[stale]
+    _prune_shared()
     for qualified, conflict_priority in conflicts.items():
         survivor = devices.pop(qualified, None)
         if survivor is not None and survivor.spec.priority > conflict_priority:

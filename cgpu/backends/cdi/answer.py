@@ -157,19 +157,22 @@ _Result = tuple[dict[str, Finding], list[tuple[str, str]], tuple[str, str, str] 
 
 
 class _Remembered:
-    __slots__ = ("results", "specs", "trace")
+    __slots__ = ("results", "trace")
 
-    def __init__(self, specs: dict[int, Spec], trace: HostTrace, results: dict[tuple[int, int], _Result]) -> None:
-        self.specs = specs  # held, so the specs' ids (and their edits') stay theirs
+    def __init__(self, trace: HostTrace, results: dict[int, tuple[Spec, _Result]]) -> None:
         self.trace = trace
-        self.results = results  # (id of the spec, id of the device's edits) -> what it gives
+        # id of a device's SpecDevice -> its spec (held, so the ids stay theirs) and what it gives
+        self.results = results
 
 
-# The last answers per root, per parsed spec: the reader hands back the same Spec object while a
-# file is unchanged (it caches them by path, identity and times), so when every host question of
-# the last probe gets the same answer again only the devices of new or changed files are judged
-# (one claim spec among 20,000 costs one judgement, not 20,000). Bounded by the specs read now.
+# The last answers per root, per parsed device: the reader hands back the same Spec and SpecDevice
+# objects while a file is unchanged (it caches them by path, identity and times), so when every
+# host question of the last probe gets the same answer again only the devices of new or changed
+# files are judged (one claim spec among 20,000 costs one judgement, not 20,000). What a device
+# gives depends on its own edits, its spec's edits and kind: a SpecDevice is reused only with the
+# same spec-level edits and kind. Bounded by the specs read now.
 _REMEMBERED: dict[str, _Remembered] = {}
+_NOTHING_MISSING: list[tuple[str, str]] = []  # shared by every device that can start; never mutated
 
 
 def _answers(selected: list[ResolvedDevice], host: HostFS) -> list[DeviceAnswer]:
@@ -178,13 +181,14 @@ def _answers(selected: list[ResolvedDevice], host: HostFS) -> list[DeviceAnswer]
     bases: dict[int, tuple[ContainerView, list[tuple[str, str]]]] = {}
     same_edits: dict[Any, _Result] = {}  # equal edits of one spec (a GPU's index and UUID) share one result
     shared: dict[tuple[str, str, tuple[str, ...]], Finding] = {}  # equal findings of any spec: one object
-    results: dict[tuple[int, int], _Result] = {}
-    specs: dict[int, Spec] = {}
+    results: dict[int, tuple[Spec, _Result]] = {}
     answers = []
     for device in selected:
         spec = device.spec
         own = device.device.edits
-        result = known.get((id(spec), id(own)))
+        before = known.get(id(device.device))
+        reusable = before is not None and before[0].edits is spec.edits and before[0].kind == spec.kind
+        result = before[1] if before is not None and reusable else None
         if result is None:
             try:
                 key: Any = (id(spec), own)
@@ -202,13 +206,12 @@ def _answers(selected: list[ResolvedDevice], host: HostFS) -> list[DeviceAnswer]
                 api: shared.setdefault((finding.state, finding.text, finding.needs), finding)
                 for api, finding in judge(view, spec.kind).items()
             }
-            result = same_edits[key] = (findings, missing, driver_mismatch(view))
-        results[(id(spec), id(own))] = result
-        specs[id(spec)] = spec
+            result = same_edits[key] = (findings, missing or _NOTHING_MISSING, driver_mismatch(view))
+        results[id(device.device)] = (spec, result)
         findings, missing, mismatch = result
         answers.append(DeviceAnswer(device, findings, missing, mismatch))
     _REMEMBERED.clear()  # one root at a time: a long-running agent asks about one node
-    _REMEMBERED[host.root] = _Remembered(specs, host.trace, results)
+    _REMEMBERED[host.root] = _Remembered(host.trace, results)
     return answers
 
 
