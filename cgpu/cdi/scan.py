@@ -53,8 +53,12 @@ PARSE_CACHE_SIZE = 256  # the most kept while one scan runs, beyond the files it
 _parse_cache: OrderedDict[str, tuple[tuple[int, int, int, int, str], Spec | SpecError]] = OrderedDict()
 
 
+_kept = [0]  # how many entries the last scan left
+
+
 def clear_parse_cache() -> None:
     _parse_cache.clear()
+    _kept[0] = 0
     _shared.clear()
 
 
@@ -125,7 +129,9 @@ def _read_spec(path: str, info: os.stat_result, priority: int, cache: _DiskCache
         _parse_cache[path] = (key, result)
         _parse_cache.move_to_end(path)
         cache.read.add(path)
-        if len(_parse_cache) > PARSE_CACHE_SIZE + len(cache.read):
+        # beyond what the last scan kept (all of which this scan may still read: evicting one
+        # of those would evict the next file ahead, and so on, re-reading every later file)
+        if len(_parse_cache) > PARSE_CACHE_SIZE + len(cache.read) + _kept[0]:
             _parse_cache.popitem(last=False)
     cache.read.add(path)
     if isinstance(result, SpecError):
@@ -430,6 +436,7 @@ def scan_spec_dirs(
         spec_cache.prune(cache.directory, keep=cache.read)
     for stale in [path for path in _parse_cache if path not in cache.read]:
         del _parse_cache[stale]
+    _kept[0] = len(_parse_cache)
     _prune_shared()
     for qualified, conflict_priority in conflicts.items():
         survivor = devices.pop(qualified, None)

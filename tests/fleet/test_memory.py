@@ -83,3 +83,44 @@ def test_more_specs_than_the_caches_old_limits_are_each_parsed_once(tmp_path, mo
     for _ in range(3):
         assert len(_probe(specs, tmp_path)["devices"]) == count
     assert len(parses) == count  # the first probe parsed each file; the others read none again
+
+
+def test_one_changed_claim_among_thousands_is_the_only_file_parsed_and_judged_again(tmp_path, monkeypatch):
+    from cgpu.backends.cdi import answer as answer_module
+
+    monkeypatch.setenv("CGPU_CACHE_DIR", str(tmp_path / "cache"))
+    specs = tmp_path / "cdi"
+    specs.mkdir()
+    count = 2000
+    for index in range(count):
+        (specs / f"claim-{index:04d}.yaml").write_text(CLAIM.format(uid=f"uid-{index:05d}"))
+    parses: list[str] = []
+    judged: list[str] = []
+    real_parse, real_judge = parse.parse_spec, answer_module.judge
+
+    def counting_parse(data, *, path, **kwargs):
+        parses.append(path)
+        return real_parse(data, path=path, **kwargs)
+
+    def counting_judge(view, kind):
+        judged.append(kind)
+        return real_judge(view, kind)
+
+    monkeypatch.setattr(scan_module, "parse_spec", counting_parse)
+    monkeypatch.setattr(answer_module, "judge", counting_judge)
+    scan_module.clear_parse_cache()
+    first = _probe(specs, tmp_path)
+    assert len(parses) == len(judged) == count
+    parses.clear()
+    judged.clear()
+    (specs / "claim-0007.yaml").write_text(CLAIM.format(uid="uid-changed"))
+    second = _probe(specs, tmp_path)
+    assert parses == [str(specs / "claim-0007.yaml")]
+    assert len(judged) == 1  # the other 1,999 devices' answers are reused, not judged again
+    names = [device["name"] for device in second["devices"]]
+    assert len(names) == count and "k8s.gpu.nvidia.com/claim=uid-changed" in names
+    assert "k8s.gpu.nvidia.com/claim=uid-00007" not in names
+    # the reused answers are the ones a fresh judgement gives
+    unchanged = [d for d in second["devices"] if d["name"] != "k8s.gpu.nvidia.com/claim=uid-changed"]
+    assert unchanged == [d for d in first["devices"] if d["name"] != "k8s.gpu.nvidia.com/claim=uid-00007"]
+    assert second["apis"] == first["apis"] and second["evidence"] == first["evidence"]
