@@ -97,11 +97,11 @@ def answer_scan(
         return None
     answers = _answers(selected, host)
     _report_problems(report, answers, host)
-    first_named: dict[int, str] = {}  # devices with the same edits in one spec share their findings
+    first_named: dict[int, str] = {}  # devices with the same edits in one spec: one device, two names
     checks: dict[tuple[int, ...], dict[str, str]] = {}
     for answer in answers:
         details: dict[str, Any] = {"status": answer.status, "spec": answer.device.spec.path}
-        alias_of = first_named.setdefault(id(answer.findings), answer.name)
+        alias_of = first_named.setdefault(id(answer.same), answer.name)
         if alias_of != answer.name:  # another name (index, UUID) for what a container gets with alias_of
             details["alias_of"] = alias_of
         details["checks"] = _checks(answer.findings, checks)
@@ -181,6 +181,7 @@ def _answers(selected: list[ResolvedDevice], host: HostFS) -> list[DeviceAnswer]
     bases: dict[int, tuple[ContainerView, list[tuple[str, str]]]] = {}
     same_edits: dict[Any, _Result] = {}  # equal edits of one spec (a GPU's index and UUID) share one result
     shared: dict[tuple[str, str, tuple[str, ...]], Finding] = {}  # equal findings of any spec: one object
+    equal_findings: dict[tuple[int, ...], dict[str, Finding]] = {}  # ... and one dict of them
     results: dict[int, tuple[Spec, _Result]] = {}
     answers = []
     for device in selected:
@@ -202,14 +203,15 @@ def _answers(selected: list[ResolvedDevice], host: HostFS) -> list[DeviceAnswer]
             base, base_missing = bases[id(spec)]
             view = base.with_device(own)
             missing = _missing(device.edits(), host) if own.mounts else base_missing + _missing(own, host)
-            findings = {
+            judged = {
                 api: shared.setdefault((finding.state, finding.text, finding.needs), finding)
                 for api, finding in judge(view, spec.kind).items()
             }
+            findings = equal_findings.setdefault(tuple(map(id, judged.values())), judged)
             result = same_edits[key] = (findings, missing or _NOTHING_MISSING, driver_mismatch(view))
         results[id(device.device)] = (spec, result)
         findings, missing, mismatch = result
-        answers.append(DeviceAnswer(device, findings, missing, mismatch))
+        answers.append(DeviceAnswer(device, findings, missing, mismatch, same=result))
     _REMEMBERED.clear()  # one root at a time: a long-running agent asks about one node
     _REMEMBERED[host.root] = _Remembered(host.trace, results)
     return answers
