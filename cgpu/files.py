@@ -7,6 +7,7 @@ import contextlib
 import errno
 import os
 import stat
+from collections.abc import Iterable
 from typing import IO
 
 from cgpu.errors import CgpuError
@@ -125,13 +126,14 @@ def temp_dir(directory: str) -> str:
     return path
 
 
-def write_atomic(path: str, data: bytes, *, mode: int = 0o644) -> None:
+def write_atomic(path: str, data: bytes | Iterable[bytes], *, mode: int = 0o644) -> None:
     """Replace `path` with `data` so that a reader sees the old file or the new one, never a
     part, and a watcher of the directory sees one event, on `path`'s own name: the data goes to a
     temporary file with an unguessable name in a private hidden subdirectory (TEMP_DIR, on the
     same filesystem), its mode set on the open descriptor, flushed to disk, then renamed over.
     A target that is a link, a directory or another user's file is refused (UnsafeTargetError).
-    The temporary file is removed on every failure, Ctrl-C and SIGTERM included."""
+    The temporary file is removed on every failure, Ctrl-C and SIGTERM included. `data` may come
+    in pieces (an iterable of bytes: a large answer written without being built whole)."""
     import tempfile
 
     directory, name = os.path.split(os.path.abspath(path))
@@ -139,7 +141,11 @@ def write_atomic(path: str, data: bytes, *, mode: int = 0o644) -> None:
     fd, temporary = tempfile.mkstemp(dir=temp_dir(directory), prefix=f"{name}.", suffix=TEMP_SUFFIX)
     try:
         with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
+            if isinstance(data, bytes):
+                handle.write(data)
+            else:
+                for piece in data:
+                    handle.write(piece)
             handle.flush()
             if hasattr(os, "fchmod"):
                 os.fchmod(handle.fileno(), mode)

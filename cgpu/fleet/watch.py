@@ -417,11 +417,13 @@ class Publisher:
             if not self.failing:
                 self._last = None
 
-    def _data(self, output: Output, report: dict[str, Any], finished_at: float, duration: float) -> bytes:
+    def _data(
+        self, output: Output, report: dict[str, Any], finished_at: float, duration: float
+    ) -> bytes | Iterator[bytes]:
         if output.kind == "answer":
-            from cgpu.report import to_json
+            from cgpu.report import json_chunks
 
-            return (to_json(report) + "\n").encode()
+            return json_chunks(report)  # streamed: 20,000 devices are 16 MiB of JSON
         if output.kind == "NFD feature":
             from cgpu.fleet.nfd import feature_file
 
