@@ -104,7 +104,8 @@ def _share(spec: Spec) -> Spec:
 
 
 def _prune_shared() -> None:
-    """Keep only what the cached specs use, once the table holds much more (files removed)."""
+    """Keep only what the cached specs use, once the table holds much more (files removed). The
+    cached specs become new objects: the backend judges their devices again at the next probe."""
     if len(_shared) <= 4 * len(_parse_cache) + 64:
         return
     _shared.clear()

@@ -153,15 +153,16 @@ def _engine_dropped(scan: ScanResult) -> dict[str, Spec]:
     return dropped
 
 
-_Result = tuple[dict[str, Finding], list[tuple[str, str]], tuple[str, str, str] | None]
+# findings, missing paths, driver mismatch, and the spec judged (held, so the ids stay theirs)
+_Result = tuple[dict[str, Finding], list[tuple[str, str]], tuple[str, str, str] | None, Spec]
 
 
 class _Remembered:
     __slots__ = ("results", "trace")
 
-    def __init__(self, trace: HostTrace, results: dict[int, tuple[Spec, _Result]]) -> None:
+    def __init__(self, trace: HostTrace, results: dict[int, _Result]) -> None:
         self.trace = trace
-        # id of a device's SpecDevice -> its spec (held, so the ids stay theirs) and what it gives
+        # id of a device's SpecDevice -> what it gives (one tuple for the devices with equal edits)
         self.results = results
 
 
@@ -182,14 +183,14 @@ def _answers(selected: list[ResolvedDevice], host: HostFS) -> list[DeviceAnswer]
     same_edits: dict[Any, _Result] = {}  # equal edits of one spec (a GPU's index and UUID) share one result
     shared: dict[tuple[str, str, tuple[str, ...]], Finding] = {}  # equal findings of any spec: one object
     equal_findings: dict[tuple[int, ...], dict[str, Finding]] = {}  # ... and one dict of them
-    results: dict[int, tuple[Spec, _Result]] = {}
+    results: dict[int, _Result] = {}
     answers = []
     for device in selected:
         spec = device.spec
         own = device.device.edits
-        before = known.get(id(device.device))
-        reusable = before is not None and before[0].edits is spec.edits and before[0].kind == spec.kind
-        result = before[1] if before is not None and reusable else None
+        result = known.get(id(device.device))
+        if result is not None and (result[3].edits is not spec.edits or result[3].kind != spec.kind):
+            result = None
         if result is None:
             try:
                 key: Any = (id(spec), own)
@@ -208,9 +209,9 @@ def _answers(selected: list[ResolvedDevice], host: HostFS) -> list[DeviceAnswer]
                 for api, finding in judge(view, spec.kind).items()
             }
             findings = equal_findings.setdefault(tuple(map(id, judged.values())), judged)
-            result = same_edits[key] = (findings, missing or _NOTHING_MISSING, driver_mismatch(view))
-        results[id(device.device)] = (spec, result)
-        findings, missing, mismatch = result
+            result = same_edits[key] = (findings, missing or _NOTHING_MISSING, driver_mismatch(view), spec)
+        results[id(device.device)] = result
+        findings, missing, mismatch, _ = result
         answers.append(DeviceAnswer(device, findings, missing, mismatch, same=result))
     _REMEMBERED.clear()  # one root at a time: a long-running agent asks about one node
     _REMEMBERED[host.root] = _Remembered(host.trace, results)
