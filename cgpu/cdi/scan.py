@@ -60,6 +60,7 @@ def clear_parse_cache() -> None:
     _parse_cache.clear()
     _kept[0] = 0
     _shared.clear()
+    _shared_floor[0] = None
 
 
 # Equal parts of different files, one object: a DRA driver's claim specs differ in a name and an
@@ -91,27 +92,42 @@ def _share_edits(edits: ContainerEdits) -> ContainerEdits:
     return shared
 
 
+SHARED_DEVICES = 8  # a spec with more devices (a GPU node's) is one of a few: its devices' edits are its own
+
+
 def _share(spec: Spec) -> Spec:
-    """`spec` with its edits, device nodes, mounts, hooks and env strings shared with the other specs'."""
+    """`spec` with its edits, device nodes, mounts, hooks and env strings shared with the other specs'
+    (its devices' only for a spec of a few devices, as a claim spec is: thousands of files of them)."""
     edits = _share_edits(spec.edits)
-    devices = tuple(
-        device if (own := _share_edits(device.edits)) is device.edits else dataclasses.replace(device, edits=own)
-        for device in spec.devices
+    devices = (
+        spec.devices
+        if len(spec.devices) > SHARED_DEVICES
+        else tuple(
+            device if (own := _share_edits(device.edits)) is device.edits else dataclasses.replace(device, edits=own)
+            for device in spec.devices
+        )
     )
     if edits is spec.edits and all(a is b for a, b in zip(devices, spec.devices, strict=True)):
         return spec
     return dataclasses.replace(spec, edits=edits, devices=devices, kind=_one(spec.kind), version=_one(spec.version))
 
 
+_shared_floor: list[int | None] = [None]  # the table's size after the last prune (or the first scan)
+
+
 def _prune_shared() -> None:
-    """Keep only what the cached specs use, once the table holds much more (files removed). The
-    cached specs become new objects: the backend judges their devices again at the next probe."""
-    if len(_shared) <= 4 * len(_parse_cache) + 64:
+    """Keep only what the cached specs use once the table holds twice what it held after the
+    last prune (files removed since), so that it stays within twice what the spec dirs hold now.
+    The cached specs become new objects: the backend judges their devices again once."""
+    floor = _shared_floor[0]
+    if floor is None or len(_shared) <= 2 * floor + 64:
+        _shared_floor[0] = len(_shared) if floor is None else floor
         return
     _shared.clear()
     for path, (key, result) in list(_parse_cache.items()):
         if isinstance(result, Spec):
             _parse_cache[path] = (key, _share(result))
+    _shared_floor[0] = len(_shared)
 
 
 def _read_spec(path: str, info: os.stat_result, priority: int, cache: _DiskCache) -> Spec:
