@@ -124,6 +124,12 @@ def test_one_changed_claim_among_thousands_is_the_only_file_parsed_and_judged_ag
     unchanged = [d for d in second["devices"] if d["name"] != "k8s.gpu.nvidia.com/claim=uid-changed"]
     assert unchanged == [d for d in first["devices"] if d["name"] != "k8s.gpu.nvidia.com/claim=uid-00007"]
     assert second["apis"] == first["apis"] and second["evidence"] == first["evidence"]
+    # the host reads replayed from the last probe are carried over once each, not once per probe
+    reads = [len(next(iter(cdi_backend._REMEMBERED.values())).trace.reads)]
+    for _ in range(3):
+        _probe(specs, tmp_path)
+        reads.append(len(next(iter(cdi_backend._REMEMBERED.values())).trace.reads))
+    assert len(set(reads)) == 1, reads
 
 
 PER_SPEC_KIB = 5.5  # a claim spec's share of a watch's RSS: 4.3 KiB measured; 6.6 KiB before (8.2 at 20,000)
