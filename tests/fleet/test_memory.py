@@ -124,6 +124,8 @@ def test_one_changed_claim_among_thousands_is_the_only_file_parsed_and_judged_ag
     unchanged = [d for d in second["devices"] if d["name"] != "k8s.gpu.nvidia.com/claim=uid-changed"]
     assert unchanged == [d for d in first["devices"] if d["name"] != "k8s.gpu.nvidia.com/claim=uid-00007"]
     assert second["apis"] == first["apis"] and second["evidence"] == first["evidence"]
+    remembered = next(iter(cdi_backend._REMEMBERED.values())).results
+    assert len({id(result[0]) for result in remembered.values()}) == 1  # equal findings: one dict, the new one's too
     # the host reads replayed from the last probe are carried over once each, not once per probe
     reads = [len(next(iter(cdi_backend._REMEMBERED.values())).trace.reads)]
     for _ in range(3):

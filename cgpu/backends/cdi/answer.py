@@ -183,6 +183,13 @@ def _answers(selected: list[ResolvedDevice], host: HostFS) -> list[DeviceAnswer]
     same_edits: dict[Any, _Result] = {}  # equal edits of one spec (a GPU's index and UUID) share one result
     shared: dict[tuple[str, str, tuple[str, ...]], Finding] = {}  # equal findings of any spec: one object
     equal_findings: dict[tuple[int, ...], dict[str, Finding]] = {}  # ... and one dict of them
+    seeded: set[int] = set()
+    for findings, *_ in known.values():  # the last probe's, so that a new judgement equal to one shares it
+        if id(findings) not in seeded:
+            seeded.add(id(findings))
+            for finding in findings.values():
+                shared.setdefault((finding.state, finding.text, finding.needs), finding)
+            equal_findings.setdefault(tuple(map(id, findings.values())), findings)
     results: dict[int, _Result] = {}
     answers = []
     for device in selected:
