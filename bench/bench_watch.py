@@ -39,9 +39,9 @@ containerEdits:
 """
 
 
-def rss_kib(pid: int) -> int:
+def rss_kib(pid: int, field: str = "VmRSS") -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(field + ":"):
             return int(line.split()[1])
     return 0
 
@@ -120,11 +120,12 @@ def many(work: Path, count: int, idle: float) -> None:
     size = os.stat(watch.answer).st_size
     time.sleep(3)  # the probe's tail: the collection and heap trim after the write
     rss = rss_kib(watch.proc.pid)
+    peak = rss_kib(watch.proc.pid, "VmHWM")
     cpu = cpu_seconds(watch.proc.pid)
     time.sleep(idle)
     idle_cpu = cpu_seconds(watch.proc.pid) - cpu
     print(f"{count} specs: first answer {first:.1f} s, a change {second:.1f} s, answer file {size / 2**20:.1f} MiB, "
-          f"RSS {rss / 1024:.1f} MiB, idle CPU {idle_cpu:.2f} s in {idle:g} s")  # fmt: skip
+          f"RSS {rss / 1024:.1f} MiB (peak {peak / 1024:.1f}), idle CPU {idle_cpu:.2f} s in {idle:g} s")  # fmt: skip
     watch.stop()
     watch.answer.unlink()
     watch = Watch(specs, out)  # a new process: specs from the disk cache

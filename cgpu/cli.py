@@ -336,6 +336,15 @@ def add_options(parser: argparse.ArgumentParser, table: Sequence[Option] = OPTIO
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    hangup = _ignore_hangup_while_starting(sys.argv[1:2] if argv is None else list(argv[:1]))
+    try:
+        return _main(argv)
+    finally:
+        if hangup is not None:
+            signal.signal(signal.SIGHUP, hangup)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     as_program = argv is None  # not called in-process with arguments (a test, an agent)
     if as_program:  # a whole-run --timeout counts from the process's start (slow on a busy host)
         from cgpu.clock import count_from_process_start
@@ -390,6 +399,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             import gc
 
             gc.freeze()  # ~0.1 s of CPU, a second on a busy host, past every --timeout
+
+
+def _ignore_hangup_while_starting(command: Sequence[str]) -> Any:
+    """`watch` takes SIGHUP as "probe again", but its handler is installed only once the options
+    are parsed: until then the default action would kill it. A SIGHUP that early is ignored (the
+    first probe is still ahead). Returns the disposition to restore (None: nothing changed)."""
+    if list(command) != ["watch"] or not hasattr(signal, "SIGHUP"):
+        return None
+    try:
+        return signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    except ValueError:  # called in another thread: only the main one takes signals
+        return None
 
 
 def backend_options(

@@ -8,6 +8,7 @@ import contextlib
 import errno
 import os
 import stat
+from collections.abc import Iterable
 from typing import IO
 
 from cgpu.errors import CgpuError
@@ -128,7 +129,7 @@ def temp_dir(directory: str) -> str:
 
 def write_atomic(
     path: str | os.PathLike[str],
-    data: bytes,
+    data: bytes | Iterable[bytes],
     *,
     mode: int = 0o644,
     private_dir: str | None = None,
@@ -139,7 +140,8 @@ def write_atomic(
     through `cgpu.cache.write_private` every cache entry). The data goes to a new temporary file
     with an unguessable name (created exclusively, never through a link), its mode set on the
     open descriptor, flushed to disk when `durable`, then renamed over `path`. The temporary file
-    is removed on every failure, Ctrl-C and SIGTERM included.
+    is removed on every failure, Ctrl-C and SIGTERM included. `data` may come in pieces (an
+    iterable of bytes: a large answer written without being built whole).
 
     In a shared directory (the default) the temporary file is made in the private hidden
     subdirectory TEMP_DIR (a watcher of the directory sees one event, on `path`'s own name), and
@@ -162,7 +164,11 @@ def write_atomic(
     fd = os.open(temporary, flags, 0o600)
     try:
         with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
+            if isinstance(data, bytes):
+                handle.write(data)
+            else:
+                for piece in data:
+                    handle.write(piece)
             handle.flush()
             if hasattr(os, "fchmod"):
                 os.fchmod(handle.fileno(), mode)

@@ -12,7 +12,7 @@ import json
 import os
 import re
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from cgpu.apis import API_ORDER, IMAGE_NEEDS, METAL_EVIDENCE, State
@@ -40,6 +40,40 @@ def to_json(data: Any, *, indent: int | None = 2) -> str:
     return json.dumps(_no_surrogates(data), indent=indent)
 
 
+def json_chunks(data: Any, *, size: int = 1 << 16) -> Iterator[bytes]:
+    """`(to_json(data) + "\\n").encode()` in pieces of about `size` bytes, never built whole: a
+    report listing 20,000 devices is 16 MiB of JSON, and the encoder's list of its ~1 million
+    small strings is what would stay in the process's heap afterwards (fragmented). The one
+    difference: a high and a low lone surrogate side by side (never an undecodable byte of a
+    file name, which is a low one alone) read back as the character the pair encodes."""
+    pending: list[str] = []
+    length = 0
+    for piece in json.JSONEncoder(indent=2).iterencode(data):
+        if "\\ud" in piece or "\\uD" in piece:
+            piece = _LONE_SURROGATE_ESCAPE.sub(_escaped_surrogate, piece)
+        pending.append(piece)
+        length += len(piece)
+        if length >= size:
+            yield "".join(pending).encode()
+            pending, length = [], 0
+    pending.append("\n")
+    yield "".join(pending).encode()
+
+
+# In ensure_ascii JSON text: a surrogate pair (a character above U+FFFF: kept), a lone surrogate
+# (written as to_json writes it), or any other escape (kept; `\\` too, so `\\udc80` is text)
+_LONE_SURROGATE_ESCAPE = re.compile(
+    r"\\(u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}|u[dD][89a-fA-F][0-9a-fA-F]{2}|.)"
+)
+
+
+def _escaped_surrogate(match: re.Match[str]) -> str:
+    escape = match.group(1)
+    if len(escape) != 5:  # a pair, or not a surrogate
+        return match.group()
+    return json.dumps(_unsurrogate_code(int(escape[1:], 16)))[1:-1]
+
+
 def to_yaml(data: Any) -> str:
     """The same data as YAML (PyYAML's safe dump, block style, keys in the report's order),
     undecodable bytes written as in `to_json`."""
@@ -49,7 +83,10 @@ def to_yaml(data: Any) -> str:
 
 
 def _unsurrogate(match: re.Match[str]) -> str:
-    code = ord(match.group())
+    return _unsurrogate_code(ord(match.group()))
+
+
+def _unsurrogate_code(code: int) -> str:
     return f"\\x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"\\u{code:04x}"
 
 

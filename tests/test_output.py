@@ -166,3 +166,31 @@ def test_explain_lists_only_the_devices_seen_for_that_api():
     builder.device("pthread-cpu", [], api="opencl", **seen)
     text = render_explain(builder.build(), "vulkan")
     assert "llvmpipe" in text and "pthread-cpu" not in text
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "plain",
+        "caf\u00e9 \U0001f600 \u2603",  # a character above U+FFFF is a surrogate pair in the JSON text
+        "/etc/cdi/\udcff\udc80.yaml",  # undecodable bytes of a file name
+        "lone \ud800 high, lone \udfff low, \udc00 below the byte range",
+        "\\udc80 is text here, and so is \\\\\udc81 after two backslashes",
+    ],
+)
+def test_the_streamed_answer_is_byte_for_byte_what_to_json_writes(text):
+    from cgpu.report import json_chunks
+
+    data = {"devices": [{"name": text, "checks": {text: [text, 1, None, True]}}] * 3, text: text}
+    pieces = list(json_chunks(data, size=7))
+    assert len(pieces) > 1
+    assert b"".join(pieces) == (to_json(data) + "\n").encode()
+
+
+def test_the_streamed_answer_writes_two_lone_surrogates_that_read_as_a_pair_as_that_character():
+    """The one difference from to_json, which sees the data: the JSON text of a high and a low
+    surrogate side by side is that of the character they encode (file names never hold one: an
+    undecodable byte is a low surrogate alone)."""
+    from cgpu.report import json_chunks
+
+    assert json.loads(b"".join(json_chunks({"a": "\ud83d\ude00"}))) == {"a": "\U0001f600"}

@@ -32,9 +32,10 @@ import os
 import stat
 from collections import OrderedDict
 from collections.abc import Sequence
+from typing import TypeVar
 
 from cgpu.cdi import spec_cache, versions
-from cgpu.cdi.model import ResolvedDevice, ScanResult, Spec
+from cgpu.cdi.model import ContainerEdits, ResolvedDevice, ScanResult, Spec
 from cgpu.cdi.names import go_quote
 from cgpu.cdi.parse import MAX_SPEC_BYTES, SpecError, parse_spec, too_big_message
 from cgpu.errors import CgpuError, CgpuTypeError
@@ -54,8 +55,81 @@ PARSE_CACHE_SIZE = 256  # the most kept while one scan runs, beyond the files it
 _parse_cache: OrderedDict[str, tuple[tuple[int, int, int, int, str], Spec | SpecError]] = OrderedDict()
 
 
+_kept = [0]  # how many entries the last scan left
+
+
 def clear_parse_cache() -> None:
     _parse_cache.clear()
+    _kept[0] = 0
+    _shared.clear()
+    _shared_floor[0] = None
+
+
+# Equal parts of different files, one object: a DRA driver's claim specs differ in a name and an
+# env value, and their spec-level edits, device nodes and most strings are the same (20,000 claim
+# specs held 20,000 copies of each). Values are frozen; only what the parse cache keeps is kept.
+_shared: dict[object, object] = {}
+_T = TypeVar("_T")
+
+
+def _one(value: _T) -> _T:
+    return _shared.setdefault(value, value)  # type: ignore[return-value]
+
+
+def _share_edits(edits: ContainerEdits) -> ContainerEdits:
+    try:
+        known = _shared.get(edits)
+    except TypeError:  # holding dicts (intelRdt, netDevices): kept as parsed
+        return edits
+    if known is not None:
+        return known  # type: ignore[return-value]
+    shared = dataclasses.replace(
+        edits,
+        env=_one(tuple(map(_one, edits.env))),
+        device_nodes=_one(tuple(map(_one, edits.device_nodes))),
+        mounts=_one(tuple(map(_one, edits.mounts))),
+        hooks=_one(tuple(map(_one, edits.hooks))),
+    )
+    _shared[shared] = shared
+    return shared
+
+
+SHARED_DEVICES = 8  # a spec with more devices (a GPU node's) is one of a few: its devices' edits are its own
+
+
+def _share(spec: Spec) -> Spec:
+    """`spec` with its edits, device nodes, mounts, hooks and env strings shared with the other specs'
+    (its devices' only for a spec of a few devices, as a claim spec is: thousands of files of them)."""
+    edits = _share_edits(spec.edits)
+    devices = (
+        spec.devices
+        if len(spec.devices) > SHARED_DEVICES
+        else tuple(
+            device if (own := _share_edits(device.edits)) is device.edits else dataclasses.replace(device, edits=own)
+            for device in spec.devices
+        )
+    )
+    if edits is spec.edits and all(a is b for a, b in zip(devices, spec.devices, strict=True)):
+        return spec
+    return dataclasses.replace(spec, edits=edits, devices=devices, kind=_one(spec.kind), version=_one(spec.version))
+
+
+_shared_floor: list[int | None] = [None]  # the table's size after the last prune (or the first scan)
+
+
+def _prune_shared() -> None:
+    """Keep only what the cached specs use once the table holds twice what it held after the
+    last prune (files removed since), so that it stays within twice what the spec dirs hold now.
+    The cached specs become new objects: the backend judges their devices again once."""
+    floor = _shared_floor[0]
+    if floor is None or len(_shared) <= 2 * floor + 64:
+        _shared_floor[0] = len(_shared) if floor is None else floor
+        return
+    _shared.clear()
+    for path, (key, result) in list(_parse_cache.items()):
+        if isinstance(result, Spec):
+            _parse_cache[path] = (key, _share(result))
+    _shared_floor[0] = len(_shared)
 
 
 def _read_spec(path: str, info: os.stat_result, priority: int, cache: _DiskCache) -> Spec:
@@ -69,10 +143,14 @@ def _read_spec(path: str, info: os.stat_result, priority: int, cache: _DiskCache
         raise SpecError(path, too_big_message(info.st_size), by_library=False)
     else:
         result = cache.load(path, info, priority) or _parse_file(path, info, priority, cache)
+        if isinstance(result, Spec):
+            result = _share(result)
         _parse_cache[path] = (key, result)
         _parse_cache.move_to_end(path)
         cache.read.add(path)
-        if len(_parse_cache) > PARSE_CACHE_SIZE + len(cache.read):
+        # beyond what the last scan kept (all of which this scan may still read: evicting one
+        # of those would evict the next file ahead, and so on, re-reading every later file)
+        if len(_parse_cache) > PARSE_CACHE_SIZE + len(cache.read) + _kept[0]:
             _parse_cache.popitem(last=False)
     cache.read.add(path)
     if isinstance(result, SpecError):
@@ -379,6 +457,8 @@ def scan_spec_dirs(
         spec_cache.prune(cache.directory, keep=cache.read)
     for stale in [path for path in _parse_cache if path not in cache.read]:
         del _parse_cache[stale]
+    _kept[0] = len(_parse_cache)
+    _prune_shared()
     for qualified, conflict_priority in conflicts.items():
         survivor = devices.pop(qualified, None)
         if survivor is not None and survivor.spec.priority > conflict_priority:

@@ -418,9 +418,10 @@ class Publisher:
         return any(output.failing for output in self.outputs)
 
     def publish(self, report: dict[str, Any], *, finished_at: float, duration: float) -> None:
-        self._last = (report, finished_at, duration)
         for output in self.outputs:
             self._write(output, report, finished_at, duration)
+        # kept only for a write to retry: a report lists every device (20,000 DRA claims: ~20 MB)
+        self._last = (report, finished_at, duration) if self.failing else None
 
     def retry(self) -> None:
         if self._last is not None:
@@ -428,12 +429,16 @@ class Publisher:
             for output in self.outputs:
                 if output.failing:
                     self._write(output, report, finished_at, duration)
+            if not self.failing:
+                self._last = None
 
-    def _data(self, output: Output, report: dict[str, Any], finished_at: float, duration: float) -> bytes:
+    def _data(
+        self, output: Output, report: dict[str, Any], finished_at: float, duration: float
+    ) -> bytes | Iterator[bytes]:
         if output.kind == "answer":
-            from cgpu.report import to_json
+            from cgpu.report import json_chunks
 
-            return (to_json(report) + "\n").encode()
+            return json_chunks(report)  # streamed: 20,000 devices are 16 MiB of JSON
         if output.kind == "NFD feature":
             from cgpu.fleet.nfd import feature_file
 
@@ -519,12 +524,13 @@ def watch(
             with control.held():
                 publisher.publish(report, finished_at=time.time(), duration=duration)
             done += 1
-            _release_memory()
             if inputs_of is not None and wakeup.set_inputs(inputs_of(report)):
                 log(f"watching the judging engine's spec dirs: {wakeup.describe()}")
             if summary(report) != last:  # log changes of answer, not every refresh
                 last = summary(report)
                 log(describe(report))
+            del report  # not held while asleep (the publisher keeps it only for a failed write)
+            _release_memory()
             if rounds is not None and done >= rounds:
                 break
             _sleep(wakeup, control, publisher, interval, log)

@@ -202,3 +202,61 @@ def test_the_cli_exits_with_the_signals_status_after_a_sighup(tmp_path, signum, 
     assert "SIGHUP: probing again" in err and "Traceback" not in err
     assert sorted(os.listdir(out)) == [".cgpu-tmp", "answer.json", "cgpu"] and os.listdir(out / ".cgpu-tmp") == []
     json.loads(answer.read_text())
+
+
+STARTING = r"""
+import os, signal, sys
+import cgpu.cli
+import cgpu.fleet.watch
+
+def hangup_first(function):
+    def wrapped(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGHUP)  # a SIGHUP from outside, before watch's handler is there
+        return function(*args, **kwargs)
+    return wrapped
+
+target = cgpu.cli if sys.argv[1] == "_parser" else cgpu.fleet.watch.Control
+setattr(target, sys.argv[1] if target is cgpu.cli else "install", hangup_first(
+    getattr(target, sys.argv[1] if target is cgpu.cli else "install")))
+sys.argv = ["cgpu", *sys.argv[2:]]
+raise SystemExit(cgpu.cli.main())
+"""
+
+
+@pytest.mark.parametrize("moment", ["_parser", "install"])  # the first step of main, the last before the handler
+def test_a_sighup_while_watch_is_starting_up_does_not_kill_it(tmp_path, moment):
+    out = tmp_path / "out"
+    out.mkdir()
+    answer = out / "answer.json"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", STARTING, moment, "watch", "--spec-dir", str(tmp_path), "--engine", "none",
+         "--answer-file", str(answer), "--interval", "600"],
+        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not answer.exists():
+            assert proc.poll() is None, proc.communicate()[1]  # SIGHUP's default action ends it here
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=LOST_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 143, err
+    json.loads(answer.read_text())
+
+
+def test_main_leaves_the_callers_sighup_disposition_as_it_was(tmp_path):
+    from cgpu.cli import main
+
+    previous = signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    try:
+        with pytest.raises(SystemExit) as exited:  # bad usage: --interval under a second
+            main(["watch", "--answer-file", str(tmp_path / "answer.json"), "--interval", "0.1"])
+        assert exited.value.code == 2
+    finally:
+        restored = signal.signal(signal.SIGHUP, previous)
+    assert restored == signal.SIG_DFL

@@ -116,13 +116,14 @@ class DeviceEntries:
 
     def put(self, report: ReportBuilder, live: Mapping[str, LiveCheck] | None = None) -> None:
         """One entry per device into `report`, with `live`'s answer (`--verify`) beside the static one."""
-        first_named: dict[int, str] = {}  # devices with the same edits in one spec share their findings
+        first_named: dict[int, str] = {}  # devices with the same edits in one spec: one device, two names
+        checks: dict[tuple[int, ...], dict[str, str]] = {}
         for answer in self.answers:
             details: dict[str, Any] = {"status": answer.status, "spec": answer.device.spec.path}
-            alias_of = first_named.setdefault(id(answer.findings), answer.name)
+            alias_of = first_named.setdefault(id(answer.same), answer.name)
             if alias_of != answer.name:  # another name (index, UUID) for what a container gets with alias_of
                 details["alias_of"] = alias_of
-            details["checks"] = {api: f"{f.state}: {f.text}" for api, f in answer.findings.items()}
+            details["checks"] = _checks(answer.findings, checks)
             if answer.blocked:
                 details["missing"] = [path for path, _ in answer.missing]
             check = live.get(answer.name) if live else None
@@ -172,6 +173,16 @@ def _scan_answers(
     return DeviceEntries(answers, scan, {n: dropped[n] for n in ignored}, list(dict.fromkeys(unreached)), label)
 
 
+def _checks(findings: dict[str, Finding], known: dict[tuple[int, ...], dict[str, str]]) -> dict[str, str]:
+    """A device's `checks`: one dict (and its texts) for every device with the same findings, so
+    that 20,000 claim devices of one kind hold one copy, not 20,000 (the report is not mutated)."""
+    key = tuple(map(id, findings.values()))
+    found = known.get(key)
+    if found is None:
+        found = known[key] = {api: f"{f.state}: {f.text}" for api, f in findings.items()}
+    return found
+
+
 def _engine_dropped(scan: ScanResult) -> dict[str, Spec]:
     """Devices only specs the engine ignores define (their cdiVersion is too new for it)."""
     dropped: dict[str, Spec] = {}
@@ -183,54 +194,75 @@ def _engine_dropped(scan: ScanResult) -> dict[str, Spec]:
     return dropped
 
 
+# findings, missing paths, driver mismatch, and the spec judged (held, so the ids stay theirs)
+_Result = tuple[dict[str, Finding], list[tuple[str, str]], tuple[str, str, str] | None, Spec]
+
+
 class _Remembered:
-    __slots__ = ("answers", "devices", "trace")
+    __slots__ = ("results", "trace")
 
-    def __init__(self, devices: list[ResolvedDevice], trace: HostTrace, answers: list[DeviceAnswer]) -> None:
-        self.devices = devices  # held, so the specs' ids stay theirs
+    def __init__(self, trace: HostTrace, results: dict[int, _Result]) -> None:
         self.trace = trace
-        self.answers = answers
+        # id of a device's SpecDevice -> what it gives (one tuple for the devices with equal edits)
+        self.results = results
 
 
-# The last answers per root: reused when the reader hands back the same parsed specs (it caches
-# them by path, size and mtime) and every host question gets the same answer again.
+# The last answers per root, per parsed device: the reader hands back the same Spec and SpecDevice
+# objects while a file is unchanged (it caches them by path, identity and times), so when every
+# host question of the last probe gets the same answer again only the devices of new or changed
+# files are judged (one claim spec among 20,000 costs one judgement, not 20,000). What a device
+# gives depends on its own edits, its spec's edits and kind: a SpecDevice is reused only with the
+# same spec-level edits and kind. Bounded by the specs read now.
 _REMEMBERED: dict[str, _Remembered] = {}
+_NOTHING_MISSING: list[tuple[str, str]] = []  # shared by every device that can start; never mutated
 
 
 def _answers(selected: list[ResolvedDevice], host: HostFS) -> list[DeviceAnswer]:
     last = _REMEMBERED.get(host.root)
-    if (
-        last is not None
-        and len(last.devices) == len(selected)
-        and all(
-            a.spec is b.spec and a.qualified_name == b.qualified_name
-            for a, b in zip(last.devices, selected, strict=True)
-        )
-        and host.replay(last.trace)
-    ):
-        return last.answers
+    known = last.results if last is not None and host.replay(last.trace) else {}
     bases: dict[int, tuple[ContainerView, list[tuple[str, str]]]] = {}
-    same_edits: dict[Any, tuple[dict[str, Finding], list[tuple[str, str]], tuple[str, str, str] | None]] = {}
+    same_edits: dict[Any, _Result] = {}  # equal edits of one spec (a GPU's index and UUID) share one result
+    shared: dict[tuple[str, str, tuple[str, ...]], Finding] = {}  # equal findings of any spec: one object
+    equal_findings: dict[tuple[int, ...], dict[str, Finding]] = {}  # ... and one dict of them
+    seeded: set[int] = set()
+    for findings, *_ in known.values():  # the last probe's, so that a new judgement equal to one shares it
+        if id(findings) not in seeded:
+            seeded.add(id(findings))
+            for finding in findings.values():
+                shared.setdefault((finding.state, finding.text, finding.needs), finding)
+            equal_findings.setdefault(tuple(map(id, findings.values())), findings)
+    results: dict[int, _Result] = {}
     answers = []
     for device in selected:
         spec = device.spec
-        if id(spec) not in bases:
-            bases[id(spec)] = (ContainerView.of(spec.edits, host), _missing(spec.edits, host))
-        try:
-            key: Any = (id(spec), device.device.edits)
-            hash(key)
-        except TypeError:  # edits holding dicts (intelRdt, netDevices): no sharing
-            key = object()
-        if key not in same_edits:
+        own = device.device.edits
+        result = known.get(id(device.device))
+        if result is not None and (result[3].edits is not spec.edits or result[3].kind != spec.kind):
+            result = None
+        if result is None:
+            try:
+                key: Any = (id(spec), own)
+                hash(key)
+            except TypeError:  # edits holding dicts (intelRdt, netDevices): no sharing
+                key = object()
+            result = same_edits.get(key)
+        if result is None:
+            if id(spec) not in bases:
+                bases[id(spec)] = (ContainerView.of(spec.edits, host), _missing(spec.edits, host))
             base, base_missing = bases[id(spec)]
-            own = device.device.edits
             view = base.with_device(own)
             missing = _missing(device.edits(), host) if own.mounts else base_missing + _missing(own, host)
-            same_edits[key] = (judge(view, spec.kind), missing, driver_mismatch(view))
-        findings, missing, mismatch = same_edits[key]
-        answers.append(DeviceAnswer(device, findings, missing, mismatch))
+            judged = {
+                api: shared.setdefault((finding.state, finding.text, finding.needs), finding)
+                for api, finding in judge(view, spec.kind).items()
+            }
+            findings = equal_findings.setdefault(tuple(map(id, judged.values())), judged)
+            result = same_edits[key] = (findings, missing or _NOTHING_MISSING, driver_mismatch(view), spec)
+        results[id(device.device)] = result
+        findings, missing, mismatch, _ = result
+        answers.append(DeviceAnswer(device, findings, missing, mismatch, same=result))
     _REMEMBERED.clear()  # one root at a time: a long-running agent asks about one node
-    _REMEMBERED[host.root] = _Remembered(list(selected), host.trace, answers)
+    _REMEMBERED[host.root] = _Remembered(host.trace, results)
     return answers
 
 

@@ -12,7 +12,7 @@ APIS = CONTAINER_APIS  # metal: the report's own evidence
 class DeviceAnswer:
     # Plain classes, not dataclasses, in this backend: creating a dataclass costs about a
     # millisecond at import, a visible share of the CLI's start-up (docs/cdi.md#speed).
-    __slots__ = ("device", "findings", "mismatch", "missing")
+    __slots__ = ("device", "findings", "mismatch", "missing", "same")
 
     def __init__(
         self,
@@ -20,9 +20,13 @@ class DeviceAnswer:
         findings: dict[str, Finding],
         missing: list[tuple[str, str]],
         mismatch: tuple[str, str, str] | None = None,
+        same: object = None,
     ) -> None:
         self.device = device
-        self.findings = findings
+        self.findings = findings  # may be the same dict as another spec's device: equal findings are one
+        # one object for the devices of one spec with the same edits (a GPU's index and UUID
+        # names): what a container gets with them is one device
+        self.same = findings if same is None else same
         self.mismatch = mismatch  # (user-space version, kernel module version, where it was read)
         self.missing = missing  # (host path, "the mount source /x (for /y) does not exist on the host")
 

@@ -13,7 +13,7 @@ from cgpu.report import ReportBuilder
 def _lead(answers: list[DeviceAnswer]) -> str:
     """The first device's name, with how many more share the finding: grammatical before 'gets'."""
     first = answers[0].name
-    rest = len({id(a.findings) for a in answers}) - 1  # distinct devices: a GPU's index and UUID are one
+    rest = len({id(a.same) for a in answers}) - 1  # distinct devices: a GPU's index and UUID are one
     return first if rest == 0 else f"{first} (and {rest} other device{'s' if rest > 1 else ''})"
 
 

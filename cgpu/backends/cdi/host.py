@@ -127,6 +127,9 @@ class HostFS:
             if read(arg) != result:
                 return False
         self._memo.update(trace.answers)
+        if trace is not self.trace:  # made again: this probe's trace holds them too (once each)
+            made = {(read, arg) for read, arg, _ in self.trace.reads}
+            self.trace.reads.extend(entry for entry in trace.reads if (entry[0], entry[1]) not in made)
         return True
 
     def _read(self, read: Callable[[str], _Answer], arg: str) -> _Answer:

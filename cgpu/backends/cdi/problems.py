@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Sequence
 
 from cgpu.backends.cdi.device import DeviceAnswer
 from cgpu.backends.cdi.host import HostFS
@@ -48,15 +49,16 @@ def _stale(answers: list[DeviceAnswer], host: HostFS) -> tuple[str, str, str, li
     return (spec_version, host_version, source, versioned) if versioned else None
 
 
-_RISKY: dict[int, tuple[ContainerEdits, list[str]]] = {}
+_RISKY: dict[int, tuple[ContainerEdits, Sequence[str]]] = {}
 
 
-def _risky(edits: ContainerEdits, used: dict[int, tuple[ContainerEdits, list[str]]]) -> list[str]:
+def _risky(edits: ContainerEdits, used: dict[int, tuple[ContainerEdits, Sequence[str]]]) -> Sequence[str]:
     """`risky_edits`, remembered per parsed edits object (the reader reuses them while files are
-    unchanged); `used` collects this probe's, which are all that is kept afterwards."""
+    unchanged); `used` collects this probe's, which are all that is kept afterwards (none: the
+    one empty tuple)."""
     known = _RISKY.get(id(edits))
     if known is None or known[0] is not edits:
-        known = (edits, risky_edits(edits))
+        known = (edits, risky_edits(edits) or ())
     used[id(edits)] = known
     return known[1]
 
@@ -65,7 +67,7 @@ def _report_problems(report: ReportBuilder, answers: list[DeviceAnswer], host: H
     by_spec: dict[str, list[DeviceAnswer]] = {}
     for answer in answers:
         by_spec.setdefault(answer.device.spec.path, []).append(answer)
-    used: dict[int, tuple[ContainerEdits, list[str]]] = {}
+    used: dict[int, tuple[ContainerEdits, Sequence[str]]] = {}
     risky = {
         spec_path: [
             *_risky(group[0].device.spec.edits, used),
