@@ -713,7 +713,7 @@ _RISKY: dict[int, tuple[ContainerEdits, list[str]]] = {}
 def _risky(edits: ContainerEdits, used: dict[int, tuple[ContainerEdits, list[str]]]) -> list[str]:
     """`risky_edits`, remembered per parsed edits object (the reader reuses them while files are
     unchanged); `used` collects this probe's, which are all that is kept afterwards."""
-    known = _RISKY.get(id(edits))
+    known = used.get(id(edits)) or _RISKY.get(id(edits))
     if known is None or known[0] is not edits:
         known = (edits, risky_edits(edits))
     used[id(edits)] = known
