@@ -25,7 +25,6 @@ What cgpu decided where the library's behaviour is an accident rather than a rul
 
 from __future__ import annotations
 
-import dataclasses
 import errno
 import os
 import stat
@@ -75,7 +74,7 @@ def _read_spec(path: str, info: os.stat_result, priority: int, cache: _DiskCache
     cache.read.add(path)
     if isinstance(result, SpecError):
         raise result
-    return result if result.priority == priority else dataclasses.replace(result, priority=priority)
+    return result if result.priority == priority else result.replace(priority=priority)
 
 
 class _DiskCache:
