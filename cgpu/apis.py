@@ -3,11 +3,17 @@ report contract: per-API states and what an image must bring."""
 
 from __future__ import annotations
 
-from typing import Final, Literal
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time
+if TYPE_CHECKING:
+    from typing import Final, Literal
+
 
 API_ORDER: Final = ("cuda", "rocm", "vulkan", "opencl", "directml", "metal")
 
-State = Literal["provided", "absent", "unknown"]
+if TYPE_CHECKING:
+    State = Literal["provided", "absent", "unknown"]
+else:
+    State = str  # a name to import at run time; the Literal is for type checkers
 STATES: Final = ("provided", "absent", "unknown")
 
 # What a container image must bring for an API the host side gives: stable tokens a scheduler

@@ -21,12 +21,15 @@ import signal
 import sys
 from collections.abc import Callable, Sequence
 from enum import IntEnum
-from typing import Any
 
 from cgpu.apis import API_ORDER
 from cgpu.backends import BACKENDS, MAX_TIMEOUT, OPTIONS, default_backend, run_backend
 from cgpu.report import ReportBuilder, to_json
 from cgpu.version import __version__
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time
+if TYPE_CHECKING:
+    from typing import Any
 
 OUTPUT_FORMATS = ("json", "yaml", "name", "wide")
 

@@ -11,9 +11,12 @@ import json
 import os
 import shutil
 import time
-from typing import Any
 
 from cgpu.errors import CgpuTypeError, CgpuValueError
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time
+if TYPE_CHECKING:
+    from typing import Any
 
 AUTO, NONE, NAMED = "auto", "none", "named"
 # Every engine cgpu judges by, in the order `auto` prefers where no kubelet names one (docs/cdi.md):

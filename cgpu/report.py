@@ -13,13 +13,19 @@ import os
 import re
 import sys
 from collections.abc import Callable, Iterable
-from typing import Any, Literal
 
 from cgpu.apis import API_ORDER, IMAGE_NEEDS, METAL_EVIDENCE, State
 from cgpu.version import __version__
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time
+if TYPE_CHECKING:
+    from typing import Any, Literal
+
 FORMAT_VERSION = 2  # additive changes keep it; a removed or re-typed field raises it
-Severity = Literal["error", "warning", "info"]
+if TYPE_CHECKING:
+    Severity = Literal["error", "warning", "info"]
+else:
+    Severity = str  # a name to import at run time; the Literal is for type checkers
 MAX_TEXT = 2000  # characters of one evidence, problem or reason text; longer ones end in "…"
 
 

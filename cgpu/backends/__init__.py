@@ -10,10 +10,13 @@ from __future__ import annotations
 import importlib
 import sys
 from collections.abc import Callable
-from typing import Any, Final
 
 from cgpu.errors import CgpuTypeError, CgpuValueError
 from cgpu.report import ReportBuilder
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time
+if TYPE_CHECKING:
+    from typing import Any, Final
 
 BACKENDS: Final = ("cdi", "wsl", "krunkit", "local")
 MAX_TIMEOUT: Final = 7 * 24 * 3600.0  # a week: beyond that, deadlines overflow the platform's clocks

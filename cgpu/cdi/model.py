@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from operator import attrgetter
 
+from cgpu.errors import CgpuError
+
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -18,7 +20,7 @@ if TYPE_CHECKING:
 # assigning to a field raises.
 
 
-class FrozenInstanceError(AttributeError):
+class FrozenInstanceError(CgpuError, AttributeError):
     """Assigning to a field of a frozen model object (dataclasses.FrozenInstanceError's role)."""
 
 

@@ -10,20 +10,23 @@ container can start with.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Sequence
-from typing import Any
 
 from cgpu.backends.cdi.host import HostFS, HostTrace
 from cgpu.backends.cdi.rules import PARTIAL, PROVIDED, Finding, driver_mismatch, judge, mismatch_fix
 from cgpu.backends.cdi.view import ContainerView, is_bind, node_fully_specified, risky_edits
 from cgpu.cdi.model import ContainerEdits, ResolvedDevice, ScanResult, Spec
 from cgpu.engine_option import EngineOption, host_engine_details
+from cgpu.patterns import lazy
 from cgpu.report import ReportBuilder
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time
+if TYPE_CHECKING:
+    from typing import Any
+
 APIS = ("cuda", "rocm", "vulkan", "opencl", "directml")  # metal: the report's own evidence
-_DRIVER_VERSION_IN_PATH = re.compile(r"\.so\.(\d{3}\.\d+(?:\.\d+)?)$|/nvidia/(\d{3}\.\d+(?:\.\d+)?)/")
-_HOST_DRIVER_ARG = re.compile(r"--host-driver-version=(\d+\.\d+(?:\.\d+)?)")
+_DRIVER_VERSION_IN_PATH = lazy(r"\.so\.(\d{3}\.\d+(?:\.\d+)?)$|/nvidia/(\d{3}\.\d+(?:\.\d+)?)/")
+_HOST_DRIVER_ARG = lazy(r"--host-driver-version=(\d+\.\d+(?:\.\d+)?)")
 
 
 class DeviceAnswer:
