@@ -10,29 +10,37 @@ import json
 import os
 import sys
 from collections.abc import Callable, Mapping
-from pathlib import Path
 
 from cgpu.errors import CgpuError
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time
 if TYPE_CHECKING:
+    from pathlib import Path
     from typing import Any
 
 
 def default_cache_dir() -> Path:
     """`CGPU_CACHE_DIR`, else the platform's per-user cache directory, `cgpu` inside it."""
+    from pathlib import Path
+
+    return Path(default_cache_dir_text())
+
+
+def default_cache_dir_text() -> str:
+    """`default_cache_dir()` as a str, without importing pathlib (the CLI's start-up path)."""
     override = os.environ.get("CGPU_CACHE_DIR")
     if override:
-        return Path(override)
+        return override
+    home = os.path.expanduser("~")  # what Path.home() is
     if sys.platform == "darwin":
-        return Path.home() / "Library" / "Caches" / "cgpu"
+        return os.path.join(home, "Library", "Caches", "cgpu")
     if sys.platform == "win32":
-        base = os.environ.get("LOCALAPPDATA") or str(Path.home() / "AppData" / "Local")
-        return Path(base) / "cgpu" / "Cache"
+        base = os.environ.get("LOCALAPPDATA") or os.path.join(home, "AppData", "Local")
+        return os.path.join(base, "cgpu", "Cache")
     base = os.environ.get("XDG_CACHE_HOME")
     if not base or not os.path.isabs(base):  # the XDG spec says to ignore relative paths
-        base = str(Path.home() / ".cache")
-    return Path(base) / "cgpu"
+        base = os.path.join(home, ".cache")
+    return os.path.join(base, "cgpu")
 
 
 def key_digest(key: Mapping[str, Any]) -> str:
@@ -59,7 +67,7 @@ def is_private(info: os.stat_result) -> bool:
     return info.st_uid == os.getuid() and not info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
 
 
-def private_directory(path: Path, *, create: bool) -> None:
+def private_directory(path: str | Path, *, create: bool) -> None:
     """Make sure `path` is a real directory (not a link) owned by this user and writable by no
     one else, creating it 0700 when missing and `create`. Raises FileNotFoundError when missing,
     UnsafeCacheError when it is not private, OSError when it cannot be made."""
@@ -70,7 +78,9 @@ def private_directory(path: Path, *, create: bool) -> None:
     except FileNotFoundError:
         if not create:
             raise
-        _make_parents(path.parent)
+        from pathlib import Path
+
+        _make_parents(Path(path).parent)
         try:
             os.mkdir(path, 0o700)
         except FileExistsError:  # another run made it meanwhile: checked below like any other
@@ -104,7 +114,7 @@ def _make_parents(path: Path) -> None:
         os.chmod(directory, 0o700)  # mkdir passes its mode through the umask: one taking the owner bits too
 
 
-def open_private(path: Path, flags: int, *, mode: int = 0o600) -> int:
+def open_private(path: str | Path, flags: int, *, mode: int = 0o600) -> int:
     """A file descriptor for a cache file: never through a symbolic link, never blocking on a
     FIFO, and only a regular file owned by this user and writable by no one else."""
     import stat
@@ -122,7 +132,7 @@ def open_private(path: Path, flags: int, *, mode: int = 0o600) -> int:
         raise
 
 
-def read_private(path: Path, *, limit: int) -> bytes:
+def read_private(path: str | Path, *, limit: int) -> bytes:
     """A cache file's bytes (see `open_private`), at most `limit` of them: a larger (or sparse
     huge) file is refused before it is read."""
     fd = open_private(path, os.O_RDONLY)
@@ -141,6 +151,7 @@ def prune(directory: Path, *, older_than: float, suffixes: tuple[str, ...], keep
     changed over `older_than` seconds ago and not kept by `keep`. Never follows a link; best effort."""
     import stat
     import time
+    from pathlib import Path
 
     cutoff = time.time() - older_than
     try:

@@ -15,7 +15,6 @@ Either way everything cgpu started has been stopped first.
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
 import signal
 import sys
@@ -574,6 +573,8 @@ def _watch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         return builder.build()
 
     def log(message: str) -> None:
+        import datetime
+
         from cgpu.terminal import escape_lines
 
         stamp = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")

@@ -147,7 +147,7 @@ def _answer(
 ) -> tuple[list[DeviceAnswer] | None, list[str]]:
     """The answer of one engine (`entry`; None: the newest rules) into `report`: its answers and the
     APIs its containers get."""
-    from cgpu.cache import default_cache_dir
+    from cgpu.cache import default_cache_dir_text
     from cgpu.cdi.scan import scan_spec_dirs
 
     label = None
@@ -172,7 +172,7 @@ def _answer(
     elif entry is not None and entry["cdi_enabled"] is False:
         return _cdi_off(report, entry, label, quiet)
     else:
-        scan = scan_spec_dirs(dirs, max_version=max_version, engine_label=label, cache_dir=default_cache_dir())
+        scan = scan_spec_dirs(dirs, max_version=max_version, engine_label=label, cache_dir=default_cache_dir_text())
         if not quiet:
             _spec_dir_hints(report, dirs)
     host = HostFS(root)
