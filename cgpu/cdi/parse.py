@@ -29,13 +29,11 @@ at most an excerpt of any value (names.excerpt).
 
 from __future__ import annotations
 
-import base64
 import binascii
 import functools
 import gc
 import math
 import operator
-import struct
 from collections.abc import Callable
 
 from cgpu.cdi import names, versions
@@ -140,6 +138,8 @@ def resolve_plain(text: str) -> Any:
 def _format_float32(value: float) -> str:
     """strconv.FormatFloat(value, 'g', -1, 32): what sigs.k8s.io/yaml makes of a YAML float
     stored in a string field."""
+    import struct  # here: few specs hold a float where a string belongs
+
     if math.isnan(value):
         return "NaN"
     try:
@@ -274,6 +274,8 @@ class _Reader:
         if tag == _STR_TAG:
             return text
         if tag == "tag:yaml.org,2002:binary":
+            import base64  # here: few specs hold a !!binary value
+
             try:
                 return base64.b64decode("".join(text.split()), validate=True).decode("utf-8", "replace")
             except (binascii.Error, ValueError):
