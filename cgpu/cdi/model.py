@@ -58,6 +58,9 @@ class _Frozen:
     def __delattr__(self, name: str) -> None:
         raise FrozenInstanceError(f"cannot delete field {name!r}")
 
+    def __reduce__(self) -> tuple[type, tuple[Any, ...]]:  # copy and pickle through __init__
+        return self.__class__, self._values(self)
+
     def replace(self, **changes: Any) -> Any:
         """A copy with some fields changed (dataclasses.replace)."""
         values = dict(zip(self._fields, self._values(self), strict=True))

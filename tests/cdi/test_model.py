@@ -42,6 +42,14 @@ def test_repr_and_defaults_as_the_dataclasses_had_them() -> None:
     assert SpecDevice("a", ContainerEdits()).annotations is not SpecDevice("b", ContainerEdits()).annotations
 
 
+def test_copies_and_pickles_are_equal() -> None:
+    import copy
+    import pickle
+
+    spec = Spec("p", "0.6.0", "x/y", (SpecDevice("a", ContainerEdits(device_nodes=(DeviceNode("/dev/x"),))),))
+    assert copy.deepcopy(spec) == spec == pickle.loads(pickle.dumps(spec)) and copy.copy(spec) == spec
+
+
 def test_an_edits_object_holding_a_dict_is_unhashable() -> None:
     # the disk cache stores such edits apiece instead of sharing them
     with pytest.raises(TypeError):
