@@ -16,16 +16,22 @@ loaded on first use: the CLI imports this package and must not pay for pydantic.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
 
 from cgpu.errors import CgpuError, CgpuTypeError, CgpuValueError
 from cgpu.problem import Problem
 from cgpu.version import __version__
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time
 if TYPE_CHECKING:
     from collections.abc import Sequence
+    from typing import Any, overload
 
     from cgpu.model import ImageCheck, Report
+else:
+
+    def overload(function: object) -> object:  # typing.overload's effect at run time: none
+        return function
+
 
 __all__ = [
     "CgpuError",

@@ -3,17 +3,22 @@ report contract: per-API states and what an image must bring."""
 
 from __future__ import annotations
 
-from typing import Final, Literal
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time
+if TYPE_CHECKING:
+    from typing import Final, Literal
+
 
 API_ORDER: Final = ("cuda", "rocm", "vulkan", "opencl", "directml", "metal")
 # Every API but metal: the ones a container can get and a backend answers for. Metal is an Apple
 # host API that never reaches a Linux container (METAL_EVIDENCE): a report always says absent.
 CONTAINER_APIS: Final = API_ORDER[:-1]
 # CONTAINER_APIS as a type (a test holds them equal), and every API as one
-ContainerApi = Literal["cuda", "rocm", "vulkan", "opencl", "directml"]
-Api = Literal[ContainerApi, "metal"]
-
-State = Literal["provided", "absent", "unknown"]
+if TYPE_CHECKING:
+    ContainerApi = Literal["cuda", "rocm", "vulkan", "opencl", "directml"]
+    Api = Literal[ContainerApi, "metal"]
+    State = Literal["provided", "absent", "unknown"]
+else:  # names to import at run time; the Literals are for type checkers
+    ContainerApi = Api = State = str
 STATES: Final = ("provided", "absent", "unknown")
 
 # What a container image must bring for an API the host side gives: stable tokens a scheduler

@@ -11,28 +11,39 @@ import json
 import os
 import sys
 from collections.abc import Callable, Mapping
-from pathlib import Path
-from typing import Any, TypeAlias
 
 from cgpu.errors import CgpuError
 
-StrPath: TypeAlias = "str | os.PathLike[str]"
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time
+if TYPE_CHECKING:
+    from pathlib import Path
+    from typing import Any, TypeAlias
+
+    StrPath: TypeAlias = "str | os.PathLike[str]"
 
 
 def default_cache_dir() -> Path:
     """`CGPU_CACHE_DIR`, else the platform's per-user cache directory, `cgpu` inside it."""
+    from pathlib import Path
+
+    return Path(default_cache_dir_text())
+
+
+def default_cache_dir_text() -> str:
+    """`default_cache_dir()` as a str, without importing pathlib (the CLI's start-up path)."""
     override = os.environ.get("CGPU_CACHE_DIR")
     if override:
-        return Path(override)
+        return override
+    home = os.path.expanduser("~")  # what Path.home() is
     if sys.platform == "darwin":
-        return Path.home() / "Library" / "Caches" / "cgpu"
+        return os.path.join(home, "Library", "Caches", "cgpu")
     if sys.platform == "win32":
-        base = os.environ.get("LOCALAPPDATA") or str(Path.home() / "AppData" / "Local")
-        return Path(base) / "cgpu" / "Cache"
+        base = os.environ.get("LOCALAPPDATA") or os.path.join(home, "AppData", "Local")
+        return os.path.join(base, "cgpu", "Cache")
     base = os.environ.get("XDG_CACHE_HOME")
     if not base or not os.path.isabs(base):  # the XDG spec says to ignore relative paths
-        base = str(Path.home() / ".cache")
-    return Path(base) / "cgpu"
+        base = os.path.join(home, ".cache")
+    return os.path.join(base, "cgpu")
 
 
 def key_digest(key: Mapping[str, Any]) -> str:
@@ -161,6 +172,7 @@ def prune(directory: StrPath, *, older_than: float, suffixes: tuple[str, ...], k
     changed over `older_than` seconds ago and not kept by `keep`. Never follows a link; best effort."""
     import stat
     import time
+    from pathlib import Path
 
     cutoff = time.time() - older_than
     try:

@@ -15,19 +15,21 @@ Either way everything cgpu started has been stopped first.
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
 from enum import IntEnum
-from typing import Any
 
 from cgpu.apis import API_ORDER
 from cgpu.backends import BACKENDS, default_backend, run_backend
 from cgpu.options import DEFAULT_ROOT, GROUPS, OPTIONS, Option, find, flag_of, in_range, range_text, taken_by
 from cgpu.report import ReportBuilder, to_json
 from cgpu.version import __version__
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time
+if TYPE_CHECKING:
+    from typing import Any
 
 OUTPUT_FORMATS = ("json", "yaml", "name", "wide")
 
@@ -551,6 +553,8 @@ def _watch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         return builder.build()
 
     def log(message: str) -> None:
+        import datetime
+
         from cgpu.terminal import escape_lines
 
         stamp = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")

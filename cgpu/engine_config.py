@@ -13,10 +13,13 @@ import fnmatch
 import json
 import posixpath
 from collections.abc import Callable
-from typing import Any
 
 from cgpu.errors import CgpuValueError
 from cgpu.problem import Problem, Severity
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time
+if TYPE_CHECKING:
+    from typing import Any
 
 MAX_CONFIG_BYTES = 1 << 20  # a config file above 1 MiB is not one an engine was given
 MAX_IMPORTS = 64
@@ -39,8 +42,9 @@ class Config:
 
 
 # Files: read(path) -> (text or None, why not or None, shown path); listdir(path) -> names
-Reader = Callable[[str], tuple[str | None, str | None, str]]
-Lister = Callable[[str], list[str]]
+if TYPE_CHECKING:
+    Reader = Callable[[str], tuple[str | None, str | None, str]]
+    Lister = Callable[[str], list[str]]
 
 
 def parse_toml(text: str) -> dict[str, Any]:

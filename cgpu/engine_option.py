@@ -11,10 +11,13 @@ import json
 import os
 import shutil
 import time
-from typing import Any
 
 from cgpu.errors import CgpuTypeError, CgpuValueError
 from cgpu.options import DEFAULT_ROOT
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time
+if TYPE_CHECKING:
+    from typing import Any
 
 AUTO, NONE, NAMED = "auto", "none", "named"
 # Every engine cgpu judges by, in the order `auto` prefers where no kubelet names one (docs/cdi.md):
@@ -139,9 +142,9 @@ def host_engine_details(
     for config in ENGINE_CONFIGS:
         identity.append([config, _stat_identity(os.path.expanduser(config))])
     if cache_dir is None:
-        from cgpu.cache import default_cache_dir
+        from cgpu.cache import default_cache_dir_text
 
-        cache_dir = str(default_cache_dir())
+        cache_dir = default_cache_dir_text()
     cache_file = os.path.join(cache_dir, HOST_ENGINE_FILE)
     remembered = _read_remembered(cache_file, identity)
     if remembered is not None:
@@ -169,9 +172,7 @@ def learn_engines(
     (`cgpu.installed`), and the node's facts (the kubelet's runtime). Remembered by the identity
     (size, mtime, inode, mode) of every file consulted, absent ones included, and the environment:
     a repeat call stats those files and reads one small file."""
-    from pathlib import Path
-
-    from cgpu.cache import default_cache_dir, private_directory, read_private, write_private
+    from cgpu.cache import default_cache_dir_text, private_directory, read_private, write_private
     from cgpu.problem import Problem
 
     where = os.path.abspath(root or DEFAULT_ROOT)
@@ -180,11 +181,11 @@ def learn_engines(
         "env": [os.environ.get(k) for k in (*ENGINE_ENV, "XDG_CONFIG_HOME", "HOME")],
         "path": None if root else os.get_exec_path(),
     }
-    cache_file = Path(cache_dir or default_cache_dir()) / ENGINES_FILE
+    cache_file = os.path.join(cache_dir or default_cache_dir_text(), ENGINES_FILE)
     from cgpu.installed import identity_unchanged, learn
 
     try:
-        private_directory(cache_file.parent, create=False)
+        private_directory(os.path.dirname(cache_file), create=False)
         data = json.loads(read_private(cache_file, limit=MAX_ENGINES_BYTES))
         if data["key"] == key and identity_unchanged(where, data["node"]["identity"]):
             engines = data["engines"]
@@ -206,13 +207,11 @@ def _read_remembered(
 ) -> tuple[list[tuple[str, str]], list[str], dict[str, Any]] | None:
     """The remembered answer, only from a private cache dir and a file of this user's that no one
     else can write (another user must not choose the engine that judges the specs)."""
-    from pathlib import Path
-
     from cgpu.cache import private_directory, read_private
 
     try:
-        private_directory(Path(cache_file).parent, create=False)
-        data = json.loads(read_private(Path(cache_file), limit=MAX_REMEMBERED_BYTES))
+        private_directory(os.path.dirname(cache_file), create=False)
+        data = json.loads(read_private(cache_file, limit=MAX_REMEMBERED_BYTES))
         found = [(str(name), str(version)) for name, version in data["found"]]
         age = time.time() - float(data["at"])
         if data["identity"] != identity or not 0 <= age < (HOST_ENGINE_SECONDS if found else NO_ENGINE_SECONDS):

@@ -8,10 +8,13 @@ import contextlib
 import errno
 import os
 import stat
-from collections.abc import Iterable
-from typing import IO
 
 from cgpu.errors import CgpuError
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from typing import IO
 
 TEMP_DIR = ".cgpu-tmp"  # hidden: nfd-worker and most readers of a dir skip dot-files
 TEMP_SUFFIX = ".tmp"

@@ -15,13 +15,17 @@ import os
 import re
 import shutil
 import stat
-from typing import Any
 
 from cgpu.backends.cdi.host import HostFS
 from cgpu.cdi.versions import CDI_MODULES, library_max_version, max_cdi_version
 from cgpu.engine_config import MAX_CONFIG_BYTES, Config
 from cgpu.options import DEFAULT_SPEC_DIRS
+from cgpu.patterns import lazy
 from cgpu.problem import Problem
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time
+if TYPE_CHECKING:
+    from typing import Any
 
 BIN_DIRS = ("/usr/bin", "/usr/local/bin", "/usr/sbin", "/bin")
 DAEMONS = {"podman": "podman", "docker": "dockerd", "crio": "crio", "containerd": "containerd"}
@@ -44,15 +48,15 @@ KUBELET_DROP_INS = ("/etc/systemd/system/kubelet.service.d", "/usr/lib/systemd/s
 # A CRI socket's name -> the engine behind it (k3s and RKE2 run their own containerd)
 SOCKETS = (("crio.sock", "crio"), ("containerd.sock", "containerd"), ("cri-dockerd.sock", "docker"))
 # Debian's package of the CDI library, in Built-Using / Static-Built-Using
-_DEB_CDI = re.compile(
+_DEB_CDI = lazy(
     r"golang-(?:tags\.cncf|github-container-orchestrated-devices)-container-device-interface(?:-dev)?"
     r"\s*\(\s*=\s*([^)\s]+)\s*\)"
 )
 _RPM_CDI = tuple(f"bundled(golang({module}))" for module in CDI_MODULES)
-_REPACK = re.compile(r"[~+](?:ds|dfsg)\d*$")  # Debian's repacked upstream source: 1.7.24~ds1, 26.1.5+dfsg1
-_VERSION_WORD = re.compile(r"\bv?(\d+\.\d+(?:\.\d+)?(?:[-+~][0-9A-Za-z.+~-]*)?)")
-_ENDPOINT = re.compile(r"--container-runtime-endpoint[= ]\s*[\"']?([^\s\"']+)")
-_YAML_ENDPOINT = re.compile(r"^containerRuntimeEndpoint:\s*[\"']?([^\s\"'#]+)", re.MULTILINE)
+_REPACK = lazy(r"[~+](?:ds|dfsg)\d*$")  # Debian's repacked upstream source: 1.7.24~ds1, 26.1.5+dfsg1
+_VERSION_WORD = lazy(r"\bv?(\d+\.\d+(?:\.\d+)?(?:[-+~][0-9A-Za-z.+~-]*)?)")
+_ENDPOINT = lazy(r"--container-runtime-endpoint[= ]\s*[\"']?([^\s\"']+)")
+_YAML_ENDPOINT = lazy(r"^containerRuntimeEndpoint:\s*[\"']?([^\s\"'#]+)", re.MULTILINE)
 
 
 class Files:

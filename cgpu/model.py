@@ -5,7 +5,7 @@ the library calls, `cgpu schema` and the tests."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -18,7 +18,13 @@ from pydantic import (
 )
 from pydantic_core import core_schema
 
-from cgpu.apis import API_ORDER, IMAGE_NEEDS, Api, ContainerApi
+from cgpu.apis import API_ORDER, CONTAINER_APIS, IMAGE_NEEDS
+
+if TYPE_CHECKING:
+    from cgpu.apis import Api, ContainerApi
+else:  # pydantic reads these at run time (the schema's enums): the Literals of the one list
+    ContainerApi = Literal[CONTAINER_APIS]
+    Api = Literal[API_ORDER]
 from cgpu.errors import CgpuValueError
 from cgpu.problem import Problem
 

@@ -15,12 +15,13 @@ only, and `check_keywords` raises KeyError for a keyword the table does not hold
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any, Final, Literal
 
 from cgpu.errors import CgpuTypeError, CgpuValueError
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
+    from typing import Any, Final, Literal
 
 BACKENDS: Final = ("cdi", "wsl", "krunkit", "local")
 DEFAULT_SPEC_DIRS: Final = ("/etc/cdi", "/var/run/cdi")  # the CDI defaults, lowest priority first
@@ -31,7 +32,10 @@ MAX_TIMEOUT: Final = 7 * 24 * 3600.0  # ... and at most a week: beyond that, dea
 # What an option's value is; each kind has one CLI form and one library check:
 #   text, path: one value (`--engine X`); paths, texts: a repeatable flag, a list keyword
 #   (`--spec-dir A --spec-dir B`, spec_dirs=[A, B]); flag: `--verify`, a bool; seconds: a number.
-Kind = Literal["text", "path", "texts", "paths", "flag", "seconds"]
+if TYPE_CHECKING:
+    Kind = Literal["text", "path", "texts", "paths", "flag", "seconds"]
+else:
+    Kind = str  # a name to import at run time; the Literal is for type checkers
 
 # The --help group of the options only one backend takes; those of several are listed with the rest.
 GROUPS: Final = {"cdi": "cdi backend (Linux)", "wsl": "wsl backend (Windows)", "krunkit": "krunkit backend (macOS)"}

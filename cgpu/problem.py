@@ -17,11 +17,16 @@ which `cgpu.gpu_probe.answer` reads back into this type.
 
 from __future__ import annotations
 
-from typing import Final, Literal
-
 from cgpu.errors import CgpuValueError
 
-Severity = Literal["error", "warning", "info"]
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time
+if TYPE_CHECKING:
+    from typing import Final, Literal
+
+    Severity = Literal["error", "warning", "info"]
+else:
+    Severity = str  # a name to import at run time; the Literal is for type checkers
+
 SEVERITIES: Final = ("error", "warning", "info")  # the order problems are shown and counted in
 # A problem met where its source is not known yet (reading an image's layers): the caller that
 # knows the source (the image check) makes a `Problem` of it.

@@ -7,17 +7,19 @@ tests validate every report a backend builds against them.
 
 from __future__ import annotations
 
-import datetime
 import json
 import os
 import re
 import sys
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
 
 from cgpu.apis import API_ORDER, IMAGE_NEEDS, METAL_EVIDENCE, State
 from cgpu.problem import Problem, Severity
 from cgpu.version import __version__
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time
+if TYPE_CHECKING:
+    from typing import Any
 
 FORMAT_VERSION = 2  # additive changes keep it; a removed or re-typed field raises it
 MAX_TEXT = 2000  # characters of one evidence, problem or reason text; longer ones end in "…"
@@ -98,6 +100,14 @@ def _no_surrogates(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_no_surrogates(v) for v in value]
     return value
+
+
+def _utc_now() -> str:
+    """Now in UTC to the second, as datetime's isoformat writes it (2025-01-31T12:00:00+00:00),
+    without importing datetime (the CLI's start-up path)."""
+    import time
+
+    return time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime())
 
 
 class ReportBuilder:
@@ -228,7 +238,7 @@ class ReportBuilder:
             "engines": self.engines,
             "problems": [problem.as_dict() for problem in self.problems],
             "cgpu_version": __version__,
-            "checked_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "checked_at": _utc_now(),
         }
 
 

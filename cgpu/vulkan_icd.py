@@ -12,8 +12,12 @@ application enables portability enumeration) or with a `library_arch` starting w
 from __future__ import annotations
 
 import json
-import re
-from typing import Any
+
+from cgpu.patterns import lazy
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def _first_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -72,8 +76,8 @@ def skipped_because(document: Any) -> str | None:
     return None
 
 
-_STRTOUL = re.compile(r"[ \t\n\v\f\r]*([+-]?)([0-9]*)")
-_VERSION_DELIMITERS = re.compile(r'[."\n\r]')
+_STRTOUL = lazy(r"[ \t\n\v\f\r]*([+-]?)([0-9]*)")
+_VERSION_DELIMITERS = lazy(r'[."\n\r]')
 
 
 def _strtoul16(token: str) -> int:

@@ -9,7 +9,8 @@ import re
 from pathlib import Path
 from typing import get_args
 
-from cgpu.apis import API_ORDER, CONTAINER_APIS, Api, ContainerApi
+from cgpu.apis import API_ORDER, CONTAINER_APIS
+from cgpu.model import Api, ContainerApi
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGE = REPO / "cgpu"
@@ -19,8 +20,17 @@ OWN_LIST = {PACKAGE / "apis.py", PACKAGE / "gpu_probe" / "standalone.py"}
 
 def test_every_api_but_metal_is_one_constant_and_its_type():
     assert tuple(api for api in API_ORDER if api != "metal") == CONTAINER_APIS
+    # the report model's (what pydantic validates and the schema lists) ...
     assert get_args(ContainerApi) == CONTAINER_APIS
     assert get_args(Api) == API_ORDER
+    # ... and the type checkers' (cgpu.apis spells them for mypy only: typing is not imported at run time)
+    spelled = {
+        ast.unparse(node.targets[0]): node.value
+        for node in ast.walk(ast.parse((PACKAGE / "apis.py").read_text()))
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Subscript)
+    }
+    assert tuple(ast.literal_eval(spelled["ContainerApi"].slice)) == CONTAINER_APIS
+    assert ast.unparse(spelled["Api"].slice) == "(ContainerApi, 'metal')"
 
 
 def _api_lists(source: str) -> list[str]:

@@ -10,11 +10,14 @@ from __future__ import annotations
 import importlib
 import sys
 from collections.abc import Callable
-from typing import Any
 
 from cgpu.errors import CgpuValueError
 from cgpu.options import BACKENDS, check_names, seconds
 from cgpu.report import ReportBuilder
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["BACKENDS", "default_backend", "run_backend"]
 

@@ -5,9 +5,12 @@ vendor and class (the two halves of `kind`), device names, and qualified device 
 from __future__ import annotations
 
 import re
-from typing import Final
 
 from cgpu.errors import CgpuValueError
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time
+if TYPE_CHECKING:
+    from typing import Final
 
 # The grammar, as regular expressions (ASCII only; "letter" and "digit" are ASCII ones).
 # A one-character vendor or class is valid on CDI main; see OLD_LIBRARY_CRASH.

@@ -30,20 +30,21 @@ at most an excerpt of any value (names.excerpt).
 
 from __future__ import annotations
 
-import base64
 import binascii
 import functools
 import gc
 import math
 import operator
-import re
-import struct
 from collections.abc import Callable
-from typing import Any, Final
 
 from cgpu.cdi import names, versions
 from cgpu.cdi.model import ContainerEdits, DeviceNode, Hook, Mount, Spec, SpecDevice
 from cgpu.errors import CgpuError
+from cgpu.patterns import lazy, lazy_bytes
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time
+if TYPE_CHECKING:
+    from typing import Any, Final
 
 MAX_SPEC_BYTES: Final = 4 * 1024 * 1024
 # Nodes decoded through an alias. go-yaml's own limit is a ratio (ALIAS_RATIO_*), which cgpu
@@ -102,9 +103,9 @@ _BOOL_NULL: Final[dict[str, Any]] = {
     **dict.fromkeys((".inf", ".Inf", ".INF", "+.inf", "+.Inf", "+.INF"), math.inf),
     **dict.fromkeys(("-.inf", "-.Inf", "-.INF"), -math.inf),
 }
-_GO_INT: Final = re.compile(r"[+-]?(0[xX][0-9a-fA-F]+|0[oO][0-7]+|0[bB][01]+|0[0-7]*|[1-9][0-9]*)")
-_YAML_FLOAT: Final = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?")
-_DOT_FLOAT: Final = re.compile(r"\.[0-9]+([eE][-+]?[0-9]+)?")
+_GO_INT: Final = lazy(r"[+-]?(0[xX][0-9a-fA-F]+|0[oO][0-7]+|0[bB][01]+|0[0-7]*|[1-9][0-9]*)")
+_YAML_FLOAT: Final = lazy(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?")
+_DOT_FLOAT: Final = lazy(r"\.[0-9]+([eE][-+]?[0-9]+)?")
 
 
 def _go_int(text: str) -> int:
@@ -138,6 +139,8 @@ def resolve_plain(text: str) -> Any:
 def _format_float32(value: float) -> str:
     """strconv.FormatFloat(value, 'g', -1, 32): what sigs.k8s.io/yaml makes of a YAML float
     stored in a string field."""
+    import struct  # here: few specs hold a float where a string belongs
+
     if math.isnan(value):
         return "NaN"
     try:
@@ -272,6 +275,8 @@ class _Reader:
         if tag == _STR_TAG:
             return text
         if tag == "tag:yaml.org,2002:binary":
+            import base64  # here: few specs hold a !!binary value
+
             try:
                 return base64.b64decode("".join(text.split()), validate=True).decode("utf-8", "replace")
             except (binascii.Error, ValueError):
@@ -526,9 +531,9 @@ def _goyaml_loader_class() -> type:
     return _plain_tags(GoScanner)
 
 
-_DIRECTIVE: Final = re.compile(rb"%YAML[ \t]+([0-9]+)\.([0-9]+)")
+_DIRECTIVE: Final = lazy_bytes(rb"%YAML[ \t]+([0-9]+)\.([0-9]+)")
 _DIRECTIVE_NAME: Final = frozenset("0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_-")  # is_alpha
-_SURROGATE: Final = re.compile("[\ud800-\udfff]")
+_SURROGATE: Final = lazy("[\ud800-\udfff]")
 
 
 def _check_yaml_directive(data: bytes) -> None:
@@ -617,7 +622,8 @@ def _fold(key: str) -> str:
     return key.translate(_FOLD)
 
 
-Decoder = Callable[[Any, str, "_Decode"], Any]
+if TYPE_CHECKING:
+    Decoder = Callable[[Any, str, "_Decode"], Any]
 _first = operator.itemgetter(0)
 
 

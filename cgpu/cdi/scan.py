@@ -26,13 +26,11 @@ What cgpu decided where the library's behaviour is an accident rather than a rul
 
 from __future__ import annotations
 
-import dataclasses
 import errno
 import os
 import stat
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import TypeVar
 
 from cgpu.cdi import spec_cache, versions
 from cgpu.cdi.model import ContainerEdits, ResolvedDevice, ScanResult, Spec
@@ -69,7 +67,11 @@ def clear_parse_cache() -> None:
 # env value, and their spec-level edits, device nodes and most strings are the same (20,000 claim
 # specs held 20,000 copies of each). Values are frozen; only what the parse cache keeps is kept.
 _shared: dict[object, object] = {}
-_T = TypeVar("_T")
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time
+if TYPE_CHECKING:
+    from typing import TypeVar
+
+    _T = TypeVar("_T")
 
 
 def _one(value: _T) -> _T:
@@ -83,8 +85,7 @@ def _share_edits(edits: ContainerEdits) -> ContainerEdits:
         return edits
     if known is not None:
         return known  # type: ignore[return-value]
-    shared = dataclasses.replace(
-        edits,
+    shared: ContainerEdits = edits.replace(
         env=_one(tuple(map(_one, edits.env))),
         device_nodes=_one(tuple(map(_one, edits.device_nodes))),
         mounts=_one(tuple(map(_one, edits.mounts))),
@@ -105,13 +106,14 @@ def _share(spec: Spec) -> Spec:
         spec.devices
         if len(spec.devices) > SHARED_DEVICES
         else tuple(
-            device if (own := _share_edits(device.edits)) is device.edits else dataclasses.replace(device, edits=own)
+            device if (own := _share_edits(device.edits)) is device.edits else device.replace(edits=own)
             for device in spec.devices
         )
     )
     if edits is spec.edits and all(a is b for a, b in zip(devices, spec.devices, strict=True)):
         return spec
-    return dataclasses.replace(spec, edits=edits, devices=devices, kind=_one(spec.kind), version=_one(spec.version))
+    shared_spec: Spec = spec.replace(edits=edits, devices=devices, kind=_one(spec.kind), version=_one(spec.version))
+    return shared_spec
 
 
 _shared_floor: list[int | None] = [None]  # the table's size after the last prune (or the first scan)
@@ -155,7 +157,7 @@ def _read_spec(path: str, info: os.stat_result, priority: int, cache: _DiskCache
     cache.read.add(path)
     if isinstance(result, SpecError):
         raise result
-    return result if result.priority == priority else dataclasses.replace(result, priority=priority)
+    return result if result.priority == priority else result.replace(priority=priority)
 
 
 class _DiskCache:

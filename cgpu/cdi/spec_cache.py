@@ -37,13 +37,16 @@ import json
 import os
 import time
 from collections.abc import Collection
-from typing import Any
 
 from cgpu import version
 from cgpu.cache import private_directory, read_private, write_private
 from cgpu.cdi import model, names, parse, versions
 from cgpu.cdi.model import ContainerEdits, DeviceNode, Hook, Mount, Spec, SpecDevice
 from cgpu.cdi.parse import SpecError
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time
+if TYPE_CHECKING:
+    from typing import Any
 
 FORMAT = 3
 RACY_SECONDS = 2.0

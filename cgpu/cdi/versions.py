@@ -3,10 +3,12 @@ require, and the newest one each container engine's vendored library accepts."""
 
 from __future__ import annotations
 
-import re
-from typing import Final
-
 from cgpu.errors import CgpuValueError
+from cgpu.patterns import lazy
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time
+if TYPE_CHECKING:
+    from typing import Final
 
 # Every cdiVersion the reference library (v1.1.0) knows, oldest first. 0.1.0 and 0.2.0 are
 # "known" but never accepted: the minimum it computes for any spec is 0.3.0.
@@ -51,7 +53,7 @@ CDI_MODULES: Final = (
     "tags.cncf.io/container-device-interface",
     "github.com/container-orchestrated-devices/container-device-interface",
 )
-_LIBRARY = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?(?:[-+~][0-9A-Za-z.+~-]*)?")
+_LIBRARY = lazy(r"v?(\d+)\.(\d+)(?:\.(\d+))?(?:[-+~][0-9A-Za-z.+~-]*)?")
 
 
 def library_max_version(library: str) -> str | None:
@@ -114,7 +116,7 @@ ENGINE_MAX_VERSION: Final = {
 }
 # Engine versions without any CDI support: None from max_cdi_version.
 _NO_CDI_BELOW: Final = {"podman": (3, 2), "docker": (25, 0), "containerd": (1, 7), "crio": (1, 23)}
-_VERSION = re.compile(r"v?(\d+)(?:\.(\d+))?(?:\.(\d+))?(?:[-+~][0-9A-Za-z.+~-]*)?")
+_VERSION = lazy(r"v?(\d+)(?:\.(\d+))?(?:\.(\d+))?(?:[-+~][0-9A-Za-z.+~-]*)?")
 
 
 def _parse_engine_version(version: str) -> tuple[int, ...]:

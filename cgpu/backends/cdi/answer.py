@@ -4,7 +4,6 @@ device's container view checked against the host and judged by the per-API rules
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
 
 from cgpu.backends.cdi.device import APIS, DeviceAnswer
 from cgpu.backends.cdi.evidence import _evidence
@@ -17,7 +16,10 @@ from cgpu.backends.cdi.view import ContainerView, is_bind, node_fully_specified
 from cgpu.cdi.model import ContainerEdits, ResolvedDevice, ScanResult, Spec
 from cgpu.report import ReportBuilder
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time
 if TYPE_CHECKING:
+    from typing import Any
+
     from cgpu.backends.cdi.verify import LiveCheck
 
 
@@ -46,7 +48,7 @@ def _answer(
 ) -> tuple[DeviceEntries | None, list[str]]:
     """The answer of one engine (`entry`; None: the newest rules) into `report`: its device entries,
     for the caller to put in the report, and the APIs its containers get."""
-    from cgpu.cache import default_cache_dir
+    from cgpu.cache import default_cache_dir_text
     from cgpu.cdi.scan import scan_spec_dirs
 
     label = None
@@ -71,7 +73,7 @@ def _answer(
     elif entry is not None and entry["cdi_enabled"] is False:
         return _cdi_off(report, entry, label, quiet)
     else:
-        scan = scan_spec_dirs(dirs, max_version=max_version, engine_label=label, cache_dir=default_cache_dir())
+        scan = scan_spec_dirs(dirs, max_version=max_version, engine_label=label, cache_dir=default_cache_dir_text())
         if not quiet:
             _spec_dir_hints(report, dirs)
     host = HostFS(root)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
 
 from cgpu.backends.cdi.answer import _answer
 from cgpu.backends.cdi.device import APIS, DeviceAnswer
@@ -13,7 +12,10 @@ from cgpu.engine_option import EngineOption
 from cgpu.options import DEFAULT_ROOT, DEFAULT_SPEC_DIRS
 from cgpu.report import ReportBuilder
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time
 if TYPE_CHECKING:
+    from typing import Any
+
     from cgpu.backends.cdi.verify import LiveCheck
 
 

@@ -13,17 +13,21 @@ import posixpath
 import re
 import stat
 from collections.abc import Callable
-from typing import Any, TypeVar
 
 from cgpu.files import NotRegularFileError, open_regular
 from cgpu.options import DEFAULT_ROOT
+from cgpu.patterns import lazy
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time
+if TYPE_CHECKING:
+    from typing import Any, TypeVar
 
 MAX_SYMLINKS = 40
 _NOT_REGULAR = ", not a regular file"
 MAX_SMALL_FILE = 64 * 1024  # ICD manifests, .icd files, sysfs values: anything larger is not one
 
-_NVRM_VERSION = re.compile(r"Kernel Module(?: for \S+)?\s+(\d+\.\d+(?:\.\d+)?)")
-_BARE_VERSION = re.compile(r"^\s*(\d+\.\d+(?:\.\d+)?)\s*$")
+_NVRM_VERSION = lazy(r"Kernel Module(?: for \S+)?\s+(\d+\.\d+(?:\.\d+)?)")
+_BARE_VERSION = lazy(r"^\s*(\d+\.\d+(?:\.\d+)?)\s*$")
 # Where the running NVIDIA kernel driver says its version, first found wins.
 DRIVER_VERSION_FILES = ("/proc/driver/nvidia/version", "/sys/module/nvidia/version")
 
@@ -83,8 +87,9 @@ def _small_text_inside(path: str) -> tuple[str | None, str | None]:
     return _small_text(path, follow_links=False)
 
 
-Read = Callable[[str], Any]
-_Answer = TypeVar("_Answer")
+if TYPE_CHECKING:
+    Read = Callable[[str], Any]
+    _Answer = TypeVar("_Answer")
 
 
 class HostTrace:

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from cgpu.backends.cdi.backend import _under, spec_dirs_read
 from cgpu.backends.cdi.host import DRIVER_VERSION_FILES
 from cgpu.engine_option import ENGINE_CONFIGS, EngineOption
 from cgpu.options import DEFAULT_ROOT
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time
+if TYPE_CHECKING:
+    from typing import Any
 
 LEARN_TIMEOUT = 10.0  # as the probe's own default: the engines' files are usually remembered
 

@@ -4,10 +4,13 @@ settings, the kubelet's runtime, and the info problem that says who judged and w
 from __future__ import annotations
 
 import os
-from typing import Any
 
 from cgpu.engine_option import EngineOption, host_engine_details
 from cgpu.report import ReportBuilder
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time
+if TYPE_CHECKING:
+    from typing import Any
 
 _ENTRY_FIELDS = (
     "name",

@@ -4,7 +4,6 @@ engines skip, and which driver is loaded without a spec."""
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Sequence
 
 from cgpu.backends.cdi.device import DeviceAnswer
@@ -12,10 +11,11 @@ from cgpu.backends.cdi.host import HostFS
 from cgpu.backends.cdi.rules import mismatch_fix
 from cgpu.backends.cdi.view import risky_edits
 from cgpu.cdi.model import ContainerEdits, Spec
+from cgpu.patterns import lazy
 from cgpu.report import ReportBuilder
 
-_DRIVER_VERSION_IN_PATH = re.compile(r"\.so\.(\d{3}\.\d+(?:\.\d+)?)$|/nvidia/(\d{3}\.\d+(?:\.\d+)?)/")
-_HOST_DRIVER_ARG = re.compile(r"--host-driver-version=(\d+\.\d+(?:\.\d+)?)")
+_DRIVER_VERSION_IN_PATH = lazy(r"\.so\.(\d{3}\.\d+(?:\.\d+)?)$|/nvidia/(\d{3}\.\d+(?:\.\d+)?)/")
+_HOST_DRIVER_ARG = lazy(r"--host-driver-version=(\d+\.\d+(?:\.\d+)?)")
 
 
 def _names(names: list[str], limit: int = 3) -> str:
@@ -56,7 +56,7 @@ def _risky(edits: ContainerEdits, used: dict[int, tuple[ContainerEdits, Sequence
     """`risky_edits`, remembered per parsed edits object (the reader reuses them while files are
     unchanged); `used` collects this probe's, which are all that is kept afterwards (none: the
     one empty tuple)."""
-    known = _RISKY.get(id(edits))
+    known = used.get(id(edits)) or _RISKY.get(id(edits))
     if known is None or known[0] is not edits:
         known = (edits, risky_edits(edits) or ())
     used[id(edits)] = known

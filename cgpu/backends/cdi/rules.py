@@ -10,18 +10,27 @@ from __future__ import annotations
 
 import posixpath
 import re
-from typing import cast
 
 from cgpu import vulkan_icd
 from cgpu.backends.cdi.view import ContainerView
+from cgpu.patterns import lazy
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time
+if TYPE_CHECKING:
+    from typing import cast
+else:
+
+    def cast(_type: object, value: object) -> object:  # typing.cast at run time
+        return value
+
 
 PROVIDED, PARTIAL, ABSENT = "provided", "partial", "absent"
 _RANK = {PROVIDED: 2, PARTIAL: 1, ABSENT: 0}
 
-NVIDIA_GPU_NODE = re.compile(r"/dev/nvidia\d+")
-RENDER_NODE = re.compile(r"/dev/dri/renderD\d+")
-MIG_CAP_NODE = re.compile(r"/dev/nvidia-caps/nvidia-cap\d+")
-DRM_NODE = re.compile(r"/dev/dri/(card|renderD)\d+")
+NVIDIA_GPU_NODE = lazy(r"/dev/nvidia\d+")
+RENDER_NODE = lazy(r"/dev/dri/renderD\d+")
+MIG_CAP_NODE = lazy(r"/dev/nvidia-caps/nvidia-cap\d+")
+DRM_NODE = lazy(r"/dev/dri/(card|renderD)\d+")
 CTL, UVM, DXG, KFD = "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/dxg", "/dev/kfd"
 # Jetson (Tegra, CSV mode): the integrated GPU is reached through nvmap and nvgpu/nvhost nodes;
 # there is no /dev/nvidia-uvm (nvidia-container-toolkit's lib-csv test data: Xavier, Orin).
@@ -45,13 +54,13 @@ GLX_OPTIONAL_COMPANION = "libnvidia-gpucomp"
 # WSL: nvidia-container-toolkit's WSL discoverer mounts these from the driver store with libcuda.so.1.1.
 WSL_CUDA_COMPANIONS = ("libcuda_loader.so", "libnvdxgdmal.so.1")
 NVIDIA_D3D12_UMD = "libnvwgf2umx.so"  # NVIDIA's D3D12 user-mode driver in its WSL driver-store folder
-_VERSION_SUFFIX = re.compile(r"\.so\.(\d{2,3}\.\d+(?:\.\d+)?)$")
+_VERSION_SUFFIX = lazy(r"\.so\.(\d{2,3}\.\d+(?:\.\d+)?)$")
 
 # Software drivers never count (docs/cdi.md "The answers"); matched on the library file name an ICD names.
 SOFTWARE_DRIVERS = (
-    (re.compile(r"lvp|llvmpipe"), "lavapipe (llvmpipe)"),
-    (re.compile(r"swiftshader"), "SwiftShader"),
-    (re.compile(r"pocl"), "PoCL"),
+    (lazy(r"lvp|llvmpipe"), "lavapipe (llvmpipe)"),
+    (lazy(r"swiftshader"), "SwiftShader"),
+    (lazy(r"pocl"), "PoCL"),
 )
 
 NVIDIA_REGENERATE = "regenerate the spec with `nvidia-ctk cdi generate`"

@@ -10,10 +10,19 @@ from __future__ import annotations
 
 import posixpath
 import re
-from typing import cast
 
 from cgpu.backends.cdi.host import HostFS
 from cgpu.cdi.model import ContainerEdits, DeviceNode, Hook, Mount
+from cgpu.patterns import lazy
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time
+if TYPE_CHECKING:
+    from typing import cast
+else:
+
+    def cast(_type: object, value: object) -> object:  # typing.cast at run time
+        return value
+
 
 NVIDIA_HOOK_BINARIES = frozenset({"nvidia-cdi-hook", "nvidia-ctk"})
 # Mount types whose source is not a host path (the CDI README's tmpfs example has hostPath "tmpfs").
@@ -24,7 +33,7 @@ MAX_LINK_HOPS = 8
 MAX_DIR_ENTRIES = 4096
 MAX_DIR_DEPTH = 2  # levels below a small directory mount that are indexed
 MAX_WALKED_ENTRIES = 256  # entries of a tree walked below its first level, all levels together
-_KERNEL_FS = re.compile(r"/(proc|sys|dev)(/|$)")
+_KERNEL_FS = lazy(r"/(proc|sys|dev)(/|$)")
 
 
 class HookEffects:
@@ -108,7 +117,7 @@ def node_fully_specified(node: DeviceNode) -> bool:
     return node.type in ("b", "c", "u") and bool(node.major)
 
 
-_LIBRARY_NAME = re.compile(r"(.+?)\.so\.\d+(?:\.\d+)*")
+_LIBRARY_NAME = lazy(r"(.+?)\.so\.\d+(?:\.\d+)*")
 
 
 class FileIndex:
@@ -327,7 +336,7 @@ class ContainerView:
         )
 
 
-_MULTIARCH = re.compile(r"/(usr/)?lib/[a-z0-9_]+-linux-gnu[a-z0-9_]*")
+_MULTIARCH = lazy(r"/(usr/)?lib/[a-z0-9_]+-linux-gnu[a-z0-9_]*")
 
 
 def default_search_needs(folder: str) -> tuple[str, ...] | None:
@@ -341,7 +350,7 @@ def default_search_needs(folder: str) -> tuple[str, ...] | None:
     return None
 
 
-_SHELLS = re.compile(r"(ba|da|z|k|c|tc|fi)?sh|busybox|python[\d.]*|perl|env")
+_SHELLS = lazy(r"(ba|da|z|k|c|tc|fi)?sh|busybox|python[\d.]*|perl|env")
 
 
 def risky_edits(edits: ContainerEdits) -> list[str]:
