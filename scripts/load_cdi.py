@@ -137,10 +137,12 @@ def cli_load(procs: int, runs: int, seconds: float, expected: list[str]) -> dict
 MIG = 4  # the 8-GPU MIG sample: an agent asking about its one node, again and again
 
 
-def library_load(threads: int, calls: int, seconds: float, expected: list[str]) -> dict[str, Any]:
+def library_load(threads: int, calls: int, seconds: float, expected: list[str], *, minimum: int = 0) -> dict[str, Any]:
     """`calls` library calls: one node's spec asked again and again, then all the cases in
     turn in one thread, then over `threads` threads (the GIL makes that a safety test more
-    than a speed-up)."""
+    than a speed-up). Each part ends at a third of `seconds`, but not before it has made
+    `minimum` calls (shared among its threads): a busy host makes the load slower, never smaller
+    than what a test counts on."""
     from cgpu.backends import run_backend
 
     def check(index: int, cases: list[int]) -> str | None:
@@ -171,8 +173,9 @@ def library_load(threads: int, calls: int, seconds: float, expected: list[str]) 
             deadline: float = deadline,
             cases: list[int] = cases,
         ) -> None:
-            for index in range(start, calls, workers):
-                if time.monotonic() > deadline:
+            share = -(-minimum // workers)
+            for made, index in enumerate(range(start, calls, workers)):
+                if made >= share and time.monotonic() > deadline:
                     return
                 tally.add(check(index, cases))
 

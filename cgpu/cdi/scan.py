@@ -26,6 +26,7 @@ What cgpu decided where the library's behaviour is an accident rather than a rul
 
 from __future__ import annotations
 
+import _thread
 import errno
 import os
 import stat
@@ -50,6 +51,10 @@ SPEC_EXTENSIONS = (".json", ".yaml")  # exactly these, case-sensitive: not .yml,
 # where a DRA driver writes a spec per claim would otherwise keep every claim's spec), however
 # many there are (20,000 specs must not thrash it).
 PARSE_CACHE_SIZE = 256  # the most kept while one scan runs, beyond the files it has read so far
+# Library calls from several threads share these: every change of the order or the entries,
+# and every walk over them, holds the lock (a walk beside a change raised "OrderedDict mutated
+# during iteration" in a thread of the load test). Parsing happens outside it.
+_PARSE_CACHE_LOCK = _thread.allocate_lock()
 _parse_cache: OrderedDict[str, tuple[tuple[int, int, int, int, str], Spec | SpecError]] = OrderedDict()
 
 
@@ -57,8 +62,9 @@ _kept = [0]  # how many entries the last scan left
 
 
 def clear_parse_cache() -> None:
-    _parse_cache.clear()
-    _kept[0] = 0
+    with _PARSE_CACHE_LOCK:
+        _parse_cache.clear()
+        _kept[0] = 0
     _shared.clear()
     _shared_floor[0] = None
 
@@ -137,9 +143,11 @@ def _prune_shared() -> None:
 def _read_spec(path: str, info: os.stat_result, priority: int, cache: _DiskCache) -> Spec:
     """Parse one spec file (through the caches); raises SpecError."""
     key = (info.st_size, info.st_mtime_ns, info.st_ino, info.st_ctime_ns, cache.library)
-    cached = _parse_cache.get(path)
+    with _PARSE_CACHE_LOCK:
+        cached = _parse_cache.get(path)
+        if cached is not None and cached[0] == key:
+            _parse_cache.move_to_end(path)
     if cached is not None and cached[0] == key:
-        _parse_cache.move_to_end(path)
         result = cached[1]
     elif info.st_size > MAX_SPEC_BYTES:
         raise SpecError(path, too_big_message(info.st_size), by_library=False)
@@ -147,13 +155,14 @@ def _read_spec(path: str, info: os.stat_result, priority: int, cache: _DiskCache
         result = cache.load(path, info, priority) or _parse_file(path, info, priority, cache)
         if isinstance(result, Spec):
             result = _share(result)
-        _parse_cache[path] = (key, result)
-        _parse_cache.move_to_end(path)
         cache.read.add(path)
-        # beyond what the last scan kept (all of which this scan may still read: evicting one
-        # of those would evict the next file ahead, and so on, re-reading every later file)
-        if len(_parse_cache) > PARSE_CACHE_SIZE + len(cache.read) + _kept[0]:
-            _parse_cache.popitem(last=False)
+        with _PARSE_CACHE_LOCK:
+            _parse_cache[path] = (key, result)
+            _parse_cache.move_to_end(path)
+            # beyond what the last scan kept (all of which this scan may still read: evicting one
+            # of those would evict the next file ahead, and so on, re-reading every later file)
+            if len(_parse_cache) > PARSE_CACHE_SIZE + len(cache.read) + _kept[0]:
+                _parse_cache.popitem(last=False)
     cache.read.add(path)
     if isinstance(result, SpecError):
         raise result
@@ -457,10 +466,11 @@ def scan_spec_dirs(
         problems.append(Problem(stop.severity, stop.path, _stop_message(stop, later, unreached, engine, library)))
     if cache.stored and cache.directory is not None:
         spec_cache.prune(cache.directory, keep=cache.read)
-    for stale in [path for path in _parse_cache if path not in cache.read]:
-        del _parse_cache[stale]
-    _kept[0] = len(_parse_cache)
-    _prune_shared()
+    with _PARSE_CACHE_LOCK:
+        for stale in [path for path in _parse_cache if path not in cache.read]:
+            del _parse_cache[stale]
+        _kept[0] = len(_parse_cache)
+        _prune_shared()
     for qualified, conflict_priority in conflicts.items():
         survivor = devices.pop(qualified, None)
         if survivor is not None and survivor.spec.priority > conflict_priority:

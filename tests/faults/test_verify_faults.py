@@ -76,7 +76,9 @@ def test_the_service_dies_mid_call(cli, device, stand_in_image, no_new_container
             within=120,
             what="the probe container to run",
         )
-        assert proc.poll() is None, proc.communicate()[1][-2000:]
+        if proc.poll() is not None:
+            out, err = proc.communicate()
+            pytest.fail(f"cgpu ended before the probe container ran: {err[-2000:]!r} {out[-3000:]!r}")
         [service] = _service(cli)
         os.kill(service, signal.SIGKILL)
         killed = time.monotonic()
@@ -220,7 +222,9 @@ def test_a_hung_cdi_hook_ends_at_the_timeout(cli, cdi_spec, stand_in_image, babb
             proc.communicate()
     took = time.monotonic() - started
     assert took < allowed(LIMIT, baseline), f"{took:.1f} s with --timeout {LIMIT}; {baseline:.1f} s with no hook"
-    assert any(line.startswith("sleep") for line in seen.values()), f"the hook never ran: {err[-2000:]!r}"
+    assert any(line.startswith("sleep") for line in seen.values()), (
+        f"the hook never ran: {err[-2000:]!r} {out[-3000:]!r}"
+    )
     assert any("conmon" in line for line in seen.values()) and any("runc" in line for line in seen.values()), seen
     assert proc.returncode == 0, err
     report = json.loads(out)

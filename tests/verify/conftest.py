@@ -81,7 +81,11 @@ def cdi_spec():
         try:
             spec_dir.mkdir(parents=True, exist_ok=True)
             path = spec_dir / f"{kind.split('/')[0]}.yaml"
-            path.write_text(f'cdiVersion: "{cdi_version}"\nkind: {kind}\n' + text_for_kind)
+            # written beside it under a name no reader takes, then renamed: another suite's podman
+            # or cgpu reading /etc/cdi at this moment sees the whole spec or none
+            partial = spec_dir / f".{path.name}.partial"
+            partial.write_text(f'cdiVersion: "{cdi_version}"\nkind: {kind}\n' + text_for_kind)
+            partial.replace(path)
         except OSError as exc:
             pytest.skip(f"cannot write CDI specs into /etc/cdi: {exc}")
         written.append(path)
