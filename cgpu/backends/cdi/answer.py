@@ -170,8 +170,8 @@ def _scan_answers(
     _report_problems(report, answers, host)
     ignored = [name for name in (devices or dropped) if name in dropped]
     unreached = [n for n in (devices or scan.unreached) if n in scan.unreached and n not in dropped]
-    _evidence(report, answers, scan, list(dirs), host, ignored, engine_label or "the engine")
     label = engine_label or "the engine"
+    _evidence(report, answers, scan, list(dirs), host, ignored, label)
     return DeviceEntries(answers, scan, {n: dropped[n] for n in ignored}, list(dict.fromkeys(unreached)), label)
 
 
