@@ -31,6 +31,8 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run ti
 if TYPE_CHECKING:
     from typing import Any
 
+    Subcommands = argparse._SubParsersAction[argparse.ArgumentParser]
+
 OUTPUT_FORMATS = ("json", "yaml", "name", "wide")
 
 
@@ -121,7 +123,10 @@ environment:
 {_IMAGE_EXIT_TEXT}"""
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(command: str | None = None) -> argparse.ArgumentParser:
+    """cgpu's argument parser. With `command`, only that subcommand gets its options: building
+    each one's costs argparse groups and gettext look-ups at every start. None builds them all
+    (the top-level help, completion, the man page)."""
     parser = argparse.ArgumentParser(
         prog="cgpu",
         description="Which GPU APIs does a container started here actually get?",
@@ -136,6 +141,14 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"cgpu {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
+    for name, add in _COMMANDS.items():
+        if command is None or name == command:
+            add(sub)
+    return parser
+
+
+def _add_probe(sub: Subcommands) -> None:
+    """`cgpu probe`."""
     probe = sub.add_parser(
         "probe",
         help="report the GPU APIs containers get on this node",
@@ -171,6 +184,9 @@ def _parser() -> argparse.ArgumentParser:
     _add_probe_options(probe)
     probe.set_defaults(subparser=probe)  # its own usage line on a usage error
 
+
+def _add_watch(sub: Subcommands) -> None:
+    """`cgpu watch`."""
     watch = sub.add_parser(
         "watch",
         help="keep an answer file and/or an NFD feature file current",
@@ -212,6 +228,9 @@ def _parser() -> argparse.ArgumentParser:
     _add_probe_options(watch)
     watch.set_defaults(subparser=watch)
 
+
+def _add_image(sub: Subcommands) -> None:
+    """`cgpu image check`."""
     image = sub.add_parser("image", help="image tools", description="Image tools.")
     image_sub = image.add_subparsers(dest="image_command", required=True, metavar="COMMAND")
     check = image_sub.add_parser(
@@ -234,6 +253,9 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--timeout", type=_seconds, metavar="SECONDS", help="limit for the whole check (default: 300)")
     check.add_argument("--color", choices=("auto", "always", "never"), default="auto", help="as for probe")
 
+
+def _add_krunkit(sub: Subcommands) -> None:
+    """`cgpu krunkit write-assets` and `build-image`."""
     krunkit_cmd = sub.add_parser(
         "krunkit",
         help="krunkit tools",
@@ -265,6 +287,9 @@ def _parser() -> argparse.ArgumentParser:
     build.add_argument("--machine", metavar="NAME", help="the podman machine to build in (default: podman's default)")
     build.add_argument("--timeout", type=_seconds, metavar="SECONDS", help="limit for the whole build (default: 1800)")
 
+
+def _add_schema(sub: Subcommands) -> None:
+    """`cgpu schema`."""
     schema = sub.add_parser(
         "schema",
         help="print the JSON Schema of the probe report or the image check",
@@ -275,6 +300,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     schema.add_argument("what", nargs="?", choices=("report", "image-check"), default="report")
 
+
+def _add_samples(sub: Subcommands) -> None:
+    """`cgpu samples`."""
     samples = sub.add_parser(
         "samples",
         help="write the CDI samples and fake hosts the README's commands use",
@@ -289,6 +317,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     samples.add_argument("dir", metavar="DIR", help="a new or empty folder")
 
+
+def _add_completion(sub: Subcommands) -> None:
+    """`cgpu completion`."""
     completion = sub.add_parser(
         "completion",
         help="print a shell completion script (bash, zsh, fish)",
@@ -299,6 +330,10 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     completion.add_argument("shell", choices=("bash", "zsh", "fish"))
+
+
+def _add_man(sub: Subcommands) -> None:
+    """`cgpu man`."""
     sub.add_parser(
         "man",
         help="print the man page (roff), generated from these options",
@@ -306,7 +341,22 @@ def _parser() -> argparse.ArgumentParser:
         epilog="example:\n  cgpu man > cgpu.1 && man -l cgpu.1",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    return parser
+
+
+# Each subcommand's parser, in the order the help lists them
+_COMMANDS: dict[str, Callable[[Subcommands], None]] = {
+    "probe": _add_probe,
+    "watch": _add_watch,
+    "image": _add_image,
+    "krunkit": _add_krunkit,
+    "schema": _add_schema,
+    "samples": _add_samples,
+    "completion": _add_completion,
+    "man": _add_man,
+}
+# The commands whose parser alone is built when the command line starts with them (completion and
+# the man page describe every command)
+_ON_ITS_OWN = ("probe", "watch", "image", "krunkit", "schema", "samples")
 
 
 def _add_probe_options(parser: argparse.ArgumentParser) -> None:
@@ -352,8 +402,8 @@ def _main(argv: Sequence[str] | None) -> int:
         from cgpu.clock import count_from_process_start
 
         count_from_process_start()
-    parser = _parser()
     argv, devices = _take_devices(list(sys.argv[1:] if argv is None else argv))
+    parser = _parser(argv[0] if argv and argv[0] in _ON_ITS_OWN else None)
     args = parser.parse_args(argv)
     if devices:
         args.devices = devices + (args.devices or [])

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -173,3 +174,43 @@ def test_each_command_lists_its_own_exit_codes(run_cli):
     assert "  4    no:" in image_codes and "  5    unknown:" in image_codes
     assert "0    the backend ran" in probe_codes
     assert "\n  4 " not in probe_codes and "\n  5 " not in probe_codes and "image" not in probe_codes
+
+
+def _commands(parser):
+    import argparse
+
+    return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["probe", "--json", "-s", "/x", "--engine", "none", "--timeout", "5"],
+        ["watch", "--interval", "5", "--answer-file", "/a", "--backend", "cdi"],
+        ["image", "check", "oci:/i", "--json"],
+        ["krunkit", "build-image", "--machine", "m"],
+        ["krunkit", "write-assets", "/d"],
+        ["schema", "image-check"],
+        ["samples", "/d"],
+    ],
+)
+def test_a_command_line_builds_only_its_commands_parser_and_reads_the_same(argv):
+    from cgpu import cli
+
+    alone, whole = cli._parser(argv[0]), cli._parser()
+    assert list(_commands(alone)) == [argv[0]]  # the other commands' options are never built
+    assert list(_commands(whole)) == list(cli._COMMANDS)
+    read_alone, read_whole = vars(alone.parse_args(argv)), vars(whole.parse_args(argv))
+    if "subparser" in read_whole:  # that command's own parser object, one per build
+        assert read_alone.pop("subparser").format_help() == read_whole.pop("subparser").format_help()
+    assert read_alone == read_whole
+
+
+def test_the_top_level_help_still_lists_every_command():
+    result = subprocess.run(
+        [sys.executable, "-m", "cgpu", "--help"], capture_output=True, text=True, timeout=60, cwd=REPO
+    )
+    assert result.returncode == 0
+    listed = result.stdout.split("COMMAND", 2)[-1]
+    for command in ("probe", "watch", "image", "krunkit", "schema", "samples", "completion", "man"):
+        assert re.search(rf"^    {command}\s", listed, re.MULTILINE), command
