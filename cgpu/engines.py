@@ -383,21 +383,13 @@ class Engine(abc.ABC):
             api.timeout = default
 
     def _put_files(self, container: Any, files: dict[str, bytes]) -> None:
-        if not files:
-            return
-        import io
-        import tarfile
+        if files:
+            self._put_archive(container, tar_archive(files), ", ".join(files))
 
-        buffer = io.BytesIO()
-        with tarfile.open(fileobj=buffer, mode="w") as tar:
-            for path, data in files.items():
-                info = tarfile.TarInfo(path.lstrip("/"))
-                info.size = len(data)
-                info.mode = 0o644
-                info.mtime = int(time.time())
-                tar.addfile(info, io.BytesIO(data))
-        if not container.put_archive("/", buffer.getvalue()):
-            raise EngineError(f"{self.name} refused to copy {', '.join(files)} into the container")
+    def _put_archive(self, container: Any, archive: bytes, names: str) -> None:
+        # docker-py raises APIError, with the engine's reason, for a copy the engine refuses
+        if not container.put_archive("/", archive):
+            raise EngineError(f"{self.name} refused to copy {names} into the container")
 
     def _remove(self, container: Any, *, kill: bool) -> None:
         """Remove the container within CLEANUP_S. One that may still run or be starting is
@@ -646,6 +638,12 @@ class PodmanEngine(Engine):
         import requests
 
         return (podman.errors.APIError, podman.errors.PodmanError, requests.RequestException)
+
+    def _put_archive(self, container: Any, archive: bytes, names: str) -> None:
+        # podman-py's put_archive answers True or False alone: the request keeps podman's reason
+        response = container.client.put(f"/containers/{container.id}/archive", params={"path": "/"}, data=archive)
+        if not response.ok:
+            raise EngineError(f"podman refused to copy {names} into the container: {_copy_refusal(response)}")
 
     def _message(self, exc: BaseException) -> str:
         explanation = getattr(exc, "explanation", None)
@@ -1136,3 +1134,36 @@ class PodmanService:
     def stop(self) -> None:
         self.helper.stop()
         shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def tar_archive(files: dict[str, bytes]) -> bytes:
+    """`files` (container path -> content) as a tar archive that ends with its two end-of-archive
+    blocks. tarfile pads an archive to 10 KiB records; podman's archive endpoint pipes the body to
+    a tar reader that stops at those blocks, and the padding still being written then fails the
+    copy with "broken pipe", most often on a busy host (containers/buildah#6573; the fix other
+    clients made: testcontainers-dotnet#1684)."""
+    import io
+    import tarfile
+
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for path, data in files.items():
+            info = tarfile.TarInfo(path.lstrip("/"))
+            info.size = len(data)
+            info.mode = 0o644
+            info.mtime = int(time.time())
+            tar.addfile(info, io.BytesIO(data))
+        end = buffer.tell() + 2 * tarfile.BLOCKSIZE  # what closing adds before the record padding
+    return buffer.getvalue()[:end]
+
+
+def _copy_refusal(response: Any) -> str:
+    """podman's reason for a refused archive copy, without the copier request it dumps before it
+    ("error during bulk transfer for copier.request{...}: reading tar stream: ...")."""
+    try:
+        message = str(response.json().get("message") or "")
+    except (ValueError, AttributeError):
+        message = ""
+    if "copier.request{" in message:
+        message = message.rpartition("}: ")[2]
+    return message.strip()[:300] or f"HTTP {response.status_code}"

@@ -312,3 +312,38 @@ def test_an_engine_library_slow_to_import_is_given_what_is_left(tmp_path, monkey
         _Budget(30, started + 0.5).imported(name, "the slow library")
     assert_within(time.monotonic() - started, 0.5, interpreter_run, "a slow import with 0.5 s left")
     assert _Budget(30, None).imported("json", "json").dumps([]) == "[]"  # no deadline: a plain import
+
+
+def test_the_files_copied_into_a_container_end_with_the_archives_end_blocks():
+    """No record padding after the two end-of-archive blocks: podman's tar reader stops at them
+    and the padding still being sent failed the copy ("broken pipe") on a busy host."""
+    import io
+    import tarfile
+
+    from cgpu.engines import tar_archive
+
+    files = {"/cgpu-probe.py": b"print('probe')\n" * 100, "/etc/cgpu/empty": b""}
+    data = tar_archive(files)
+    assert data.endswith(bytes(2 * tarfile.BLOCKSIZE))
+    assert not data[: -2 * tarfile.BLOCKSIZE].endswith(bytes(tarfile.BLOCKSIZE))  # no third zero block
+    assert len(data) % tarfile.BLOCKSIZE == 0 and len(data) < tarfile.RECORDSIZE
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        assert {m.name: (m.mode, tar.extractfile(m).read()) for m in tar.getmembers()} == {
+            "cgpu-probe.py": (0o644, files["/cgpu-probe.py"]),
+            "etc/cgpu/empty": (0o644, b""),
+        }
+
+
+@pytest.mark.podman
+def test_a_copy_podman_refuses_says_podmans_reason(stand_in_image, monkeypatch, no_leftover_containers):
+    """podman-py's put_archive answers only False; the error names the files and podman's own
+    reason, without the copier request podman dumps before it."""
+    import cgpu.engines
+
+    monkeypatch.setattr(cgpu.engines, "tar_archive", lambda files: b"not a tar archive" * 64)
+    with open_engine("podman", timeout=API_TIMEOUT) as engine:
+        with pytest.raises(EngineError) as raised:
+            engine.run_container(stand_in_image, ["true"], devices=[], files={"/in/note": b"x"}, timeout=API_TIMEOUT)
+    message = str(raised.value)
+    assert message.startswith("podman refused to copy /in/note into the container: ")
+    assert "tar" in message.partition(": ")[2] and "copier.request" not in message and len(message) < 400
