@@ -55,7 +55,7 @@ PARSE_CACHE_SIZE = 256  # the most kept while one scan runs, beyond the files it
 # and every walk over them, holds the lock (a walk beside a change raised "OrderedDict mutated
 # during iteration" in a thread of the load test). Parsing happens outside it.
 _PARSE_CACHE_LOCK = _thread.allocate_lock()
-_parse_cache: OrderedDict[str, tuple[tuple[int, int, int, int, str], Spec | SpecError]] = OrderedDict()
+_parse_cache: OrderedDict[str, tuple[str, Spec | SpecError]] = OrderedDict()
 
 
 _kept = [0]  # how many entries the last scan left
@@ -142,7 +142,7 @@ def _prune_shared() -> None:
 
 def _read_spec(path: str, info: os.stat_result, priority: int, cache: _DiskCache) -> Spec:
     """Parse one spec file (through the caches); raises SpecError."""
-    key = (info.st_size, info.st_mtime_ns, info.st_ino, info.st_ctime_ns, cache.library)
+    key = f"{info.st_size} {info.st_mtime_ns} {info.st_ino} {info.st_ctime_ns} {cache.library}"  # one object
     with _PARSE_CACHE_LOCK:
         cached = _parse_cache.get(path)
         if cached is not None and cached[0] == key:
@@ -152,6 +152,10 @@ def _read_spec(path: str, info: os.stat_result, priority: int, cache: _DiskCache
     elif info.st_size > MAX_SPEC_BYTES:
         raise SpecError(path, too_big_message(info.st_size), by_library=False)
     else:
+        # What is kept is made here, among this file's short-lived parsing objects (freed before
+        # the next file's), not beside the listing's stat results of every file: a kept path left
+        # there would keep the listing's memory from going back to the kernel.
+        path = (path + "/")[:-1]
         result = cache.load(path, info, priority) or _parse_file(path, info, priority, cache)
         if isinstance(result, Spec):
             result = _share(result)
