@@ -34,7 +34,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 
 from cgpu.cdi import spec_cache, versions
-from cgpu.cdi.model import ContainerEdits, ResolvedDevice, ScanResult, Spec
+from cgpu.cdi.model import ContainerEdits, ResolvedDevice, ScanResult, Spec, SpecDevice
 from cgpu.cdi.names import go_quote
 from cgpu.cdi.parse import MAX_SPEC_BYTES, SpecError, parse_spec, too_big_message
 from cgpu.errors import CgpuError, CgpuTypeError
@@ -104,22 +104,34 @@ def _share_edits(edits: ContainerEdits) -> ContainerEdits:
 SHARED_DEVICES = 8  # a spec with more devices (a GPU node's) is one of a few: its devices' edits are its own
 
 
+_NO_ANNOTATIONS: dict[str, str] = {}  # of every kept spec and device that has none (never changed)
+
+
 def _share(spec: Spec) -> Spec:
     """`spec` with its edits, device nodes, mounts, hooks and env strings shared with the other specs'
     (its devices' only for a spec of a few devices, as a claim spec is: thousands of files of them)."""
     edits = _share_edits(spec.edits)
-    devices = (
-        spec.devices
-        if len(spec.devices) > SHARED_DEVICES
-        else tuple(
-            device if (own := _share_edits(device.edits)) is device.edits else device.replace(edits=own)
-            for device in spec.devices
-        )
-    )
-    if edits is spec.edits and all(a is b for a, b in zip(devices, spec.devices, strict=True)):
+    devices = spec.devices if len(spec.devices) > SHARED_DEVICES else tuple(map(_share_device, spec.devices))
+    annotations = spec.annotations or _NO_ANNOTATIONS
+    if (
+        edits is spec.edits
+        and annotations is spec.annotations
+        and all(a is b for a, b in zip(devices, spec.devices, strict=True))
+    ):
         return spec
-    shared_spec: Spec = spec.replace(edits=edits, devices=devices, kind=_one(spec.kind), version=_one(spec.version))
+    shared_spec: Spec = spec.replace(
+        edits=edits, devices=devices, kind=_one(spec.kind), version=_one(spec.version), annotations=annotations
+    )
     return shared_spec
+
+
+def _share_device(device: SpecDevice) -> SpecDevice:
+    edits = _share_edits(device.edits)
+    annotations = device.annotations or _NO_ANNOTATIONS
+    if edits is device.edits and annotations is device.annotations:
+        return device
+    shared: SpecDevice = device.replace(edits=edits, annotations=annotations)
+    return shared
 
 
 _shared_floor: list[int | None] = [None]  # the table's size after the last prune (or the first scan)
