@@ -12,7 +12,7 @@ from cgpu.backends.cdi.judging import _unlearned
 from cgpu.backends.cdi.problems import _report_problems, _spec_dir_hints
 from cgpu.backends.cdi.rules import Finding, driver_mismatch, judge
 from cgpu.backends.cdi.selection import _select
-from cgpu.backends.cdi.view import ContainerView, is_bind, node_fully_specified
+from cgpu.backends.cdi.view import ContainerView, is_bind, node_fully_specified, risky_edits
 from cgpu.cdi.model import ContainerEdits, ResolvedDevice, ScanResult, Spec
 from cgpu.report import ReportBuilder
 
@@ -196,9 +196,12 @@ def _engine_dropped(scan: ScanResult) -> dict[str, Spec]:
     return dropped
 
 
-# findings, missing paths, driver mismatch, and the spec-level edits and kind judged with: one
-# tuple for every device that gives the same (20,000 claim devices of one kind share one)
-_Result = tuple[dict[str, Finding], list[tuple[str, str]], tuple[str, str, str] | None, ContainerEdits, str]
+# findings, missing paths, driver mismatch, the spec-level edits and kind judged with, and the
+# device's own risky edits: one tuple for every device that gives the same (20,000 claim devices
+# of one kind share one)
+_Result = tuple[
+    dict[str, Finding], list[tuple[str, str]], tuple[str, str, str] | None, ContainerEdits, str, Sequence[str]
+]
 
 
 class _Remembered:
@@ -280,20 +283,21 @@ def _judged(
                 for api, finding in judge(view, spec.kind).items()
             }
             findings = equal_findings.setdefault(tuple(map(id, judged.values())), judged)
-            result = (findings, missing or _NOTHING_MISSING, driver_mismatch(view), spec.edits, spec.kind)
+            risky = risky_edits(own) or ()
+            result = (findings, missing or _NOTHING_MISSING, driver_mismatch(view), spec.edits, spec.kind, risky)
             result = equal_results.setdefault(_result_key(result), result)
         if same is None:
             same = same_edits[key] = (result, key)
         if keep is not None:
             keep.keep(device.device, result)
-        findings, missing, mismatch, _, _ = result
-        answers.append(DeviceAnswer(device, findings, missing, mismatch, same=same))
+        findings, missing, mismatch, _, _, risky = result
+        answers.append(DeviceAnswer(device, findings, missing, mismatch, same=same, risky=risky))
     return answers
 
 
 def _result_key(result: _Result) -> tuple[Any, ...]:
-    findings, missing, mismatch, edits, kind = result
-    return id(findings), id(missing), mismatch, id(edits), kind
+    findings, missing, mismatch, edits, kind, risky = result
+    return id(findings), id(missing), mismatch, id(edits), kind, id(risky)
 
 
 def _missing(edits: ContainerEdits, host: HostFS) -> list[tuple[str, str]]:

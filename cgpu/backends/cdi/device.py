@@ -10,7 +10,7 @@ from cgpu.cdi.model import ResolvedDevice
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Sequence
     from typing import Any
 
 APIS = CONTAINER_APIS  # metal: the report's own evidence
@@ -19,7 +19,7 @@ APIS = CONTAINER_APIS  # metal: the report's own evidence
 class DeviceAnswer:
     # Plain classes, not dataclasses, in this backend: creating a dataclass costs about a
     # millisecond at import, a visible share of the CLI's start-up (docs/cdi.md#speed).
-    __slots__ = ("device", "findings", "mismatch", "missing", "same")
+    __slots__ = ("device", "findings", "mismatch", "missing", "risky", "same")
 
     def __init__(
         self,
@@ -28,6 +28,7 @@ class DeviceAnswer:
         missing: list[tuple[str, str]],
         mismatch: tuple[str, str, str] | None = None,
         same: object = None,
+        risky: Sequence[str] = (),
     ) -> None:
         self.device = device
         self.findings = findings  # may be the same dict as another spec's device: equal findings are one
@@ -36,6 +37,7 @@ class DeviceAnswer:
         self.same = findings if same is None else same
         self.mismatch = mismatch  # (user-space version, kernel module version, where it was read)
         self.missing = missing  # (host path, "the mount source /x (for /y) does not exist on the host")
+        self.risky = risky  # what its own edits (not its spec's) hand the container too much: `risky_edits`
 
     @property
     def name(self) -> str:

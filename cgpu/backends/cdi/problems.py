@@ -49,7 +49,7 @@ def _stale(answers: list[DeviceAnswer], host: HostFS) -> tuple[str, str, str, li
     return (spec_version, host_version, source, versioned) if versioned else None
 
 
-_RISKY = ByIdentity()  # risky_edits per parsed edits object: the last probe's
+_RISKY = ByIdentity()  # risky_edits per parsed spec-level edits object: the last probe's (a device's are its answer's)
 
 
 def _risky(edits: ContainerEdits, used: dict[int, Sequence[str]], memo: ByIdentity | None) -> Sequence[str]:
@@ -77,7 +77,7 @@ def _report_problems(report: ReportBuilder, answers: list[DeviceAnswer], host: H
         risky = {
             spec_path: [
                 *_risky(group[0].device.spec.edits, used, memo),
-                *(m for a in group for m in _risky(a.device.device.edits, used, memo)),
+                *(message for answer in group for message in answer.risky),
             ]
             for spec_path, group in by_spec.items()
         }
