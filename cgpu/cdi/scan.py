@@ -134,21 +134,31 @@ def _share_device(device: SpecDevice) -> SpecDevice:
     return shared
 
 
-_shared_floor: list[int | None] = [None]  # the table's size after the last prune (or the first scan)
+_shared_floor: list[int | None] = [None]  # the table's size after the last prune (None: none yet)
 
 
 def _prune_shared() -> None:
-    """Keep only what the cached specs use once the table holds twice what it held after the
-    last prune (files removed since), so that it stays within twice what the spec dirs hold now.
-    The cached specs become new objects: the backend judges their devices again once."""
+    """After the first scan, and whenever the table has doubled since the last prune: keep only
+    what the kept specs use twice or more. A value one file alone holds (a claim's own name, env
+    tuple and edits) gains nothing from its entry, which was a tenth of what a claim spec kept;
+    one no kept spec uses any more (its files removed) goes too. So the table stays within twice
+    what the spec dirs share now, and the kept specs stay as they are (their devices' answers too)."""
     floor = _shared_floor[0]
-    if floor is None or len(_shared) <= 2 * floor + 64:
-        _shared_floor[0] = len(_shared) if floor is None else floor
+    if floor is not None and len(_shared) <= 2 * floor + 64:
         return
-    _shared.clear()
-    for path, (key, result) in list(_parse_cache.items()):
-        if isinstance(result, Spec):
-            _parse_cache[path] = (key, _share(result))
+    uses: dict[int, int] = {}
+    for _, result in _parse_cache.values():
+        if not isinstance(result, Spec):
+            continue
+        parts: list[object] = [result.kind, result.version]
+        for edits in (result.edits, *(d.edits for d in result.devices[: SHARED_DEVICES + 1])):
+            parts += (edits, edits.env, edits.device_nodes, edits.mounts, edits.hooks)
+            parts += (*edits.env, *edits.device_nodes, *edits.mounts, *edits.hooks)
+        for part in parts:
+            uses[id(part)] = uses.get(id(part), 0) + 1
+    kept = [(key, value) for key, value in list(_shared.items()) if uses.get(id(key), 0) >= 2]
+    _shared.clear()  # and made anew: a dict's table does not shrink as entries are deleted
+    _shared.update(kept)
     _shared_floor[0] = len(_shared)
 
 
