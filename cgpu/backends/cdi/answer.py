@@ -13,7 +13,7 @@ from cgpu.backends.cdi.problems import _report_problems, _spec_dir_hints
 from cgpu.backends.cdi.rules import Finding, driver_mismatch, judge
 from cgpu.backends.cdi.selection import _select
 from cgpu.backends.cdi.view import ContainerView, is_bind, node_fully_specified, risky_edits
-from cgpu.cdi.model import ContainerEdits, ResolvedDevice, ScanResult, Spec
+from cgpu.cdi.model import ContainerEdits, ResolvedDevice, ScanResult, Spec, SpecDevice
 from cgpu.report import ReportBuilder
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time
@@ -209,7 +209,7 @@ class _Remembered:
 
     def __init__(self, trace: HostTrace, results: ByIdentity) -> None:
         self.trace = trace
-        self.results = results  # a device's SpecDevice -> what it gives (_Result)
+        self.results = results  # a device's SpecDevice -> what it gives (_Result), or the device it is one with
 
 
 # The last answers per root, per parsed device: the reader hands back the same Spec and SpecDevice
@@ -241,16 +241,18 @@ def _judged(
     selected: list[ResolvedDevice], host: HostFS, known: ByIdentity | None, keep: ByIdentity | None = None
 ) -> list[DeviceAnswer]:
     """Each device's answer: `known`'s where it has one (the last probe's, every host question
-    answered the same again), else judged; each kept in `keep`."""
+    answered the same again), else judged; each kept in `keep`: its result, or for a device with
+    the same edits as an earlier one of its spec (a GPU's index and UUID names: one device), that
+    device, whose result it shares (so that a probe over unchanged files compares no edits)."""
     bases: dict[int, tuple[ContainerView, list[tuple[str, str]]]] = {}
-    same_edits: dict[Any, tuple[_Result, object]] = {}  # equal edits of one spec (a GPU's index and UUID): one device
+    same_edits: dict[Any, tuple[SpecDevice, _Result]] = {}  # equal edits of one spec: the first device's
     shared: dict[tuple[str, str, tuple[str, ...]], Finding] = {}  # equal findings of any spec: one object
     equal_findings: dict[tuple[int, ...], dict[str, Finding]] = {}  # ... and one dict of them
     equal_results: dict[tuple[Any, ...], _Result] = {}  # ... and one result tuple
     seeded: set[int] = set()
     # the last probe's, so that a new judgement equal to one shares it
     for result in known.values() if known is not None else ():
-        if id(result) not in seeded:
+        if isinstance(result, tuple) and id(result) not in seeded:
             seeded.add(id(result))
             findings = result[0]
             for finding in findings.values():
@@ -261,17 +263,25 @@ def _judged(
     for device in selected:
         spec = device.spec
         own = device.device.edits
-        result = known.get(device.device) if known is not None else None
-        if result is not None and (result[3] is not spec.edits or result[4] != spec.kind):
-            result = None
-        try:
-            key: Any = (id(spec), own)
-            hash(key)
-        except TypeError:  # edits holding dicts (intelRdt, netDevices): no sharing
-            key = object()
-        same = same_edits.get(key)
-        if result is None and same is not None:
-            result = same[0]
+        same = device.device  # what a container gets with it is what it gets with `same` (put: alias_of)
+        result = None
+        if known is not None:
+            found = known.get(same)
+            if isinstance(found, SpecDevice):
+                same, found = found, known.get(found)
+            if found is not None and found[3] is spec.edits and found[4] == spec.kind:
+                result = found
+            else:
+                same = device.device
+        if result is None:
+            try:
+                key: Any = (id(spec), own)
+                hash(key)
+            except TypeError:  # edits holding dicts (intelRdt, netDevices): no sharing
+                key = object()
+            first = same_edits.get(key)
+            if first is not None:
+                same, result = first
         if result is None:
             if id(spec) not in bases:
                 bases[id(spec)] = (ContainerView.of(spec.edits, host), _missing(spec.edits, host))
@@ -286,10 +296,9 @@ def _judged(
             risky = risky_edits(own) or ()
             result = (findings, missing or _NOTHING_MISSING, driver_mismatch(view), spec.edits, spec.kind, risky)
             result = equal_results.setdefault(_result_key(result), result)
-        if same is None:
-            same = same_edits[key] = (result, key)
+            same_edits[key] = (same, result)
         if keep is not None:
-            keep.keep(device.device, result)
+            keep.keep(device.device, result if same is device.device else same)
         findings, missing, mismatch, _, _, risky = result
         answers.append(DeviceAnswer(device, findings, missing, mismatch, same=same, risky=risky))
     return answers
