@@ -134,7 +134,7 @@ def test_one_changed_claim_among_thousands_is_the_only_file_parsed_and_judged_ag
     assert len(set(reads)) == 1, reads
 
 
-PER_SPEC_KIB = 5.5  # a claim spec's share of a watch's RSS: 4.3 KiB measured; 6.6 KiB before (8.2 at 20,000)
+PER_SPEC_KIB = 3.4  # a claim spec's share of a watch's RSS: 2.8 KiB measured; 3.7 before (6.6 before that)
 
 
 def _watch_rss_kib(tmp_path: Path, count: int) -> int:
