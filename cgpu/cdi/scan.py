@@ -34,7 +34,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 
 from cgpu.cdi import spec_cache, versions
-from cgpu.cdi.model import ContainerEdits, ResolvedDevice, ScanResult, Spec
+from cgpu.cdi.model import ContainerEdits, ResolvedDevice, ScanResult, Spec, SpecDevice
 from cgpu.cdi.names import go_quote
 from cgpu.cdi.parse import MAX_SPEC_BYTES, SpecError, parse_spec, too_big_message
 from cgpu.errors import CgpuError, CgpuTypeError
@@ -55,7 +55,7 @@ PARSE_CACHE_SIZE = 256  # the most kept while one scan runs, beyond the files it
 # and every walk over them, holds the lock (a walk beside a change raised "OrderedDict mutated
 # during iteration" in a thread of the load test). Parsing happens outside it.
 _PARSE_CACHE_LOCK = _thread.allocate_lock()
-_parse_cache: OrderedDict[str, tuple[tuple[int, int, int, int, str], Spec | SpecError]] = OrderedDict()
+_parse_cache: OrderedDict[str, tuple[str, Spec | SpecError]] = OrderedDict()
 
 
 _kept = [0]  # how many entries the last scan left
@@ -104,45 +104,67 @@ def _share_edits(edits: ContainerEdits) -> ContainerEdits:
 SHARED_DEVICES = 8  # a spec with more devices (a GPU node's) is one of a few: its devices' edits are its own
 
 
+_NO_ANNOTATIONS: dict[str, str] = {}  # of every kept spec and device that has none (never changed)
+
+
 def _share(spec: Spec) -> Spec:
     """`spec` with its edits, device nodes, mounts, hooks and env strings shared with the other specs'
     (its devices' only for a spec of a few devices, as a claim spec is: thousands of files of them)."""
     edits = _share_edits(spec.edits)
-    devices = (
-        spec.devices
-        if len(spec.devices) > SHARED_DEVICES
-        else tuple(
-            device if (own := _share_edits(device.edits)) is device.edits else device.replace(edits=own)
-            for device in spec.devices
-        )
-    )
-    if edits is spec.edits and all(a is b for a, b in zip(devices, spec.devices, strict=True)):
+    devices = spec.devices if len(spec.devices) > SHARED_DEVICES else tuple(map(_share_device, spec.devices))
+    annotations = spec.annotations or _NO_ANNOTATIONS
+    if (
+        edits is spec.edits
+        and annotations is spec.annotations
+        and all(a is b for a, b in zip(devices, spec.devices, strict=True))
+    ):
         return spec
-    shared_spec: Spec = spec.replace(edits=edits, devices=devices, kind=_one(spec.kind), version=_one(spec.version))
+    shared_spec: Spec = spec.replace(
+        edits=edits, devices=devices, kind=_one(spec.kind), version=_one(spec.version), annotations=annotations
+    )
     return shared_spec
 
 
-_shared_floor: list[int | None] = [None]  # the table's size after the last prune (or the first scan)
+def _share_device(device: SpecDevice) -> SpecDevice:
+    edits = _share_edits(device.edits)
+    annotations = device.annotations or _NO_ANNOTATIONS
+    if edits is device.edits and annotations is device.annotations:
+        return device
+    shared: SpecDevice = device.replace(edits=edits, annotations=annotations)
+    return shared
+
+
+_shared_floor: list[int | None] = [None]  # the table's size after the last prune (None: none yet)
 
 
 def _prune_shared() -> None:
-    """Keep only what the cached specs use once the table holds twice what it held after the
-    last prune (files removed since), so that it stays within twice what the spec dirs hold now.
-    The cached specs become new objects: the backend judges their devices again once."""
+    """After the first scan, and whenever the table has doubled since the last prune: keep only
+    what the kept specs use twice or more. A value one file alone holds (a claim's own name, env
+    tuple and edits) gains nothing from its entry, which was a tenth of what a claim spec kept;
+    one no kept spec uses any more (its files removed) goes too. So the table stays within twice
+    what the spec dirs share now, and the kept specs stay as they are (their devices' answers too)."""
     floor = _shared_floor[0]
-    if floor is None or len(_shared) <= 2 * floor + 64:
-        _shared_floor[0] = len(_shared) if floor is None else floor
+    if floor is not None and len(_shared) <= 2 * floor + 64:
         return
-    _shared.clear()
-    for path, (key, result) in list(_parse_cache.items()):
-        if isinstance(result, Spec):
-            _parse_cache[path] = (key, _share(result))
+    uses: dict[int, int] = {}
+    for _, result in _parse_cache.values():
+        if not isinstance(result, Spec):
+            continue
+        parts: list[object] = [result.kind, result.version]
+        for edits in (result.edits, *(d.edits for d in result.devices[: SHARED_DEVICES + 1])):
+            parts += (edits, edits.env, edits.device_nodes, edits.mounts, edits.hooks)
+            parts += (*edits.env, *edits.device_nodes, *edits.mounts, *edits.hooks)
+        for part in parts:
+            uses[id(part)] = uses.get(id(part), 0) + 1
+    kept = [(key, value) for key, value in list(_shared.items()) if uses.get(id(key), 0) >= 2]
+    _shared.clear()  # and made anew: a dict's table does not shrink as entries are deleted
+    _shared.update(kept)
     _shared_floor[0] = len(_shared)
 
 
 def _read_spec(path: str, info: os.stat_result, priority: int, cache: _DiskCache) -> Spec:
     """Parse one spec file (through the caches); raises SpecError."""
-    key = (info.st_size, info.st_mtime_ns, info.st_ino, info.st_ctime_ns, cache.library)
+    key = f"{info.st_size} {info.st_mtime_ns} {info.st_ino} {info.st_ctime_ns} {cache.library}"  # one object
     with _PARSE_CACHE_LOCK:
         cached = _parse_cache.get(path)
         if cached is not None and cached[0] == key:
@@ -152,6 +174,10 @@ def _read_spec(path: str, info: os.stat_result, priority: int, cache: _DiskCache
     elif info.st_size > MAX_SPEC_BYTES:
         raise SpecError(path, too_big_message(info.st_size), by_library=False)
     else:
+        # What is kept is made here, among this file's short-lived parsing objects (freed before
+        # the next file's), not beside the listing's stat results of every file: a kept path left
+        # there would keep the listing's memory from going back to the kernel.
+        path = (path + "/")[:-1]
         result = cache.load(path, info, priority) or _parse_file(path, info, priority, cache)
         if isinstance(result, Spec):
             result = _share(result)

@@ -237,6 +237,41 @@ def test_parse_cache_is_bounded_by_the_current_spec_dirs_not_by_history(tmp_path
     assert sorted(scan_module._parse_cache) == [str(etc / "3.yaml"), str(etc / "4.yaml")]
 
 
+CLAIM = """cdiVersion: 0.6.0
+kind: k8s.gpu.nvidia.com/claim
+devices:
+  - name: {uid}
+    containerEdits:
+      env: [NVIDIA_VISIBLE_DEVICES=void, CLAIM_UID={uid}]
+      deviceNodes: [{{path: /dev/nvidia0}}]
+containerEdits:
+  deviceNodes: [{{path: /dev/nvidiactl}}, {{path: /dev/nvidia-uvm}}]
+"""
+
+
+def test_claim_specs_share_their_equal_parts_and_the_table_keeps_only_those(tmp_path):
+    etc = tmp_path / "etc"
+    for index in range(300):
+        write(etc, f"claim-{index:03d}.yaml", CLAIM.format(uid=f"uid-{index:03d}"))
+    devices = list(scan_spec_dirs([str(etc)]).devices.values())
+    assert len(devices) == 300
+    first, last = devices[0], devices[-1]
+    assert first.spec.edits is last.spec.edits and first.spec.kind is last.spec.kind
+    assert first.device.edits.device_nodes is last.device.edits.device_nodes
+    assert first.device.edits.env[0] is last.device.edits.env[0]  # NVIDIA_VISIBLE_DEVICES=void
+    assert first.spec.annotations is last.device.annotations == {}
+    # what one file alone holds (its name, its env tuple and edits) has no entry: 300 files, a few entries
+    assert len(scan_module._shared) < 20
+    for index in range(300, 900):  # claims come and go: the table stays within what the files share
+        write(etc, f"claim-{index:03d}.yaml", CLAIM.format(uid=f"uid-{index:03d}"))
+        (etc / f"claim-{index - 300:03d}.yaml").unlink()
+        if index % 50 == 0:
+            scan_spec_dirs([str(etc)])
+    newest = list(scan_spec_dirs([str(etc)]).devices.values())
+    assert len(newest) == 300 and newest[0].spec.edits is first.spec.edits
+    assert len(scan_module._shared) < 2 * 20 + 64
+
+
 # --- the reading parts of cdi.md §8 with the corpus's published shapes ----------------------------------
 
 

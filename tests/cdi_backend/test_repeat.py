@@ -98,3 +98,56 @@ def test_a_host_change_shows_on_the_next_call(host, change):
     after = probe([SPEC], host)  # the last answers are remembered: this call must see the change
     assert without_timestamps(after) == without_timestamps(fresh(host))
     assert (without_timestamps(after) != without_timestamps(before)) == matters
+
+
+def test_a_repeat_call_over_unchanged_specs_leaves_the_memos_as_they_were(host):
+    """No new object is kept by a call that finds nothing changed: the remembered answers and the
+    risky-edits memo hold the very objects they held (a new one made per device at each call would
+    sit among that call's short-lived objects and keep their memory from being returned)."""
+    fresh(host)
+    memos = [next(iter(backend._REMEMBERED.values())).results, backend._RISKY]
+    before = [(list(memo._values), list(memo._values.values()), list(memo._held)) for memo in memos]
+    probe([SPEC], host)
+    assert next(iter(backend._REMEMBERED.values())).results is memos[0]
+    after = [(list(memo._values), list(memo._values.values()), list(memo._held)) for memo in memos]
+    for was, now in zip(before, after, strict=True):
+        assert len(was[0]) == len(now[0]) > 0
+        for old, new in zip(was, now, strict=True):
+            assert all(a is b for a, b in zip(old, new, strict=True))
+
+
+def test_a_call_while_another_holds_the_memos_answers_alone_and_keeps_nothing(host):
+    before = fresh(host)
+    memos = [next(iter(backend._REMEMBERED.values())).results, backend._RISKY]
+    kept = [dict(memo._values) for memo in memos]
+    for memo in memos:
+        assert memo.begin()  # as another thread's probe does
+    try:
+        (host / LIBCUDA).unlink()
+        during = probe([SPEC], host)
+    finally:
+        for memo in memos:
+            memo.end()
+    assert [dict(memo._values) for memo in memos] == kept
+    assert without_timestamps(during) != without_timestamps(before)
+    assert without_timestamps(during) == without_timestamps(fresh(host))
+
+
+def test_a_remembered_answer_is_never_given_to_another_object(host):
+    """An id names an object only while it lives: the memo holds what its keys name."""
+    from cgpu.backends.cdi.device import ByIdentity
+
+    memo = ByIdentity()
+    assert memo.begin()
+    first = [object() for _ in range(100)]
+    for index, item in enumerate(first):
+        memo.keep(item, index)
+    memo.commit()
+    memo.end()
+    ids = {id(item) for item in first}
+    del first  # still held by the memo: no new object can take one of their ids
+    assert all(id(object()) not in ids for _ in range(1000))
+    assert memo.begin()
+    memo.commit()  # a call that kept nothing: nothing is remembered or held
+    memo.end()
+    assert len(memo) == 0 and not memo._held

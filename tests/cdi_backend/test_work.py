@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import cgpu.backends.cdi as backend
+from cgpu.backends.cdi import answer as cdi_answer
 from cgpu.backends.cdi import problems as cdi_problems
 from cgpu.cdi import scan, spec_cache
 
@@ -40,7 +41,8 @@ def test_risky_edits_are_checked_once_per_shared_edits_object(tmp_path: Path, mo
         calls.append(edits)
         return real(edits)
 
-    monkeypatch.setattr(cdi_problems, "risky_edits", counting)
+    monkeypatch.setattr(cdi_problems, "risky_edits", counting)  # a spec's edits
+    monkeypatch.setattr(cdi_answer, "risky_edits", counting)  # a device's, with its answer
     scan.clear_parse_cache()  # a new process: the parse result read back from the disk cache
     backend._REMEMBERED.clear()
     backend._RISKY.clear()

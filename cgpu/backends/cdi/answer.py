@@ -5,15 +5,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from cgpu.backends.cdi.device import APIS, DeviceAnswer
+from cgpu.backends.cdi.device import APIS, ByIdentity, DeviceAnswer
 from cgpu.backends.cdi.evidence import _evidence
 from cgpu.backends.cdi.host import HostFS, HostTrace
 from cgpu.backends.cdi.judging import _unlearned
 from cgpu.backends.cdi.problems import _report_problems, _spec_dir_hints
 from cgpu.backends.cdi.rules import Finding, driver_mismatch, judge
 from cgpu.backends.cdi.selection import _select
-from cgpu.backends.cdi.view import ContainerView, is_bind, node_fully_specified
-from cgpu.cdi.model import ContainerEdits, ResolvedDevice, ScanResult, Spec
+from cgpu.backends.cdi.view import ContainerView, is_bind, node_fully_specified, risky_edits
+from cgpu.cdi.model import ContainerEdits, ResolvedDevice, ScanResult, Spec, SpecDevice
 from cgpu.report import ReportBuilder
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time
@@ -196,17 +196,20 @@ def _engine_dropped(scan: ScanResult) -> dict[str, Spec]:
     return dropped
 
 
-# findings, missing paths, driver mismatch, and the spec judged (held, so the ids stay theirs)
-_Result = tuple[dict[str, Finding], list[tuple[str, str]], tuple[str, str, str] | None, Spec]
+# findings, missing paths, driver mismatch, the spec-level edits and kind judged with, and the
+# device's own risky edits: one tuple for every device that gives the same (20,000 claim devices
+# of one kind share one)
+_Result = tuple[
+    dict[str, Finding], list[tuple[str, str]], tuple[str, str, str] | None, ContainerEdits, str, Sequence[str]
+]
 
 
 class _Remembered:
     __slots__ = ("results", "trace")
 
-    def __init__(self, trace: HostTrace, results: dict[int, _Result]) -> None:
+    def __init__(self, trace: HostTrace, results: ByIdentity) -> None:
         self.trace = trace
-        # id of a device's SpecDevice -> what it gives (one tuple for the devices with equal edits)
-        self.results = results
+        self.results = results  # a device's SpecDevice -> what it gives (_Result), or the device it is one with
 
 
 # The last answers per root, per parsed device: the reader hands back the same Spec and SpecDevice
@@ -221,33 +224,64 @@ _NOTHING_MISSING: list[tuple[str, str]] = []  # shared by every device that can 
 
 def _answers(selected: list[ResolvedDevice], host: HostFS) -> list[DeviceAnswer]:
     last = _REMEMBERED.get(host.root)
-    known = last.results if last is not None and host.replay(last.trace) else {}
+    memo = last.results if last is not None else ByIdentity()
+    if not memo.begin():  # another thread's probe is using it: this one judges every device, keeps nothing
+        return _judged(selected, host, None)
+    try:
+        answers = _judged(selected, host, memo if last is None or host.replay(last.trace) else None, keep=memo)
+        memo.commit()
+        _REMEMBERED.clear()  # one root at a time: a long-running agent asks about one node
+        _REMEMBERED[host.root] = _Remembered(host.trace, memo)
+    finally:
+        memo.end()
+    return answers
+
+
+def _judged(
+    selected: list[ResolvedDevice], host: HostFS, known: ByIdentity | None, keep: ByIdentity | None = None
+) -> list[DeviceAnswer]:
+    """Each device's answer: `known`'s where it has one (the last probe's, every host question
+    answered the same again), else judged; each kept in `keep`: its result, or for a device with
+    the same edits as an earlier one of its spec (a GPU's index and UUID names: one device), that
+    device, whose result it shares (so that a probe over unchanged files compares no edits)."""
     bases: dict[int, tuple[ContainerView, list[tuple[str, str]]]] = {}
-    same_edits: dict[Any, _Result] = {}  # equal edits of one spec (a GPU's index and UUID) share one result
+    same_edits: dict[Any, tuple[SpecDevice, _Result]] = {}  # equal edits of one spec: the first device's
     shared: dict[tuple[str, str, tuple[str, ...]], Finding] = {}  # equal findings of any spec: one object
     equal_findings: dict[tuple[int, ...], dict[str, Finding]] = {}  # ... and one dict of them
+    equal_results: dict[tuple[Any, ...], _Result] = {}  # ... and one result tuple
     seeded: set[int] = set()
-    for findings, *_ in known.values():  # the last probe's, so that a new judgement equal to one shares it
-        if id(findings) not in seeded:
-            seeded.add(id(findings))
+    # the last probe's, so that a new judgement equal to one shares it
+    for result in known.values() if known is not None else ():
+        if isinstance(result, tuple) and id(result) not in seeded:
+            seeded.add(id(result))
+            findings = result[0]
             for finding in findings.values():
                 shared.setdefault((finding.state, finding.text, finding.needs), finding)
             equal_findings.setdefault(tuple(map(id, findings.values())), findings)
-    results: dict[int, _Result] = {}
+            equal_results.setdefault(_result_key(result), result)
     answers = []
     for device in selected:
         spec = device.spec
         own = device.device.edits
-        result = known.get(id(device.device))
-        if result is not None and (result[3].edits is not spec.edits or result[3].kind != spec.kind):
-            result = None
+        same = device.device  # what a container gets with it is what it gets with `same` (put: alias_of)
+        result = None
+        if known is not None:
+            found = known.get(same)
+            if isinstance(found, SpecDevice):
+                same, found = found, known.get(found)
+            if found is not None and found[3] is spec.edits and found[4] == spec.kind:
+                result = found
+            else:
+                same = device.device
         if result is None:
             try:
                 key: Any = (id(spec), own)
                 hash(key)
             except TypeError:  # edits holding dicts (intelRdt, netDevices): no sharing
                 key = object()
-            result = same_edits.get(key)
+            first = same_edits.get(key)
+            if first is not None:
+                same, result = first
         if result is None:
             if id(spec) not in bases:
                 bases[id(spec)] = (ContainerView.of(spec.edits, host), _missing(spec.edits, host))
@@ -259,13 +293,20 @@ def _answers(selected: list[ResolvedDevice], host: HostFS) -> list[DeviceAnswer]
                 for api, finding in judge(view, spec.kind).items()
             }
             findings = equal_findings.setdefault(tuple(map(id, judged.values())), judged)
-            result = same_edits[key] = (findings, missing or _NOTHING_MISSING, driver_mismatch(view), spec)
-        results[id(device.device)] = result
-        findings, missing, mismatch, _ = result
-        answers.append(DeviceAnswer(device, findings, missing, mismatch, same=result))
-    _REMEMBERED.clear()  # one root at a time: a long-running agent asks about one node
-    _REMEMBERED[host.root] = _Remembered(host.trace, results)
+            risky = risky_edits(own) or ()
+            result = (findings, missing or _NOTHING_MISSING, driver_mismatch(view), spec.edits, spec.kind, risky)
+            result = equal_results.setdefault(_result_key(result), result)
+            same_edits[key] = (same, result)
+        if keep is not None:
+            keep.keep(device.device, result if same is device.device else same)
+        findings, missing, mismatch, _, _, risky = result
+        answers.append(DeviceAnswer(device, findings, missing, mismatch, same=same, risky=risky))
     return answers
+
+
+def _result_key(result: _Result) -> tuple[Any, ...]:
+    findings, missing, mismatch, edits, kind, risky = result
+    return id(findings), id(missing), mismatch, id(edits), kind, id(risky)
 
 
 def _missing(edits: ContainerEdits, host: HostFS) -> list[tuple[str, str]]:

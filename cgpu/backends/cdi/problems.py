@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-from cgpu.backends.cdi.device import DeviceAnswer
+from cgpu.backends.cdi.device import ByIdentity, DeviceAnswer
 from cgpu.backends.cdi.host import HostFS
 from cgpu.backends.cdi.rules import mismatch_fix
 from cgpu.backends.cdi.view import risky_edits
@@ -49,34 +49,43 @@ def _stale(answers: list[DeviceAnswer], host: HostFS) -> tuple[str, str, str, li
     return (spec_version, host_version, source, versioned) if versioned else None
 
 
-_RISKY: dict[int, tuple[ContainerEdits, Sequence[str]]] = {}
+_RISKY = ByIdentity()  # risky_edits per parsed spec-level edits object: the last probe's (a device's are its answer's)
 
 
-def _risky(edits: ContainerEdits, used: dict[int, tuple[ContainerEdits, Sequence[str]]]) -> Sequence[str]:
+def _risky(edits: ContainerEdits, used: dict[int, Sequence[str]], memo: ByIdentity | None) -> Sequence[str]:
     """`risky_edits`, remembered per parsed edits object (the reader reuses them while files are
-    unchanged); `used` collects this probe's, which are all that is kept afterwards (none: the
-    one empty tuple)."""
-    known = used.get(id(edits)) or _RISKY.get(id(edits))
-    if known is None or known[0] is not edits:
-        known = (edits, risky_edits(edits) or ())
-    used[id(edits)] = known
-    return known[1]
+    unchanged); `used`: this probe's, which are all that `memo` keeps afterwards (none: the one
+    empty tuple)."""
+    known = used.get(id(edits))
+    if known is None:
+        known = memo.get(edits) if memo is not None else None
+        if known is None:
+            known = risky_edits(edits) or ()
+        used[id(edits)] = known
+        if memo is not None:
+            memo.keep(edits, known)
+    return known
 
 
 def _report_problems(report: ReportBuilder, answers: list[DeviceAnswer], host: HostFS) -> None:
     by_spec: dict[str, list[DeviceAnswer]] = {}
     for answer in answers:
         by_spec.setdefault(answer.device.spec.path, []).append(answer)
-    used: dict[int, tuple[ContainerEdits, Sequence[str]]] = {}
-    risky = {
-        spec_path: [
-            *_risky(group[0].device.spec.edits, used),
-            *(m for a in group for m in _risky(a.device.device.edits, used)),
-        ]
-        for spec_path, group in by_spec.items()
-    }
-    _RISKY.clear()  # bounded by the specs read now, not by every spec seen since start-up
-    _RISKY.update(used)
+    used: dict[int, Sequence[str]] = {}
+    memo = _RISKY if _RISKY.begin() else None  # None: another thread's probe is using it
+    try:
+        risky = {
+            spec_path: [
+                *_risky(group[0].device.spec.edits, used, memo),
+                *(message for answer in group for message in answer.risky),
+            ]
+            for spec_path, group in by_spec.items()
+        }
+        if memo is not None:
+            memo.commit()  # bounded by the specs read now, not by every spec seen since start-up
+    finally:
+        if memo is not None:
+            memo.end()
     for spec_path, group in by_spec.items():
         spec = group[0].device.spec
         seen: set[str] = set()
