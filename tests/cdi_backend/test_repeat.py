@@ -151,3 +151,29 @@ def test_a_remembered_answer_is_never_given_to_another_object(host):
     memo.commit()  # a call that kept nothing: nothing is remembered or held
     memo.end()
     assert len(memo) == 0 and not memo._held
+
+
+def test_a_commit_keeps_exactly_what_the_call_kept():
+    from cgpu.backends.cdi.device import ByIdentity
+
+    items = [object() for _ in range(5)]
+    memo = ByIdentity()
+
+    def call(kept: dict[int, int]) -> None:
+        assert memo.begin()
+        memo.keep_all([items[index] for index in kept], list(kept.values()))
+        memo.commit()
+        memo.end()
+
+    def remembered() -> dict[int, int]:
+        return {index: memo.get(item) for index, item in enumerate(items) if memo.get(item) is not None}
+
+    values = [1000 + n for n in range(5)]  # ints above the small-int cache: one object each
+    call({0: values[0], 1: values[1], 2: values[2]})
+    assert remembered() == {0: 1000, 1: 1001, 2: 1002}
+    call({0: values[0], 1: values[1], 2: values[2]})  # the same again: nothing changes
+    assert remembered() == {0: 1000, 1: 1001, 2: 1002}
+    call({0: values[0], 1: values[3], 3: values[2]})  # as many entries, one key and one value new
+    assert remembered() == {0: 1000, 1: 1003, 3: 1002}
+    call({4: values[4]})
+    assert remembered() == {4: 1004} and len(memo) == 1

@@ -249,26 +249,32 @@ def _judged(
     shared: dict[tuple[str, str, tuple[str, ...]], Finding] = {}  # equal findings of any spec: one object
     equal_findings: dict[tuple[int, ...], dict[str, Finding]] = {}  # ... and one dict of them
     equal_results: dict[tuple[Any, ...], _Result] = {}  # ... and one result tuple
-    seeded: set[int] = set()
-    # the last probe's, so that a new judgement equal to one shares it
-    for result in known.values() if known is not None else ():
-        if isinstance(result, tuple) and id(result) not in seeded:
-            seeded.add(id(result))
-            findings = result[0]
-            for finding in findings.values():
-                shared.setdefault((finding.state, finding.text, finding.needs), finding)
-            equal_findings.setdefault(tuple(map(id, findings.values())), findings)
-            equal_results.setdefault(_result_key(result), result)
+    seeded = known is None
+
+    def seed(known: ByIdentity) -> None:  # the last probe's, so that a new judgement equal to one shares it
+        done: set[int] = set()
+        for result in known.values():
+            if isinstance(result, tuple) and id(result) not in done:
+                done.add(id(result))
+                findings = result[0]
+                for finding in findings.values():
+                    shared.setdefault((finding.state, finding.text, finding.needs), finding)
+                equal_findings.setdefault(tuple(map(id, findings.values())), findings)
+                equal_results.setdefault(_result_key(result), result)
+
+    found_by_id = known.by_id() if known is not None else None
+    kept_keys: list[object] = []
+    kept_values: list[object] = []
     answers = []
     for device in selected:
         spec = device.spec
         own = device.device.edits
         same = device.device  # what a container gets with it is what it gets with `same` (put: alias_of)
         result = None
-        if known is not None:
-            found = known.get(same)
+        if found_by_id is not None:
+            found = found_by_id(id(same))
             if isinstance(found, SpecDevice):
-                same, found = found, known.get(found)
+                same, found = found, found_by_id(id(found))
             if found is not None and found[3] is spec.edits and found[4] == spec.kind:
                 result = found
             else:
@@ -283,6 +289,9 @@ def _judged(
             if first is not None:
                 same, result = first
         if result is None:
+            if not seeded and known is not None:
+                seed(known)
+                seeded = True
             if id(spec) not in bases:
                 bases[id(spec)] = (ContainerView.of(spec.edits, host), _missing(spec.edits, host))
             base, base_missing = bases[id(spec)]
@@ -293,14 +302,16 @@ def _judged(
                 for api, finding in judge(view, spec.kind).items()
             }
             findings = equal_findings.setdefault(tuple(map(id, judged.values())), judged)
-            risky = risky_edits(own) or ()
+            risky: Sequence[str] = risky_edits(own) or ()
             result = (findings, missing or _NOTHING_MISSING, driver_mismatch(view), spec.edits, spec.kind, risky)
             result = equal_results.setdefault(_result_key(result), result)
             same_edits[key] = (same, result)
-        if keep is not None:
-            keep.keep(device.device, result if same is device.device else same)
+        kept_keys.append(device.device)
+        kept_values.append(result if same is device.device else same)
         findings, missing, mismatch, _, _, risky = result
         answers.append(DeviceAnswer(device, findings, missing, mismatch, same=same, risky=risky))
+    if keep is not None:
+        keep.keep_all(kept_keys, kept_values)
     return answers
 
 
