@@ -14,6 +14,7 @@ from cgpu.cdi import parse
 from cgpu.cdi import scan as scan_module
 from cgpu.report import ReportBuilder
 from tests.conftest import REPO
+from tests.timing import asleep, wait_for
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux paths and /proc")
 
@@ -142,7 +143,6 @@ def _watch_rss_kib(tmp_path: Path, count: int) -> int:
     and it sleeps (no CPU used over a tenth of a second)."""
     import os
     import subprocess
-    import time
 
     specs, out = tmp_path / f"specs-{count}", tmp_path / f"out-{count}"
     specs.mkdir()
@@ -157,20 +157,17 @@ def _watch_rss_kib(tmp_path: Path, count: int) -> int:
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + 600
-        while not answer.exists():
-            assert proc.poll() is None and time.monotonic() < deadline
-            time.sleep(0.05)
+        wait_for(lambda: answer.exists() or proc.poll() is not None, within=600, what="watch's first answer")
+        assert proc.poll() is None, "watch ended before its first answer"
         stat = Path(f"/proc/{proc.pid}/stat")
-        cpu = None
-        while True:  # until it sleeps: the collection and heap trim after the write are done
+        ticks: list[int] = []  # user + system CPU, at each look
+
+        def settled() -> bool:  # asleep, no CPU used since the last look: the collection and heap trim are done
             fields = stat.read_text().rsplit(")", 1)[1].split()
-            now = (fields[0], int(fields[11]) + int(fields[12]))
-            if cpu is not None and now[0] == "S" and now[1] == cpu[1]:
-                break
-            assert time.monotonic() < deadline
-            cpu = now
-            time.sleep(0.1)
+            ticks.append(int(fields[11]) + int(fields[12]))
+            return len(ticks) > 1 and ticks[-1] == ticks[-2] and asleep(proc.pid)
+
+        wait_for(settled, within=600, what="watch asleep after its first answer", every=0.1)
         for line in Path(f"/proc/{proc.pid}/status").read_text().splitlines():
             if line.startswith("VmRSS:"):
                 return int(line.split()[1])

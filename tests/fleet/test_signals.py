@@ -21,6 +21,7 @@ import time
 import pytest
 
 from tests.conftest import REPO
+from tests.timing import wait_for
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="POSIX signals")
 
@@ -234,11 +235,8 @@ def test_a_sighup_while_watch_is_starting_up_does_not_kill_it(tmp_path, moment):
         cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + 60
-        while not answer.exists():
-            assert proc.poll() is None, proc.communicate()[1]  # SIGHUP's default action ends it here
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
+        wait_for(lambda: answer.exists() or proc.poll() is not None, within=60, what="watch's first answer")
+        assert proc.poll() is None, proc.communicate()[1]  # SIGHUP's default action ends it here
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=LOST_S)
     finally:
