@@ -354,9 +354,8 @@ _COMMANDS: dict[str, Callable[[Subcommands], None]] = {
     "completion": _add_completion,
     "man": _add_man,
 }
-# The commands whose parser alone is built when the command line starts with them (completion and
-# the man page describe every command)
-_ON_ITS_OWN = ("probe", "watch", "image", "krunkit", "schema", "samples")
+# The commands that describe every command: the whole parser is built for them
+_OF_EVERY_COMMAND = ("completion", "man")
 
 
 def _add_probe_options(parser: argparse.ArgumentParser) -> None:
@@ -403,7 +402,8 @@ def _main(argv: Sequence[str] | None) -> int:
 
         count_from_process_start()
     argv, devices = _take_devices(list(sys.argv[1:] if argv is None else argv))
-    parser = _parser(argv[0] if argv and argv[0] in _ON_ITS_OWN else None)
+    own = argv[0] if argv and argv[0] in _COMMANDS and argv[0] not in _OF_EVERY_COMMAND else None
+    parser = _parser(own)  # only that command's parser, when the command line starts with one
     args = parser.parse_args(argv)
     if devices:
         args.devices = devices + (args.devices or [])

@@ -249,7 +249,7 @@ def _judged(
     shared: dict[tuple[str, str, tuple[str, ...]], Finding] = {}  # equal findings of any spec: one object
     equal_findings: dict[tuple[int, ...], dict[str, Finding]] = {}  # ... and one dict of them
     equal_results: dict[tuple[Any, ...], _Result] = {}  # ... and one result tuple
-    seeded = known is None
+    seeded = False
 
     def seed(known: ByIdentity) -> None:  # the last probe's, so that a new judgement equal to one shares it
         done: set[int] = set()
