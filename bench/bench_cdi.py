@@ -45,6 +45,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 SPEC = REPO / "cdi-samples/nvidia-8gpu-mig/spec/nvidia.yaml"
 HOST = REPO / "cdi-samples/hosts/nvidia-580"
+RUN_S = 600  # the most one measured or set-up process may take: a hung one ends the bench
 
 
 def _median_process(argv: list[str], runs: int) -> tuple[float, float]:
@@ -55,12 +56,12 @@ def _median_process(argv: list[str], runs: int) -> tuple[float, float]:
     # As installed: byte-compiled modules (a PYTHONDONTWRITEBYTECODE environment would recompile
     # every module, yaml's too, in every process); one warm-up run writes them.
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, cwd=REPO, env=env)
+    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, cwd=REPO, env=env, timeout=RUN_S)
     wall, cpu = [], []
     for _ in range(runs):
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.perf_counter()
-        subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, cwd=REPO, env=env)
+        subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, cwd=REPO, env=env, timeout=RUN_S)
         wall.append(time.perf_counter() - start)
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpu.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
@@ -125,7 +126,7 @@ def _cpu_ms(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
 
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, cwd=REPO, env=env)
+    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, cwd=REPO, env=env, timeout=RUN_S)
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return wall * 1000, (after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime) * 1000
@@ -134,7 +135,8 @@ def _cpu_ms(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
 def _paired(bare: list[str], argv: list[str], runs: int) -> tuple[float, float, float]:
     """Median CPU ms of `bare` and of `argv`, run in pairs, and the median of the pairs' ratios."""
     env = _as_installed(dict(os.environ))
-    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, cwd=REPO, env=env)  # writes the bytecode, caches
+    # one warm-up run writes the bytecode and the caches
+    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, cwd=REPO, env=env, timeout=RUN_S)
     pairs = []
     for index in range(runs):
         first, second = (bare, argv) if index % 2 == 0 else (argv, bare)  # neither always runs first
@@ -176,10 +178,11 @@ def _first_call(python: str, runs: int) -> None:
     env = _as_installed(dict(os.environ))
     for label, call in CALLS.items():
         code = FIRST_CALL.format(call=call.format(spec=str(SPEC.parent), root=str(HOST)))
-        subprocess.run([python, "-c", code], check=True, stdout=subprocess.DEVNULL, cwd=REPO, env=env)  # warm-up
+        argv = [python, "-c", code]
+        subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, cwd=REPO, env=env, timeout=RUN_S)  # warm-up
         wall, cpu = [], []
         for _ in range(runs):
-            done = subprocess.run([python, "-c", code], check=True, capture_output=True, text=True, cwd=REPO, env=env)
+            done = subprocess.run(argv, check=True, capture_output=True, text=True, cwd=REPO, env=env, timeout=RUN_S)
             figures = done.stdout.split()
             wall.append(float(figures[0]))
             cpu.append(float(figures[1]))
@@ -212,7 +215,9 @@ def _install(python: str, folder: Path) -> Path:
             if done.returncode:
                 skipped.append(pin.split(";")[0].strip())
     subprocess.run([*install, wheel], check=True, timeout=300)
-    subprocess.run([target, "-m", "compileall", "-q", venv / "lib"], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [target, "-m", "compileall", "-q", venv / "lib"], check=True, stdout=subprocess.DEVNULL, timeout=RUN_S
+    )
     if skipped:
         print(f"not in uv's cache, not installed: {', '.join(skipped)}")
     return venv / "bin"
@@ -220,7 +225,9 @@ def _install(python: str, folder: Path) -> Path:
 
 def _installed(python: str, runs: int, tmp: Path, keep: str | None) -> int:
     bin_dir = _install(python, Path(keep) if keep else tmp / "install")
-    version = subprocess.run([bin_dir / "python", "-VV"], check=True, capture_output=True, text=True).stdout
+    version = subprocess.run(
+        [bin_dir / "python", "-VV"], check=True, capture_output=True, text=True, timeout=RUN_S
+    ).stdout
     print(f"installed wheel, {python}: {version.split()[1]}, bytecode compiled; CPU ms, {runs} pairs")
     bare = [str(bin_dir / "python"), "-c", "pass"]
     command = [str(bin_dir / "cgpu"), "probe", "--backend", "cdi", "--spec-dir", str(SPEC.parent)]
