@@ -275,7 +275,7 @@ def test_claim_specs_share_their_equal_parts_and_the_table_keeps_only_those(tmp_
 
 
 def _decoded_view(scan):
-    return [(d.qualified_name, d.spec.path, d.spec.version, d.spec.kind, d.spec.edits, d.device) for d in scan.devices.values()]
+    return [(d.qualified_name, d.spec.path, d.spec.kind, d.spec.edits, d.device) for d in scan.devices.values()]
 
 
 def test_past_kept_parsed_every_spec_is_kept_encoded_and_reads_back_the_same(tmp_path):
@@ -289,9 +289,10 @@ def test_past_kept_parsed_every_spec_is_kept_encoded_and_reads_back_the_same(tmp
     again = scan_spec_dirs([str(etc)])
     assert _decoded_view(again) == _decoded_view(first)  # the decoded specs equal the parsed ones
     one, other = list(again.devices.values())[:2]
-    assert one.spec is not list(first.devices.values())[0].spec  # decoded anew
+    parsed = next(iter(first.devices.values()))
+    assert one.spec is not parsed.spec  # decoded anew
     assert one.spec.edits is other.spec.edits  # equal spec-level edits: one object, as the memos need
-    assert one.spec.origin is list(first.devices.values())[0].spec.origin  # the file is unchanged: one origin
+    assert one.spec.origin is parsed.spec.origin  # the file is unchanged: one origin
     assert isinstance(one.spec.origin, bytes) and len(one.spec.origin) < 200
     write(etc, "claim-0000.yaml", CLAIM.format(uid="uid-changed"))
     changed = scan_spec_dirs([str(etc)])
