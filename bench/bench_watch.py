@@ -58,7 +58,9 @@ class Watch:
                 "--engine", "none", "--answer-file", str(self.answer), "--interval", "3600"]  # fmt: skip
         if features is not None:
             argv += ["--nfd-file", str(features / "cgpu")]
+        # as deployed (deploy/kubernetes/daemonset.yaml): glibc's allocator; PYTHONMALLOC=pymalloc for CPython's own
         env = {**os.environ, "CGPU_CACHE_DIR": str(out / "cache")}
+        env.setdefault("PYTHONMALLOC", "malloc")
         self.proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     def written(self) -> int:

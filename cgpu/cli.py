@@ -588,13 +588,16 @@ def _watch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         )
     backend = args.backend or default_backend()
     given = backend_options(parser, args, backend)
-    inputs_of = None
+    inputs_of = between = None
     if backend == "cdi":  # what its answer depends on, as the backend says after each report
         from functools import partial
 
+        from cgpu.backends.cdi.answer import remake_kept, warm_up
         from cgpu.backends.cdi.inputs import answer_inputs
 
         inputs_of = partial(answer_inputs, **given)
+        between = remake_kept
+        warm_up()
 
     def probe() -> dict[str, Any]:
         builder, code = _run("watch", backend, given, None)
@@ -622,6 +625,7 @@ def _watch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             log=log,
             terminated=Terminated,
             inputs_of=inputs_of,
+            between=between,
         )
     except _BadUsage:
         return ExitCode.USAGE

@@ -31,10 +31,10 @@ import errno
 import os
 import stat
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from cgpu.cdi import spec_cache, versions
-from cgpu.cdi.model import ContainerEdits, ResolvedDevice, ScanResult, Spec, SpecDevice
+from cgpu.cdi.model import ContainerEdits, ResolvedDevice, ScanResult, Spec, SpecDevice, _set
 from cgpu.cdi.names import go_quote
 from cgpu.cdi.parse import MAX_SPEC_BYTES, SpecError, parse_spec, too_big_message
 from cgpu.errors import CgpuError, CgpuTypeError
@@ -51,11 +51,16 @@ SPEC_EXTENSIONS = (".json", ".yaml")  # exactly these, case-sensitive: not .yml,
 # where a DRA driver writes a spec per claim would otherwise keep every claim's spec), however
 # many there are (20,000 specs must not thrash it).
 PARSE_CACHE_SIZE = 256  # the most kept while one scan runs, beyond the files it has read so far
+# With more spec files than this, the scan keeps each spec encoded (compressed: about 100 bytes
+# for a claim spec, where its objects take 0.9 KiB) and decodes it at each read: a node with
+# 20,000 claim specs would otherwise keep 18 MiB of them. A node's few GPU specs stay parsed.
+KEPT_PARSED = 256
 # Library calls from several threads share these: every change of the order or the entries,
 # and every walk over them, holds the lock (a walk beside a change raised "OrderedDict mutated
 # during iteration" in a thread of the load test). Parsing happens outside it.
 _PARSE_CACHE_LOCK = _thread.allocate_lock()
-_parse_cache: OrderedDict[str, tuple[str, Spec | SpecError]] = OrderedDict()
+# An entry is (key, result), or for a spec kept encoded, one bytes object: key, newline, encoding.
+_parse_cache: OrderedDict[str, tuple[str, Spec | SpecError] | bytes] = OrderedDict()
 
 
 _kept = [0]  # how many entries the last scan left
@@ -75,7 +80,7 @@ def clear_parse_cache() -> None:
 _shared: dict[object, object] = {}
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time
 if TYPE_CHECKING:
-    from typing import TypeVar
+    from typing import Any, TypeVar
 
     _T = TypeVar("_T")
 
@@ -147,7 +152,8 @@ def _prune_shared() -> None:
     if floor is not None and len(_shared) <= 2 * floor + 64:
         return
     uses: dict[int, int] = {}
-    for _, result in _parse_cache.values():
+    for entry in _parse_cache.values():
+        result = entry[1] if type(entry) is tuple else None  # a spec kept encoded holds no shared object
         if not isinstance(result, Spec):
             continue
         parts: list[object] = [result.kind, result.version]
@@ -162,25 +168,39 @@ def _prune_shared() -> None:
     _shared_floor[0] = len(_shared)
 
 
+def _current(entry: tuple[str, Spec | SpecError] | bytes, key: str) -> bool:
+    if isinstance(entry, bytes):
+        return entry.startswith(f"{key}\n".encode())
+    return entry[0] == key
+
+
 def _read_spec(path: str, info: os.stat_result, priority: int, cache: _DiskCache) -> Spec:
     """Parse one spec file (through the caches); raises SpecError."""
     key = f"{info.st_size} {info.st_mtime_ns} {info.st_ino} {info.st_ctime_ns} {cache.library}"  # one object
     with _PARSE_CACHE_LOCK:
         cached = _parse_cache.get(path)
-        if cached is not None and cached[0] == key:
+        if cached is not None and not _current(cached, key):
+            cached = None
+        if cached is not None:
             _parse_cache.move_to_end(path)
-    if cached is not None and cached[0] == key:
+    result: Spec | SpecError | None = None
+    if isinstance(cached, bytes):
+        decoded = _decode_kept(cached, path, priority, cache)  # None: not decodable (never seen): read the file
+        if decoded is not None:
+            cache.read.add(path)
+            return decoded
+    elif cached is not None:
         result = cached[1]
-    elif info.st_size > MAX_SPEC_BYTES:
-        raise SpecError(path, too_big_message(info.st_size), by_library=False)
-    else:
+    if result is None:
+        if info.st_size > MAX_SPEC_BYTES:
+            raise SpecError(path, too_big_message(info.st_size), by_library=False)
         # What is kept is made here, among this file's short-lived parsing objects (freed before
         # the next file's), not beside the listing's stat results of every file: a kept path left
         # there would keep the listing's memory from going back to the kernel.
         path = (path + "/")[:-1]
         result = cache.load(path, info, priority) or _parse_file(path, info, priority, cache)
         if isinstance(result, Spec):
-            result = _share(result)
+            result = _share(result) if len(_parse_cache) <= KEPT_PARSED else _with_kept_edits(result, cache)
         cache.read.add(path)
         with _PARSE_CACHE_LOCK:
             _parse_cache[path] = (key, result)
@@ -192,7 +212,113 @@ def _read_spec(path: str, info: os.stat_result, priority: int, cache: _DiskCache
     cache.read.add(path)
     if isinstance(result, SpecError):
         raise result
-    return result if result.priority == priority else result.replace(priority=priority)
+    if result.priority == priority:
+        return result
+    placed: Spec = result.replace(priority=priority)  # read from another spec dir's place in the order
+    _set(placed, "_origin", result.origin)
+    return placed
+
+
+_kept_dictionary: list[bytes] = []  # the compressor's preset dictionary: the first spec kept encoded
+_encoded_since = [0]  # specs kept encoded since the kept encodings were last made anew
+# The spec-level edits of the specs kept encoded, one object for equal ones, from one scan to the
+# next: what the risky-edits memo keeps its answers by (a decoded spec's edits are new objects).
+_kept_edits: list[dict[ContainerEdits, ContainerEdits]] = [{}]
+
+
+def _keep_encoded(cache: _DiskCache) -> None:
+    """After a scan (the lock held): with more than KEPT_PARSED files, every parsed spec is kept
+    encoded instead (all of them: a spec kept parsed among thousands would be a long-lived object
+    made among a probe's short-lived ones). The spec objects of this scan see their new origin,
+    so that what the answers remember of them is found again by the decoded specs."""
+    import marshal
+    import zlib
+
+    parsed = [
+        (path, entry[0], entry[1])
+        for path, entry in _parse_cache.items()
+        if isinstance(entry, tuple) and isinstance(entry[1], Spec)
+    ]
+    if len(_parse_cache) <= KEPT_PARSED:
+        parsed = []
+    for path, key, spec in parsed:
+        data = marshal.dumps(spec_cache.encode_spec(spec))
+        if not _kept_dictionary:
+            _kept_dictionary.append(data)
+        compressor = zlib.compressobj(9, zlib.DEFLATED, -15, 9, zlib.Z_DEFAULT_STRATEGY, _kept_dictionary[0])
+        kept = f"{key}\n".encode() + compressor.compress(data) + compressor.flush()
+        _set(spec, "_origin", kept)
+        _parse_cache[path] = kept
+        _encoded_since[0] += 1
+        _kept_edits_of(spec, cache)
+    _kept_edits[0] = cache.edits
+
+
+def remake_encoded(detach: Callable[[list[bytes]], Any], attach: Callable[[list[bytes], Any], None]) -> None:
+    """Make the kept encodings and their paths anew, in one run, if any was added since the last
+    time: called between probes, once a probe's own objects are freed. Each was made among a
+    probe's short-lived objects (the paths while their files were read, the encodings while the
+    scan's parsed specs were alive), and CPython's allocator returns a 1 MiB arena to the kernel
+    only when every object in it is freed: 20,000 claim specs kept 30 arenas of mostly freed
+    memory. They are written into one buffer outside that heap, let go of, and read back into
+    pools next to each other. `detach(encodings)` lets go of what is kept by them elsewhere (the
+    answers' memo) and returns it; `attach(new_encodings, it)` keeps it by the new ones."""
+    import marshal
+
+    with _PARSE_CACHE_LOCK:
+        if not _encoded_since[0]:
+            return
+        entries = list(_parse_cache.items())
+        parsed = [entry for _, entry in entries if not isinstance(entry, bytes)]
+        encoded = [entry for _, entry in entries if isinstance(entry, bytes)]
+        held = detach(encoded)
+        # two flat lists, not a pair per entry: no small object is made beside the new ones
+        buffer = marshal.dumps(
+            ([path for path, _ in entries], [entry if isinstance(entry, bytes) else None for _, entry in entries])
+        )
+        del entries, encoded
+        _parse_cache.clear()
+        paths, kept = marshal.loads(buffer)
+        del buffer
+        parsed.reverse()
+        for path, entry in zip(paths, kept, strict=True):
+            _parse_cache[path] = parsed.pop() if entry is None else entry
+        attach([entry for entry in kept if entry is not None], held)
+        _encoded_since[0] = 0
+
+
+def _decode_kept(kept: bytes, path: str, priority: int, cache: _DiskCache) -> Spec | None:
+    """The spec a kept encoding holds; None if it does not decode (never expected: then the file
+    is read again)."""
+    import marshal
+    import zlib
+
+    try:
+        encoded = memoryview(kept)[kept.index(b"\n") + 1 :]
+        data = zlib.decompressobj(-15, zdict=_kept_dictionary[0]).decompress(encoded)
+        spec = spec_cache.decode_spec(marshal.loads(data), path, priority)
+    except Exception:
+        return None
+    _set(spec, "edits", _kept_edits_of(spec, cache))  # a new object no one else has seen yet
+    _set(spec, "_origin", kept)
+    return spec
+
+
+def _kept_edits_of(spec: Spec, cache: _DiskCache) -> ContainerEdits:
+    """The one object for the spec-level edits equal to `spec`'s, of the specs kept encoded."""
+    try:
+        edits = cache.edits.get(spec.edits) or _kept_edits[0].get(spec.edits, spec.edits)
+        cache.edits[edits] = edits
+    except TypeError:  # edits holding dicts (intelRdt, netDevices): not shared
+        return spec.edits
+    return edits
+
+
+def _with_kept_edits(spec: Spec, cache: _DiskCache) -> Spec:
+    """A spec to be kept encoded, with the spec-level edits the others equal to them have: what the
+    risky-edits memo keeps its answer by (one entry for 20,000 claim specs, not 20,000)."""
+    edits = _kept_edits_of(spec, cache)
+    return spec if edits is spec.edits else spec.replace(edits=edits)
 
 
 class _DiskCache:
@@ -203,6 +329,7 @@ class _DiskCache:
         self.library = library
         self.stored = False
         self.read: set[str] = set()  # every spec path this scan read (the current spec dirs' files)
+        self.edits: dict[ContainerEdits, ContainerEdits] = {}  # of the specs it keeps encoded (_kept_edits)
 
     def load(self, path: str, info: os.stat_result, priority: int) -> Spec | SpecError | None:
         if self.directory is None or self.library != versions.LIBRARY:
@@ -496,6 +623,7 @@ def scan_spec_dirs(
         for stale in [path for path in _parse_cache if path not in cache.read]:
             del _parse_cache[stale]
         _kept[0] = len(_parse_cache)
+        _keep_encoded(cache)
         _prune_shared()
     for qualified, conflict_priority in conflicts.items():
         survivor = devices.pop(qualified, None)

@@ -119,7 +119,7 @@ def load(cache_dir: str, path: str, info: os.stat_result, priority: int) -> Spec
             if type(message) is not str or type(by_library) is not bool or type(crash) is not bool:
                 return None
             return SpecError(path, message, by_library=by_library, crash=crash)
-        spec = _decode(entry["spec"], path, priority)
+        spec = decode_spec(entry["spec"], path, priority)
         parse.revalidate(spec)
         return spec
     except SpecError:
@@ -148,7 +148,7 @@ def store(cache_dir: str, path: str, info: os.stat_result, read_info: os.stat_re
     if isinstance(result, SpecError):
         entry["error"] = {"message": result.message, "by_library": result.by_library, "crash": result.crash}
     else:
-        entry["spec"] = _encode(result)
+        entry["spec"] = encode_spec(result)
     try:
         data = json.dumps(entry, separators=(",", ":")).encode()
     except ValueError:  # defensive: parsed specs hold only JSON values, and the cache must never break a scan
@@ -231,7 +231,7 @@ class _Tables:
         return known
 
 
-def _encode(spec: Spec) -> dict[str, Any]:
+def encode_spec(spec: Spec) -> dict[str, Any]:
     tables = _Tables()
     devices = [[d.name, d.annotations, tables.edits_index(d.edits)] for d in spec.devices]
     edits = tables.edits_index(spec.edits)
@@ -250,7 +250,7 @@ def _encode(spec: Spec) -> dict[str, Any]:
     }
 
 
-def _decode(data: dict[str, Any], path: str, priority: int) -> Spec:
+def decode_spec(data: dict[str, Any], path: str, priority: int) -> Spec:
     nodes = [DeviceNode(*row) for row in data["node_table"]]
     edits = [
         ContainerEdits(

@@ -392,7 +392,13 @@ class Publisher:
     def prepare(self) -> None:
         """Remove what a killed run left, and make the private temporary dirs now: a dir created
         in features.d is an event nfd-worker rate-limits together with the first write's."""
-        from cgpu.files import TEMP_DIR, remove_stale_temporaries, temp_dir
+        from cgpu.files import TEMP_DIR, remove_stale_temporaries, temp_dir, write_atomic  # noqa: F401
+
+        # Each writer imported now, not after the first probe: a module made among a probe's
+        # objects keeps the memory around it from going back to the kernel.
+        from cgpu.fleet.metrics import metrics_text  # noqa: F401
+        from cgpu.fleet.nfd import feature_file  # noqa: F401
+        from cgpu.report import json_chunks  # noqa: F401
 
         for output in self.outputs:
             removed = remove_stale_temporaries(output.path)
@@ -493,11 +499,14 @@ def watch(
     rounds: int | None = None,
     terminated: type[BaseException] = KeyboardInterrupt,
     inputs_of: InputsOf | None = None,
+    between: Callable[[], None] | None = None,
 ) -> None:
     """Probe and publish, then again on every change, SIGHUP and interval; runs until SIGTERM
     (raises `terminated`) or SIGINT (KeyboardInterrupt), or for `rounds` probes (tests).
     `inputs_of`: what the answer depends on, from the backend (`answer_inputs`), asked before the
-    first probe (None) and after each with its report; without it, `spec_dirs` alone are watched."""
+    first probe (None) and after each with its report; without it, `spec_dirs` alone are watched.
+    `between`: the backend's own tidying after each probe, once its report is freed and before
+    memory goes back to the kernel (`cdi`: `remake_kept`)."""
     control = Control(terminated)
     control.install()
     wakeup: Wakeup | None = None
@@ -530,7 +539,7 @@ def watch(
                 last = summary(report)
                 log(describe(report))
             del report  # not held while asleep (the publisher keeps it only for a failed write)
-            _release_memory()
+            _release_memory(between)
             if rounds is not None and done >= rounds:
                 break
             _sleep(wakeup, control, publisher, interval, log)
@@ -550,15 +559,18 @@ def _files(wakeup: Wakeup) -> str:
 _trim: list[Any] = []
 
 
-def _release_memory() -> None:
-    """Hand what the probe freed back to the kernel (glibc keeps a freed heap for reuse): the
-    watch's resident size between probes is then that of what it keeps, not of the last probe's
-    peak. Elsewhere (musl, macOS, Windows) nothing is done."""
-    if not sys.platform.startswith("linux"):
-        return
+def _release_memory(between: Callable[[], None] | None) -> None:
+    """Collect what the probe left, let the backend tidy what it keeps (`between`: with every
+    object of the probe gone), and hand what was freed back to the kernel (glibc keeps a freed
+    heap for reuse): the watch's resident size between probes is then that of what it keeps, not
+    of the last probe's peak. The last step is Linux's (glibc) only."""
     import gc
 
     gc.collect()
+    if between is not None:
+        between()
+    if not sys.platform.startswith("linux"):
+        return
     if not _trim:
         try:
             import ctypes

@@ -251,25 +251,81 @@ containerEdits:
 
 def test_claim_specs_share_their_equal_parts_and_the_table_keeps_only_those(tmp_path):
     etc = tmp_path / "etc"
-    for index in range(300):
+    live = 200  # kept parsed (at most KEPT_PARSED files)
+    assert live <= scan_module.KEPT_PARSED
+    for index in range(live):
         write(etc, f"claim-{index:03d}.yaml", CLAIM.format(uid=f"uid-{index:03d}"))
     devices = list(scan_spec_dirs([str(etc)]).devices.values())
-    assert len(devices) == 300
+    assert len(devices) == live
     first, last = devices[0], devices[-1]
     assert first.spec.edits is last.spec.edits and first.spec.kind is last.spec.kind
     assert first.device.edits.device_nodes is last.device.edits.device_nodes
     assert first.device.edits.env[0] is last.device.edits.env[0]  # NVIDIA_VISIBLE_DEVICES=void
     assert first.spec.annotations is last.device.annotations == {}
-    # what one file alone holds (its name, its env tuple and edits) has no entry: 300 files, a few entries
+    # what one file alone holds (its name, its env tuple and edits) has no entry: 200 files, a few entries
     assert len(scan_module._shared) < 20
-    for index in range(300, 900):  # claims come and go: the table stays within what the files share
+    for index in range(live, 3 * live):  # claims come and go: the table stays within what the files share
         write(etc, f"claim-{index:03d}.yaml", CLAIM.format(uid=f"uid-{index:03d}"))
-        (etc / f"claim-{index - 300:03d}.yaml").unlink()
+        (etc / f"claim-{index - live:03d}.yaml").unlink()
         if index % 50 == 0:
             scan_spec_dirs([str(etc)])
     newest = list(scan_spec_dirs([str(etc)]).devices.values())
-    assert len(newest) == 300 and newest[0].spec.edits is first.spec.edits
+    assert len(newest) == live and newest[0].spec.edits is first.spec.edits
     assert len(scan_module._shared) < 2 * 20 + 64
+
+
+def _decoded_view(scan):
+    return [(d.qualified_name, d.spec.path, d.spec.kind, d.spec.edits, d.device) for d in scan.devices.values()]
+
+
+def test_past_kept_parsed_every_spec_is_kept_encoded_and_reads_back_the_same(tmp_path):
+    etc = tmp_path / "etc"
+    count = scan_module.KEPT_PARSED + 40
+    for index in range(count):
+        write(etc, f"claim-{index:04d}.yaml", CLAIM.format(uid=f"uid-{index:04d}"))
+    first = scan_spec_dirs([str(etc)])
+    assert all(type(entry) is bytes for entry in scan_module._parse_cache.values())
+    assert len(scan_module._shared) == 0  # nothing kept parsed: nothing to share
+    again = scan_spec_dirs([str(etc)])
+    assert _decoded_view(again) == _decoded_view(first)  # the decoded specs equal the parsed ones
+    one, other = list(again.devices.values())[:2]
+    parsed = next(iter(first.devices.values()))
+    assert one.spec is not parsed.spec  # decoded anew
+    assert one.spec.edits is other.spec.edits  # equal spec-level edits: one object, as the memos need
+    assert one.spec.origin is parsed.spec.origin  # the file is unchanged: one origin
+    assert isinstance(one.spec.origin, bytes) and len(one.spec.origin) < 200
+    write(etc, "claim-0000.yaml", CLAIM.format(uid="uid-changed"))
+    changed = scan_spec_dirs([str(etc)])
+    names = list(changed.devices)
+    assert "k8s.gpu.nvidia.com/claim=uid-changed" in names and "k8s.gpu.nvidia.com/claim=uid-0000" not in names
+    assert changed.devices["k8s.gpu.nvidia.com/claim=uid-changed"].spec.origin is not one.spec.origin
+
+
+def test_remade_encodings_read_back_the_same_and_what_is_kept_by_them_follows(tmp_path):
+    etc = tmp_path / "etc"
+    for index in range(scan_module.KEPT_PARSED + 10):
+        write(etc, f"claim-{index:04d}.yaml", CLAIM.format(uid=f"uid-{index:04d}"))
+    before = scan_spec_dirs([str(etc)])
+    order = list(scan_module._parse_cache)
+    origins = {d.spec.path: d.spec.origin for d in before.devices.values()}
+    kept_by = {id(origin): path for path, origin in origins.items()}  # what another table keeps by them
+
+    def detach(encodings):
+        return [kept_by.pop(id(encoding)) for encoding in encodings]
+
+    def attach(encodings, held):
+        kept_by.update({id(encoding): path for encoding, path in zip(encodings, held, strict=True)})
+
+    scan_module.remake_encoded(detach, attach)
+    assert list(scan_module._parse_cache) == order  # the read order is kept
+    after = scan_spec_dirs([str(etc)])
+    assert _decoded_view(after) == _decoded_view(before)
+    for device in after.devices.values():
+        assert device.spec.origin is not origins[device.spec.path]  # made anew...
+        assert device.spec.origin == origins[device.spec.path]
+        assert kept_by[id(device.spec.origin)] == device.spec.path  # ...and found by the new ones
+    scan_module.remake_encoded(detach, attach)  # nothing encoded since: nothing done
+    assert all(kept_by[id(d.spec.origin)] == d.spec.path for d in scan_spec_dirs([str(etc)]).devices.values())
 
 
 # --- the reading parts of cdi.md §8 with the corpus's published shapes ----------------------------------

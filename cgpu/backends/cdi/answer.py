@@ -3,6 +3,7 @@ device's container view checked against the host and judged by the per-API rules
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping, Sequence
 
 from cgpu.backends.cdi.device import APIS, ByIdentity, DeviceAnswer
@@ -13,7 +14,7 @@ from cgpu.backends.cdi.problems import _report_problems, _spec_dir_hints
 from cgpu.backends.cdi.rules import Finding, driver_mismatch, judge
 from cgpu.backends.cdi.selection import _select
 from cgpu.backends.cdi.view import ContainerView, is_bind, node_fully_specified, risky_edits
-from cgpu.cdi.model import ContainerEdits, ResolvedDevice, ScanResult, Spec, SpecDevice
+from cgpu.cdi.model import ContainerEdits, ResolvedDevice, ScanResult, Spec
 from cgpu.report import ReportBuilder
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time
@@ -196,12 +197,13 @@ def _engine_dropped(scan: ScanResult) -> dict[str, Spec]:
     return dropped
 
 
-# findings, missing paths, driver mismatch, the spec-level edits and kind judged with, and the
-# device's own risky edits: one tuple for every device that gives the same (20,000 claim devices
-# of one kind share one)
-_Result = tuple[
-    dict[str, Finding], list[tuple[str, str]], tuple[str, str, str] | None, ContainerEdits, str, Sequence[str]
-]
+# findings, missing paths, driver mismatch and the device's own risky edits: one tuple for every
+# device that gives the same (20,000 claim devices of one kind share one)
+_Result = tuple[dict[str, Finding], list[tuple[str, str]], tuple[str, str, str] | None, Sequence[str]]
+# What the devices of one spec give: for a spec of one device its _Result; else a list in the
+# spec's device order of each one's _Result, or the index of the earlier device with the same
+# edits (a GPU's index and UUID names: one device, whose result it shares), or None (not judged).
+_SpecResults = _Result | list[_Result | int | None]
 
 
 class _Remembered:
@@ -209,15 +211,14 @@ class _Remembered:
 
     def __init__(self, trace: HostTrace, results: ByIdentity) -> None:
         self.trace = trace
-        self.results = results  # a device's SpecDevice -> what it gives (_Result), or the device it is one with
+        self.results = results  # a spec's origin -> what its devices give (_SpecResults)
 
 
-# The last answers per root, per parsed device: the reader hands back the same Spec and SpecDevice
-# objects while a file is unchanged (it caches them by path, identity and times), so when every
-# host question of the last probe gets the same answer again only the devices of new or changed
-# files are judged (one claim spec among 20,000 costs one judgement, not 20,000). What a device
-# gives depends on its own edits, its spec's edits and kind: a SpecDevice is reused only with the
-# same spec-level edits and kind. Bounded by the specs read now.
+# The last answers per root, per spec file: a spec's `origin` is one object while its file is
+# unchanged (the reader's record of the file: the parsed spec it hands back again, or the encoding
+# it decodes a new spec from), so when every host question of the last probe gets the same
+# answer again only the devices of new or changed files are judged (one claim spec among 20,000
+# costs one judgement, not 20,000). Bounded by the specs read now.
 _REMEMBERED: dict[str, _Remembered] = {}
 _NOTHING_MISSING: list[tuple[str, str]] = []  # shared by every device that can start; never mutated
 
@@ -237,15 +238,47 @@ def _answers(selected: list[ResolvedDevice], host: HostFS) -> list[DeviceAnswer]
     return answers
 
 
+def warm_up() -> None:
+    """Before a long-running watch's first probe: what a probe makes once on first use (the YAML
+    loader, the encoders of the kept specs) made now, not among that probe's objects, where each
+    long-lived piece would keep a 1 MiB arena of them from going back to the kernel."""
+    import marshal  # noqa: F401
+    import zlib  # noqa: F401
+
+    from cgpu.cdi import spec_cache  # noqa: F401
+    from cgpu.cdi.parse import SpecError, parse_spec
+    from cgpu.cdi.scan import scan_spec_dirs  # noqa: F401
+
+    with contextlib.suppress(SpecError):
+        parse_spec(b"cdiVersion: 0.5.0\nkind: cgpu.example/warm-up\ndevices: [{name: a, containerEdits: {}}]", path="-")
+
+
+def remake_kept() -> None:
+    """Between probes, once a probe's own objects are freed (a long-running watch): what the reader
+    keeps encoded made anew in one run (`scan.remake_encoded`: so that it frees its arenas), with
+    the answers remembered by it."""
+    from cgpu.cdi.scan import remake_encoded
+
+    last = next(iter(_REMEMBERED.values()), None)
+    memo = last.results if last is not None else ByIdentity()
+    if not memo.begin():  # a probe in another thread has it
+        return
+    try:
+        remake_encoded(memo.take, memo.give)
+    finally:
+        memo.end()
+
+
 def _judged(
     selected: list[ResolvedDevice], host: HostFS, known: ByIdentity | None, keep: ByIdentity | None = None
 ) -> list[DeviceAnswer]:
-    """Each device's answer: `known`'s where it has one (the last probe's, every host question
-    answered the same again), else judged; each kept in `keep`: its result, or for a device with
-    the same edits as an earlier one of its spec (a GPU's index and UUID names: one device), that
-    device, whose result it shares (so that a probe over unchanged files compares no edits)."""
+    """Each device's answer: `known`'s where it has its spec's (the last probe's, every host
+    question answered the same again), else judged; each spec's kept in `keep`. A device with the
+    same edits as an earlier one of its spec (a GPU's index and UUID names: one device) shares
+    that device's result, and is kept as its index (so that a probe over unchanged files compares
+    no edits)."""
     bases: dict[int, tuple[ContainerView, list[tuple[str, str]]]] = {}
-    same_edits: dict[Any, tuple[SpecDevice, _Result]] = {}  # equal edits of one spec: the first device's
+    same_edits: dict[Any, int] = {}  # equal edits of one spec: the first device's index
     shared: dict[tuple[str, str, tuple[str, ...]], Finding] = {}  # equal findings of any spec: one object
     equal_findings: dict[tuple[int, ...], dict[str, Finding]] = {}  # ... and one dict of them
     equal_results: dict[tuple[Any, ...], _Result] = {}  # ... and one result tuple
@@ -253,33 +286,47 @@ def _judged(
 
     def seed(known: ByIdentity) -> None:  # the last probe's, so that a new judgement equal to one shares it
         done: set[int] = set()
-        for result in known.values():
-            if isinstance(result, tuple) and id(result) not in done:
-                done.add(id(result))
-                findings = result[0]
-                for finding in findings.values():
-                    shared.setdefault((finding.state, finding.text, finding.needs), finding)
-                equal_findings.setdefault(tuple(map(id, findings.values())), findings)
-                equal_results.setdefault(_result_key(result), result)
+        for value in known.values():
+            for result in value if type(value) is list else (value,):
+                if type(result) is tuple and id(result) not in done:
+                    done.add(id(result))
+                    findings = result[0]
+                    for finding in findings.values():
+                        shared.setdefault((finding.state, finding.text, finding.needs), finding)
+                    equal_findings.setdefault(tuple(map(id, findings.values())), findings)
+                    equal_results.setdefault(_result_key(result), result)
 
     found_by_id = known.by_id() if known is not None else None
-    kept_keys: list[object] = []
-    kept_values: list[object] = []
+    by_spec: dict[int, tuple[Spec, list[Any]]] = {}  # this probe's results of each spec's devices
+    positions: dict[int, dict[int, int]] = {}  # a spec of several devices: each one's index
     answers = []
     for device in selected:
         spec = device.spec
-        own = device.device.edits
-        same = device.device  # what a container gets with it is what it gets with `same` (put: alias_of)
-        result = None
-        if found_by_id is not None:
-            found = found_by_id(id(same))
-            if isinstance(found, SpecDevice):
-                same, found = found, found_by_id(id(found))
-            if found is not None and found[3] is spec.edits and found[4] == spec.kind:
-                result = found
+        entry = by_spec.get(id(spec))
+        if entry is None:
+            found = found_by_id(id(spec.origin)) if found_by_id is not None else None
+            count = len(spec.devices)
+            if count == 1 and type(found) is tuple:
+                values: list[Any] = [found]
+            elif count > 1 and type(found) is list and len(found) == count and None not in found:
+                values = found  # never changed: every device has its result
             else:
-                same = device.device
+                values = [None] * count
+            entry = by_spec[id(spec)] = (spec, values)
+        values = entry[1]
+        if len(values) == 1:
+            index = 0
+        else:
+            where = positions.get(id(spec))
+            if where is None:
+                where = positions[id(spec)] = {id(d): i for i, d in enumerate(spec.devices)}
+            index = where[id(device.device)]
+        same = index
+        result = values[index]
+        if type(result) is int:
+            same, result = result, values[result]
         if result is None:
+            own = device.device.edits
             try:
                 key: Any = (id(spec), own)
                 hash(key)
@@ -287,37 +334,39 @@ def _judged(
                 key = object()
             first = same_edits.get(key)
             if first is not None:
-                same, result = first
-        if result is None:
-            if not seeded and known is not None:
-                seed(known)
-                seeded = True
-            if id(spec) not in bases:
-                bases[id(spec)] = (ContainerView.of(spec.edits, host), _missing(spec.edits, host))
-            base, base_missing = bases[id(spec)]
-            view = base.with_device(own)
-            missing = _missing(device.edits(), host) if own.mounts else base_missing + _missing(own, host)
-            judged = {
-                api: shared.setdefault((finding.state, finding.text, finding.needs), finding)
-                for api, finding in judge(view, spec.kind).items()
-            }
-            findings = equal_findings.setdefault(tuple(map(id, judged.values())), judged)
-            risky: Sequence[str] = risky_edits(own) or ()
-            result = (findings, missing or _NOTHING_MISSING, driver_mismatch(view), spec.edits, spec.kind, risky)
-            result = equal_results.setdefault(_result_key(result), result)
-            same_edits[key] = (same, result)
-        kept_keys.append(device.device)
-        kept_values.append(result if same is device.device else same)
-        findings, missing, mismatch, _, _, risky = result
-        answers.append(DeviceAnswer(device, findings, missing, mismatch, same=same, risky=risky))
+                same, result = first, values[first]
+                values[index] = first
+            else:
+                if not seeded and known is not None:
+                    seed(known)
+                    seeded = True
+                if id(spec) not in bases:
+                    bases[id(spec)] = (ContainerView.of(spec.edits, host), _missing(spec.edits, host))
+                base, base_missing = bases[id(spec)]
+                view = base.with_device(own)
+                missing = _missing(device.edits(), host) if own.mounts else base_missing + _missing(own, host)
+                judged = {
+                    api: shared.setdefault((finding.state, finding.text, finding.needs), finding)
+                    for api, finding in judge(view, spec.kind).items()
+                }
+                findings = equal_findings.setdefault(tuple(map(id, judged.values())), judged)
+                risky: Sequence[str] = risky_edits(own) or ()
+                result = (findings, missing or _NOTHING_MISSING, driver_mismatch(view), risky)
+                result = values[index] = equal_results.setdefault(_result_key(result), result)
+                same_edits[key] = index
+        findings, missing, mismatch, risky = result
+        answers.append(DeviceAnswer(device, findings, missing, mismatch, same=spec.devices[same], risky=risky))
     if keep is not None:
-        keep.keep_all(kept_keys, kept_values)
+        keep.keep_all(
+            [spec.origin for spec, _ in by_spec.values()],
+            [values[0] if len(values) == 1 else values for _, values in by_spec.values()],
+        )
     return answers
 
 
 def _result_key(result: _Result) -> tuple[Any, ...]:
-    findings, missing, mismatch, edits, kind, risky = result
-    return id(findings), id(missing), mismatch, id(edits), kind, id(risky)
+    findings, missing, mismatch, risky = result
+    return id(findings), id(missing), mismatch, id(risky)
 
 
 def _missing(edits: ContainerEdits, host: HostFS) -> list[tuple[str, str]]:

@@ -62,7 +62,7 @@ class DeviceAnswer:
 
 
 class ByIdentity:
-    """What the last probe worked out per object (a parsed device, its edits), for the next probe:
+    """What the last probe worked out per object (a spec's origin, its edits), for the next probe:
     the reader hands back the same objects while files are unchanged. Kept by id, with the objects
     themselves held (an id names an object only while it lives).
 
@@ -124,6 +124,21 @@ class ByIdentity:
             if table.get(id(key)) is not value:
                 table[id(key)] = value  # an existing key object stays; a new one is made here
         self._held = held
+
+    def take(self, keys: Sequence[object]) -> list[object]:
+        """Let go of `keys` (made anew elsewhere): their values in order, None for a key it lacks."""
+        table = self._values
+        values = [table.pop(id(key), None) for key in keys]
+        gone = set(map(id, keys))
+        self._held = [key for key in self._held if id(key) not in gone]
+        return values
+
+    def give(self, keys: Sequence[object], values: Sequence[object]) -> None:
+        """Keep `values` (`take`'s) by `keys` (the objects made anew from its keys)."""
+        for key, value in zip(keys, values, strict=True):
+            if value is not None:
+                self._values[id(key)] = value
+                self._held.append(key)
 
     def end(self) -> None:
         """After a `begin` that returned True."""
