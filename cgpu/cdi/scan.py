@@ -70,6 +70,8 @@ def clear_parse_cache() -> None:
     with _PARSE_CACHE_LOCK:
         _parse_cache.clear()
         _kept[0] = 0
+        _encoded_since[0] = 0
+        _kept_edits[0] = {}
     _shared.clear()
     _shared_floor[0] = None
 
@@ -234,15 +236,19 @@ def _keep_encoded(cache: _DiskCache) -> None:
     import marshal
     import zlib
 
-    parsed = [
-        (path, entry[0], entry[1])
-        for path, entry in _parse_cache.items()
-        if isinstance(entry, tuple) and isinstance(entry[1], Spec)
-    ]
-    if len(_parse_cache) <= KEPT_PARSED:
+    if len(_parse_cache) > KEPT_PARSED:
+        parsed = [
+            (path, entry[0], entry[1])
+            for path, entry in _parse_cache.items()
+            if isinstance(entry, tuple) and isinstance(entry[1], Spec)
+        ]
+    else:
         parsed = []
     for path, key, spec in parsed:
-        data = marshal.dumps(spec_cache.encode_spec(spec))
+        try:
+            data = marshal.dumps(spec_cache.encode_spec(spec))
+        except ValueError:  # defensive: a parsed spec holds only JSON values; else it stays parsed
+            continue
         if not _kept_dictionary:
             _kept_dictionary.append(data)
         compressor = zlib.compressobj(9, zlib.DEFLATED, -15, 9, zlib.Z_DEFAULT_STRATEGY, _kept_dictionary[0])
@@ -297,7 +303,7 @@ def _decode_kept(kept: bytes, path: str, priority: int, cache: _DiskCache) -> Sp
         encoded = memoryview(kept)[kept.index(b"\n") + 1 :]
         data = zlib.decompressobj(-15, zdict=_kept_dictionary[0]).decompress(encoded)
         spec = spec_cache.decode_spec(marshal.loads(data), path, priority)
-    except Exception:
+    except Exception:  # an optimisation never fails a scan
         return None
     _set(spec, "edits", _kept_edits_of(spec, cache))  # a new object no one else has seen yet
     _set(spec, "_origin", kept)

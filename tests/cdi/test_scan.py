@@ -301,6 +301,28 @@ def test_past_kept_parsed_every_spec_is_kept_encoded_and_reads_back_the_same(tmp
     assert changed.devices["k8s.gpu.nvidia.com/claim=uid-changed"].spec.origin is not one.spec.origin
 
 
+def test_a_kept_encoding_that_does_not_decode_means_the_file_is_read_again(tmp_path, monkeypatch):
+    etc = tmp_path / "etc"
+    for index in range(scan_module.KEPT_PARSED + 1):
+        write(etc, f"claim-{index:04d}.yaml", CLAIM.format(uid=f"uid-{index:04d}"))
+    first = scan_spec_dirs([str(etc)])
+    path = str(etc / "claim-0003.yaml")
+    kept = scan_module._parse_cache[path]
+    assert isinstance(kept, bytes)
+    scan_module._parse_cache[path] = kept[: kept.index(b"\n") + 1] + b"not an encoding"  # the file's key, no spec
+    parses: list[str] = []
+    real = scan_module.parse_spec
+
+    def counting(data, *, path, **kwargs):
+        parses.append(path)
+        return real(data, path=path, **kwargs)
+
+    monkeypatch.setattr(scan_module, "parse_spec", counting)
+    again = scan_spec_dirs([str(etc)])
+    assert parses == [path] and again.problems == first.problems == []
+    assert _decoded_view(again) == _decoded_view(first)
+
+
 def test_remade_encodings_read_back_the_same_and_what_is_kept_by_them_follows(tmp_path):
     etc = tmp_path / "etc"
     for index in range(scan_module.KEPT_PARSED + 10):
