@@ -130,6 +130,22 @@ def _schema_validator(name: str, schema: Any) -> Any:
     return _VALIDATORS[name]
 
 
+@pytest.fixture
+def parses(monkeypatch) -> list[str]:
+    """The paths the spec reader parses from now on (rather than reading back from a cache)."""
+    from cgpu.cdi import scan
+
+    calls: list[str] = []
+    real = scan.parse_spec
+
+    def counting(data: bytes, *, path: str, **kwargs: Any) -> Any:
+        calls.append(path)
+        return real(data, path=path, **kwargs)
+
+    monkeypatch.setattr(scan, "parse_spec", counting)
+    return calls
+
+
 @pytest.fixture(autouse=True)
 def _every_built_report_is_valid(monkeypatch):
     """Every report a backend builds in a test (in-process) is checked against the model."""

@@ -198,26 +198,23 @@ def test_spec_dir_that_is_a_file(tmp_path):
     assert scan_spec_dirs([str(path)]).problems == [("warning", str(path), "this spec dir is not a directory; skipped")]
 
 
-def test_parse_cache_reuses_unchanged_files_and_rereads_changed_ones(tmp_path, monkeypatch):
+def test_parse_cache_reuses_unchanged_files_and_rereads_changed_ones(tmp_path, parses):
     etc = tmp_path / "etc"
     path = write(etc, "a.yaml", minimal(env="A=1"))
     write(etc, "bad.yaml", "kind: [")
-    calls = []
-    real_parse = scan_module.parse_spec
-    monkeypatch.setattr(scan_module, "parse_spec", lambda *a, **k: calls.append(k["path"]) or real_parse(*a, **k))
     first = scan_spec_dirs([str(etc)])
     second = scan_spec_dirs([str(etc)])
-    assert len(calls) == 2 and first.problems == second.problems
+    assert len(parses) == 2 and first.problems == second.problems
     assert second.devices["example.com/gpu=gpu0"].device.edits.env == ("A=1",)
     path.write_text(minimal(env="A=22"))  # size changes
     third = scan_spec_dirs([str(etc)])
-    assert len(calls) == 3 and third.devices["example.com/gpu=gpu0"].device.edits.env == ("A=22",)
+    assert len(parses) == 3 and third.devices["example.com/gpu=gpu0"].device.edits.env == ("A=22",)
     # the same file under another priority keeps its parse and gets the new priority
     assert scan_spec_dirs([str(tmp_path / "none"), str(etc)]).devices["example.com/gpu=gpu0"].spec.priority == 1
-    assert len(calls) == 3
+    assert len(parses) == 3
     scan_module.clear_parse_cache()
     scan_spec_dirs([str(etc)])
-    assert len(calls) == 5
+    assert len(parses) == 5
 
 
 def test_parse_cache_is_bounded_by_the_current_spec_dirs_not_by_history(tmp_path, monkeypatch):
@@ -301,7 +298,7 @@ def test_past_kept_parsed_every_spec_is_kept_encoded_and_reads_back_the_same(tmp
     assert changed.devices["k8s.gpu.nvidia.com/claim=uid-changed"].spec.origin is not one.spec.origin
 
 
-def test_a_kept_encoding_that_does_not_decode_means_the_file_is_read_again(tmp_path, monkeypatch):
+def test_a_kept_encoding_that_does_not_decode_means_the_file_is_read_again(tmp_path, parses):
     etc = tmp_path / "etc"
     for index in range(scan_module.KEPT_PARSED + 1):
         write(etc, f"claim-{index:04d}.yaml", CLAIM.format(uid=f"uid-{index:04d}"))
@@ -310,14 +307,7 @@ def test_a_kept_encoding_that_does_not_decode_means_the_file_is_read_again(tmp_p
     kept = scan_module._parse_cache[path]
     assert isinstance(kept, bytes)
     scan_module._parse_cache[path] = kept[: kept.index(b"\n") + 1] + b"not an encoding"  # the file's key, no spec
-    parses: list[str] = []
-    real = scan_module.parse_spec
-
-    def counting(data, *, path, **kwargs):
-        parses.append(path)
-        return real(data, path=path, **kwargs)
-
-    monkeypatch.setattr(scan_module, "parse_spec", counting)
+    parses.clear()
     again = scan_spec_dirs([str(etc)])
     assert parses == [path] and again.problems == first.problems == []
     assert _decoded_view(again) == _decoded_view(first)

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from cgpu.cdi import scan as scan_module
 from cgpu.cdi import spec_cache
 from cgpu.cdi.parse import parse_spec
 from cgpu.cdi.scan import clear_parse_cache, scan_spec_dirs
@@ -30,15 +29,6 @@ def cache_dir(tmp_path, monkeypatch) -> Path:
     monkeypatch.setenv("CGPU_CACHE_DIR", str(directory))
     monkeypatch.setattr(spec_cache, "RACY_SECONDS", 0)
     return directory
-
-
-@pytest.fixture
-def parses(monkeypatch) -> list[str]:
-    """The paths the scan parses (rather than reading back from a cache)."""
-    calls: list[str] = []
-    real = scan_module.parse_spec
-    monkeypatch.setattr(scan_module, "parse_spec", lambda *a, **k: calls.append(k["path"]) or real(*a, **k))
-    return calls
 
 
 def fresh_scan(dirs: list[Path]):

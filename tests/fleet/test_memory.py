@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from cgpu.backends import cdi as cdi_backend
-from cgpu.cdi import parse
 from cgpu.cdi import scan as scan_module
 from cgpu.report import ReportBuilder
 from tests.conftest import REPO
@@ -65,28 +64,20 @@ def test_500_claim_specs_come_and_go_and_nothing_of_them_is_kept(tmp_path, monke
     assert rss[500] - rss[100] < 4096, rss
 
 
-def test_more_specs_than_the_caches_old_limits_are_each_parsed_once(tmp_path, monkeypatch):
+def test_more_specs_than_the_caches_old_limits_are_each_parsed_once(tmp_path, monkeypatch, parses):
     monkeypatch.setenv("CGPU_CACHE_DIR", str(tmp_path / "cache"))
     specs = tmp_path / "cdi"
     specs.mkdir()
     count = scan_module.PARSE_CACHE_SIZE * 3
     for index in range(count):
         (specs / f"claim-{index:04d}.yaml").write_text(CLAIM.format(uid=f"uid-{index:05d}"))
-    parses: list[str] = []
-    real = parse.parse_spec
-
-    def counting(data, *, path, **kwargs):
-        parses.append(path)
-        return real(data, path=path, **kwargs)
-
-    monkeypatch.setattr(scan_module, "parse_spec", counting)
     scan_module.clear_parse_cache()
     for _ in range(3):
         assert len(_probe(specs, tmp_path)["devices"]) == count
     assert len(parses) == count  # the first probe parsed each file; the others read none again
 
 
-def test_one_changed_claim_among_thousands_is_the_only_file_parsed_and_judged_again(tmp_path, monkeypatch):
+def test_one_changed_claim_among_thousands_is_the_only_file_parsed_and_judged_again(tmp_path, monkeypatch, parses):
     from cgpu.backends.cdi import answer as answer_module
 
     monkeypatch.setenv("CGPU_CACHE_DIR", str(tmp_path / "cache"))
@@ -95,19 +86,13 @@ def test_one_changed_claim_among_thousands_is_the_only_file_parsed_and_judged_ag
     count = 2000
     for index in range(count):
         (specs / f"claim-{index:04d}.yaml").write_text(CLAIM.format(uid=f"uid-{index:05d}"))
-    parses: list[str] = []
     judged: list[str] = []
-    real_parse, real_judge = parse.parse_spec, answer_module.judge
-
-    def counting_parse(data, *, path, **kwargs):
-        parses.append(path)
-        return real_parse(data, path=path, **kwargs)
+    real_judge = answer_module.judge
 
     def counting_judge(view, kind):
         judged.append(kind)
         return real_judge(view, kind)
 
-    monkeypatch.setattr(scan_module, "parse_spec", counting_parse)
     monkeypatch.setattr(answer_module, "judge", counting_judge)
     scan_module.clear_parse_cache()
     first = _probe(specs, tmp_path)
