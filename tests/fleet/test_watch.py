@@ -458,3 +458,43 @@ def test_two_spec_dirs_that_are_one_dir_are_watched_once_and_do_not_wake_it(tmp_
         assert wakeup.wait(5)  # the shared watch stayed for the dir still wanted
     finally:
         wakeup.close()
+
+
+class _Report(dict):  # a dict that a weak reference can follow
+    pass
+
+
+def test_the_backends_tidying_runs_after_each_probe_once_its_report_is_gone(node):
+    import weakref
+
+    etc, host, _ = node
+    answer = etc.parent / "answer.json"
+    reports: list[weakref.ref] = []
+    seen: list[tuple[bool, bool]] = []  # at each tidying: (the last report collected, its answer written)
+
+    def probe() -> dict:
+        report = _Report(containers=[], apis={api: {"state": "absent"} for api in watch_module.API_ORDER})
+        reports.append(weakref.ref(report))
+        return report
+
+    def between() -> None:
+        seen.append((reports[-1]() is None, answer.exists()))
+        answer.unlink()
+        (etc / "next.yaml").write_text(f"# probe {len(seen)}\n")  # a change: the next probe at once
+
+    watch_module.watch(
+        probe, spec_dirs=[str(etc)], root=str(host), answer_file=str(answer), nfd_file=None,
+        interval=60, expiry=180, log=lambda message: None, rounds=3, between=between,
+    )  # fmt: skip
+    assert seen == [(True, True)] * 3
+
+
+def test_watch_with_the_cdi_backend_remakes_what_it_keeps_between_probes(monkeypatch, tmp_path):
+    from cgpu import cli
+    from cgpu.backends.cdi.answer import remake_kept
+
+    given: dict = {}
+    monkeypatch.setattr(watch_module, "watch", lambda probe, **options: given.update(options))
+    argv = ["watch", "--backend", "cdi", "--spec-dir", str(tmp_path), "--answer-file", str(tmp_path / "a.json")]
+    assert cli.main(argv) == 0
+    assert given["between"] is remake_kept
