@@ -232,6 +232,8 @@ class _Tables:
 
 
 def encode_spec(spec: Spec) -> dict[str, Any]:
+    """`spec` as JSON values (the path and priority left out): the disk cache's entry, and the
+    reader's compressed form of a spec kept encoded in memory."""
     tables = _Tables()
     devices = [[d.name, d.annotations, tables.edits_index(d.edits)] for d in spec.devices]
     edits = tables.edits_index(spec.edits)
@@ -251,6 +253,7 @@ def encode_spec(spec: Spec) -> dict[str, Any]:
 
 
 def decode_spec(data: dict[str, Any], path: str, priority: int) -> Spec:
+    """The spec `encode_spec` gave `data` for, read from `path` at `priority`."""
     nodes = [DeviceNode(*row) for row in data["node_table"]]
     edits = [
         ContainerEdits(

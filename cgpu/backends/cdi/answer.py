@@ -242,12 +242,10 @@ def warm_up() -> None:
     """Before a long-running watch's first probe: what a probe makes once on first use (the YAML
     loader, the encoders of the kept specs) made now, not among that probe's objects, where each
     long-lived piece would keep a 1 MiB arena of them from going back to the kernel."""
-    import marshal  # noqa: F401
-    import zlib  # noqa: F401
+    import zlib  # noqa: F401  (marshal is built in)
 
-    from cgpu.cdi import spec_cache  # noqa: F401
+    from cgpu.cdi import scan  # noqa: F401  (and the disk cache's encoder with it)
     from cgpu.cdi.parse import SpecError, parse_spec
-    from cgpu.cdi.scan import scan_spec_dirs  # noqa: F401
 
     with contextlib.suppress(SpecError):
         parse_spec(b"cdiVersion: 0.5.0\nkind: cgpu.example/warm-up\ndevices: [{name: a, containerEdits: {}}]", path="-")
