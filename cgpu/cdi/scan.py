@@ -265,7 +265,7 @@ def remake_encoded(detach: Callable[[list[bytes]], Any], attach: Callable[[list[
     time: called between probes, once a probe's own objects are freed. Each was made among a
     probe's short-lived objects (the paths while their files were read, the encodings while the
     scan's parsed specs were alive), and CPython's allocator returns a 1 MiB arena to the kernel
-    only when every object in it is freed: 20,000 claim specs kept 30 arenas of mostly freed
+    only when every object in it is freed: 20,000 claim specs kept 35 arenas of mostly freed
     memory. They are written into one buffer outside that heap, let go of, and read back into
     pools next to each other. `detach(encodings)` lets go of what is kept by them elsewhere (the
     answers' memo) and returns it; `attach(new_encodings, it)` keeps it by the new ones."""
