@@ -205,7 +205,7 @@ def verify_load(runs: int, seconds: float) -> dict[str, Any]:
     lvp = Path("/usr/share/vulkan/icd.d/lvp_icd.x86_64.json")
     if podman is None or not lvp.exists():
         return {"skipped": "needs podman and Mesa's lavapipe (mesa-vulkan-drivers)"}
-    from cgpu.engines import PodmanService
+    from cgpu.engines.client import PodmanService
 
     work = Path(tempfile.mkdtemp(prefix="cgpu-load-"))
     kind = f"cgpu-load-{uuid.uuid4().hex[:8]}.example.com/gpu"

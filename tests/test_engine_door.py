@@ -1,4 +1,4 @@
-"""`cgpu/engines.py` is the one door to podman and Docker: no other module imports podman-py or
+"""`cgpu/engines/client.py` is the one door to podman and Docker: no other module imports podman-py or
 docker-py, or runs the `podman` or `docker` CLI. A caller asks an `Engine` instead, so that an
 engine's quirks (its flags, its errors, its time limits) live in one place."""
 
@@ -8,7 +8,7 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "cgpu"
-DOOR = PACKAGE / "engines.py"
+DOOR = PACKAGE / "engines" / "client.py"
 ENGINES = frozenset({"podman", "docker"})
 # What starts a process from an argv (cgpu.run's, subprocess's, os's)
 SPAWNERS = frozenset(
@@ -58,7 +58,7 @@ def test_no_module_but_engines_reaches_podman_or_docker():
     modules = [p for p in PACKAGE.rglob("*.py") if p != DOOR]
     assert len(modules) > 40
     found = [f"{p.relative_to(PACKAGE.parent)}:{where}" for p in modules for where in engine_calls(p)]
-    assert found == [], "call podman and Docker through cgpu/engines.py (an Engine method):\n" + "\n".join(found)
+    assert found == [], "call podman and Docker through cgpu/engines/client.py (an Engine method):\n" + "\n".join(found)
 
 
 def test_the_door_itself_is_seen():

@@ -34,7 +34,7 @@ def test_every_cgpu_exception_is_a_cgpu_error():
 def test_mixins_callers_rely_on_are_kept():
     from cgpu.backends.wsl import ProbeOutputError
     from cgpu.cdi.parse import SpecError
-    from cgpu.files import NotRegularFileError
+    from cgpu.node.files import NotRegularFileError
 
     assert issubclass(SpecError, ValueError) and issubclass(ProbeOutputError, ValueError)
     assert issubclass(NotRegularFileError, OSError)

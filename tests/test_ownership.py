@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from cgpu import engines
-from cgpu.cache import private_directory
+from cgpu.engines import client as engines
+from cgpu.node.cache import private_directory
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX owners and modes")
 

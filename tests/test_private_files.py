@@ -1,5 +1,5 @@
-"""One writer of the files cgpu replaces (`cgpu.files.write_atomic`) and one set of rules for
-every cache (`cgpu.cache`): what another user or a link put in the way is refused."""
+"""One writer of the files cgpu replaces (`cgpu.node.files.write_atomic`) and one set of rules for
+every cache (`cgpu.node.cache`): what another user or a link put in the way is refused."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from cgpu.cache import UnsafeCacheError, read_private, write_private
-from cgpu.files import TEMP_DIR, UnsafeTargetError, write_atomic
+from cgpu.node.cache import UnsafeCacheError, read_private, write_private
+from cgpu.node.files import TEMP_DIR, UnsafeTargetError, write_atomic
 
 PACKAGE = Path(__file__).resolve().parent.parent / "cgpu"
 posix_only = pytest.mark.skipif(sys.platform == "win32", reason="POSIX owners and modes")
@@ -30,13 +30,15 @@ def _writer_calls(source: str) -> list[str]:
 
 def test_no_module_but_the_writer_replaces_files():
     # the probe is copied into containers and runs alone: it has no writer of cgpu's to call
-    modules = [p for p in PACKAGE.rglob("*.py") if p != PACKAGE / "files.py" and p.name != "standalone.py"]
+    modules = [p for p in PACKAGE.rglob("*.py") if p != PACKAGE / "node" / "files.py" and p.name != "standalone.py"]
     assert len(modules) > 40
     found = [
         f"{p.relative_to(PACKAGE.parent)}:{c}" for p in modules for c in _writer_calls(p.read_text(encoding="utf-8"))
     ]
     assert found == []
-    assert _writer_calls((PACKAGE / "files.py").read_text(encoding="utf-8"))  # the writer is where the test looks
+    assert _writer_calls(
+        (PACKAGE / "node" / "files.py").read_text(encoding="utf-8")
+    )  # the writer is where the test looks
 
 
 def test_the_check_sees_each_writer_call():

@@ -1,4 +1,4 @@
-"""cgpu.vulkan_icd against the rules read from Vulkan-Loader's source, and against the real loader
+"""cgpu.backends.cdi.vulkan_icd against the rules read from Vulkan-Loader's source, and against the real loader
 where this machine has one and a driver it can load (Debian's libvulkan1 and Mesa's lavapipe)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from cgpu import vulkan_icd
+from cgpu.backends.cdi import vulkan_icd
 
 LAVAPIPE = Path("/usr/share/vulkan/icd.d/lvp_icd.x86_64.json")
 

@@ -38,7 +38,7 @@ from cgpu.cdi.model import ContainerEdits, ResolvedDevice, ScanResult, Spec, Spe
 from cgpu.cdi.names import go_quote
 from cgpu.cdi.parse import MAX_SPEC_BYTES, SpecError, parse_spec, too_big_message
 from cgpu.errors import CgpuError, CgpuTypeError
-from cgpu.files import open_regular
+from cgpu.node.files import open_regular
 from cgpu.options import DEFAULT_SPEC_DIRS
 from cgpu.problem import Problem, Severity
 

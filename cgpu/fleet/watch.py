@@ -58,7 +58,7 @@ def host_fingerprint(root: str, host_files: Sequence[str], engine_files: Sequenc
     keep no useful times), `engine_files` by their identity (stat only)."""
     if not host_files and not engine_files:
         return ()
-    from cgpu.backends.cdi.host import HostFS
+    from cgpu.node.host import HostFS
 
     host = HostFS(root)
     texts = tuple(host.read_small(path) for path in host_files)
@@ -392,12 +392,11 @@ class Publisher:
     def prepare(self) -> None:
         """Remove what a killed run left, and make the private temporary dirs now: a dir created
         in features.d is an event nfd-worker rate-limits together with the first write's."""
-        from cgpu.files import TEMP_DIR, remove_stale_temporaries, temp_dir, write_atomic  # noqa: F401
-
         # Each writer imported now, not after the first probe: a module made among a probe's
         # objects keeps the memory around it from going back to the kernel.
         from cgpu.fleet.metrics import metrics_text  # noqa: F401
         from cgpu.fleet.nfd import feature_file  # noqa: F401
+        from cgpu.node.files import TEMP_DIR, remove_stale_temporaries, temp_dir, write_atomic  # noqa: F401
         from cgpu.report import json_chunks  # noqa: F401
 
         for output in self.outputs:
@@ -456,7 +455,7 @@ class Publisher:
         return metrics_text(report, finished_at=finished_at, duration=duration, writes=writes).encode()
 
     def _write(self, output: Output, report: dict[str, Any], finished_at: float, duration: float) -> None:
-        from cgpu.files import write_atomic, write_failure
+        from cgpu.node.files import write_atomic, write_failure
 
         try:
             write_atomic(output.path, self._data(output, report, finished_at, duration))

@@ -19,7 +19,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from cgpu.image.fs import ImageReadError, Tree
-from cgpu.image.packages import (
+from cgpu.image.source import OpenedImage
+from cgpu.node.packages import (
     COPR_HUB,
     CoprRepo,
     Package,
@@ -34,7 +35,6 @@ from cgpu.image.packages import (
     read_versionlock_list,
     read_versionlock_toml,
 )
-from cgpu.image.source import OpenedImage
 from cgpu.problem import Problem, Severity
 
 COPR = "slp/mesa-libkrun-vulkan"

@@ -8,7 +8,7 @@ REF forms (the transport names follow skopeo's):
   oci:PATH                   an OCI image layout directory
   dir:PATH                   a root filesystem tree on disk (e.g. `podman image mount`'s output)
 
-A local image is exported by its engine (`cgpu.engines`, `Engine.save_image`): podman's with
+A local image is exported by its engine (`cgpu.engines.client`, `Engine.save_image`): podman's with
 `podman save` (podman-py would need an API service, which a rootful host without systemd does
 not run), Docker's with docker-py, which talks to the daemon's socket and needs no docker CLI.
 """
@@ -30,7 +30,6 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from cgpu.errors import CgpuValueError
-from cgpu.files import NotRegularFileError, open_regular
 from cgpu.image.fs import (
     Deadline,
     DeadlineExceeded,
@@ -43,6 +42,7 @@ from cgpu.image.fs import (
     normalize_member,
 )
 from cgpu.image.tarstream import READ_ERRORS, Member, TarReader, decompressed
+from cgpu.node.files import NotRegularFileError, open_regular
 from cgpu.problem import Note
 
 _DIGEST = re.compile(r"^([a-z0-9]+(?:[+._-][a-z0-9]+)*):([a-zA-Z0-9=_-]{32,})$")
@@ -147,7 +147,7 @@ def _export(
     name: str, engines: tuple[str, ...], tmp: str, deadline: Deadline, limits: Limits, say: Callable[[str], None]
 ) -> tuple[str, str]:
     """Save a local image to a docker-archive in tmp; returns (path, what was read)."""
-    from cgpu.engines import DeadlinePassed, EngineError, ExportTooLarge, ImageNotFound, local_engine
+    from cgpu.engines.client import DeadlinePassed, EngineError, ExportTooLarge, ImageNotFound, local_engine
 
     archive = os.path.join(tmp, "image.tar")
     tried: list[str] = []

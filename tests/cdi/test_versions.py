@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from cgpu.cdi import versions
-from cgpu.engine_option import parse_engine
+from cgpu.engines.option import parse_engine
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
-from cgpu.buildinfo import MAGIC
+from cgpu.engines.buildinfo import MAGIC
 
 # The 16 bytes cmd/go frames the module info with (runtime/debug's infoStart / infoEnd)
 INFO_START = bytes.fromhex("3077af0c9274080241e1c107e6d618e6")

@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cgpu.backends import run_backend
-from cgpu.engine_option import HOST_ENGINE_FILE, host_engines, parse_engine
+from cgpu.engines.option import HOST_ENGINE_FILE, host_engines, parse_engine
 from tests.cdi_backend.helpers import HOSTS, SAMPLES
 
 

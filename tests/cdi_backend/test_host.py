@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from cgpu.backends.cdi.host import HostFS
+from cgpu.node.host import HostFS
 from tests.cdi_backend.helpers import make_host
 
 

@@ -14,8 +14,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cgpu import buildinfo, engine_config
-from cgpu.buildinfo import BuildInfoError, parse_blob, read_build_info
+from cgpu.engines import buildinfo
+from cgpu.engines import config as engine_config
+from cgpu.engines.buildinfo import BuildInfoError, parse_blob, read_build_info
 from tests.cdi_backend import engine_files as ef
 from tests.cdi_backend.helpers import HOSTS, SAMPLES, probe
 
@@ -498,7 +499,7 @@ def _toml(document: dict) -> str:
 
 
 def test_what_was_learned_is_remembered_until_a_file_changes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    from cgpu import installed
+    from cgpu.engines import installed
 
     root = containerd_node(tmp_path)
     calls = []

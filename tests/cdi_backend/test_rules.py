@@ -11,9 +11,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cgpu.backends.cdi import answer_scan
-from cgpu.backends.cdi.host import HostFS
 from cgpu.backends.cdi.view import hook_effects
 from cgpu.cdi.model import Hook
+from cgpu.node.host import HostFS
 from cgpu.report import ReportBuilder
 from tests.cdi_backend.build import scan, spec
 from tests.cdi_backend.helpers import make_host
@@ -469,6 +469,6 @@ def test_vulkan_manifests_the_loader_skips(tmp_path: Path, text: str, why: str):
     ],
 )
 def test_api_version_variant_as_the_loader_parses_it(version, variant):
-    from cgpu.vulkan_icd import api_version_variant
+    from cgpu.backends.cdi.vulkan_icd import api_version_variant
 
     assert api_version_variant(version) == variant

@@ -205,7 +205,7 @@ def test_the_node_roots_are_what_dpkg_would_leave(real_engines):
     assert os.path.samefile(root / "usr/bin/containerd", containerd.suite.binary("containerd")) or (
         (root / "usr/bin/containerd").read_bytes() == Path(containerd.suite.binary("containerd")).read_bytes()
     )
-    from cgpu.image.packages import read_dpkg_status
+    from cgpu.node.packages import read_dpkg_status
 
     stanzas = read_dpkg_status((root / "var/lib/dpkg/status").read_text())
     assert [p.name for p in stanzas] == ["containerd"]

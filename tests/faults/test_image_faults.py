@@ -352,7 +352,7 @@ def test_a_docker_export_stops_writing_at_the_deadline(tmp_path, docker_daemon, 
     deadline, and the export's worker ends soon after it (it does not go on reading)."""
     import threading as threads
 
-    from cgpu import engines
+    from cgpu.engines import client as engines
     from cgpu.image import source
     from cgpu.image.fs import Deadline, ImageReadError
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from cgpu.engines import CLEANUP_S
+from cgpu.engines.client import CLEANUP_S
 from tests.conftest import VERIFY_FILTER
 from tests.faults.conftest import STOPS, hung, marked_processes
 from tests.timing import allowed, assert_within, timed, wait_for

@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-from cgpu import files
-from cgpu.files import NotRegularFileError, open_regular
+from cgpu.node import files
+from cgpu.node.files import NotRegularFileError, open_regular
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="FIFOs, O_PATH and Linux paths")

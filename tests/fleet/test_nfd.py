@@ -16,8 +16,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cgpu.files import write_atomic
 from cgpu.fleet.nfd import feature_file, label_value, labels
+from cgpu.node.files import write_atomic
 from cgpu.report import ReportBuilder
 from tests.conftest import validate_report
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from cgpu.files import TEMP_DIR
 from cgpu.fleet import watch as watch_module
+from cgpu.node.files import TEMP_DIR
 from tests.conftest import REPO, validate_report
 from tests.timing import assert_within, interpreter_run, timed, wait_for
 

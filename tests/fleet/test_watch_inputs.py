@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from cgpu.backends import run_backend
-from cgpu.backends.cdi.host import DRIVER_VERSION_FILES
 from cgpu.backends.cdi.inputs import answer_inputs
 from cgpu.fleet import watch as watch_module
+from cgpu.node.host import DRIVER_VERSION_FILES
 from tests.cdi_backend import engine_files as ef
 from tests.conftest import REPO
 

@@ -439,7 +439,7 @@ def test_stock_mesa_is_never_advised_to_be_pinned(roots):
 @pytest.mark.podman
 def test_docker_daemon_images_through_docker_py(podman_images, tmp_path, monkeypatch):
     """docker-py against podman's Docker-compatible API: the same calls a Docker daemon answers."""
-    from cgpu.engines import PodmanService
+    from cgpu.engines.client import PodmanService
 
     service = PodmanService.start(timeout=30)
     try:

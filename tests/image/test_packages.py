@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cgpu.image.fs import Deadline, DeadlineExceeded, ImageReadError
-from cgpu.image.packages import (
+from cgpu.node.packages import (
     CoprRepo,
     Package,
     RpmHeaderError,

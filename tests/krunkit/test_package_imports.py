@@ -38,7 +38,7 @@ def test_write_assets_loads_only_the_build_context(tmp_path):
     assert (tmp_path / "assets" / "Containerfile").is_file()
     backend = [m for m in modules if m.startswith("cgpu.backends.krunkit.")]
     assert backend == ["cgpu.backends.krunkit.image_files"], modules
-    assert "cgpu.engines" not in modules and "cgpu.gpu_probe" not in modules
+    assert "cgpu.engines.client" not in modules and "cgpu.gpu_probe" not in modules
     assert set(modules) - CLI_CORE == {"cgpu.backends.krunkit", "cgpu.backends.krunkit.image_files"}, modules
 
 

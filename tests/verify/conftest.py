@@ -110,7 +110,7 @@ def no_leftover_containers():
 @pytest.fixture
 def podman_service(tmp_path):
     """A private `podman system service`, for talking to podman's Docker-compatible API."""
-    from cgpu.engines import PodmanService
+    from cgpu.engines.client import PodmanService
 
     service = PodmanService.start(timeout=120)
     try:
@@ -141,7 +141,7 @@ def service_processes() -> list[str]:
 def probe_image(stand_in_image) -> str:
     """The real probe image, built when this host has none yet; never removed (it is shared)."""
     from cgpu.backends.cdi.probe_image import ImageBuildError, ensure_probe_image
-    from cgpu.engines import open_engine
+    from cgpu.engines.client import open_engine
 
     try:
         with open_engine("podman", timeout=120) as engine:

@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from cgpu.engines import DockerEngine, Engine, EngineError, ImageNotFound, PodmanEngine
+from cgpu.engines.client import DockerEngine, Engine, EngineError, ImageNotFound, PodmanEngine
 from cgpu.image.fs import Deadline
 
 from .conftest import podman

@@ -13,8 +13,7 @@ from http.server import BaseHTTPRequestHandler
 
 import pytest
 
-from cgpu.engine_option import parse_engine
-from cgpu.engines import (
+from cgpu.engines.client import (
     CLEANUP_S,
     ContainerTimeout,
     DockerEngine,
@@ -24,6 +23,7 @@ from cgpu.engines import (
     labels,
     open_engine,
 )
+from cgpu.engines.option import parse_engine
 from tests.conftest import VERIFY_LABEL
 from tests.timing import assert_within, interpreter_run, timed
 
@@ -302,7 +302,7 @@ def test_each_call_gets_what_is_left_of_the_deadline(tmp_path, monkeypatch):
 def test_an_engine_library_slow_to_import_is_given_what_is_left(tmp_path, monkeypatch):
     """On a busy host `import podman` took 4-6 s: the import gets what is left of the run's limit,
     then the run goes on without it (the import finishes in the background)."""
-    from cgpu.engines import _Budget
+    from cgpu.engines.client import _Budget
 
     name = f"cgpu_test_slow_{uuid.uuid4().hex}"
     (tmp_path / f"{name}.py").write_text("import time\ntime.sleep(3)\n")
@@ -320,7 +320,7 @@ def test_the_files_copied_into_a_container_end_with_the_archives_end_blocks():
     import io
     import tarfile
 
-    from cgpu.engines import tar_archive
+    from cgpu.engines.client import tar_archive
 
     files = {"/cgpu-probe.py": b"print('probe')\n" * 100, "/etc/cgpu/empty": b""}
     data = tar_archive(files)
@@ -338,9 +338,9 @@ def test_the_files_copied_into_a_container_end_with_the_archives_end_blocks():
 def test_a_copy_podman_refuses_says_podmans_reason(stand_in_image, monkeypatch, no_leftover_containers):
     """podman-py's put_archive answers only False; the error names the files and podman's own
     reason, without the copier request podman dumps before it."""
-    import cgpu.engines
+    import cgpu.engines.client
 
-    monkeypatch.setattr(cgpu.engines, "tar_archive", lambda files: b"not a tar archive" * 64)
+    monkeypatch.setattr(cgpu.engines.client, "tar_archive", lambda files: b"not a tar archive" * 64)
     with open_engine("podman", timeout=API_TIMEOUT) as engine:
         with pytest.raises(EngineError) as raised:
             engine.run_container(stand_in_image, ["true"], devices=[], files={"/in/note": b"x"}, timeout=API_TIMEOUT)

@@ -12,7 +12,7 @@ import pytest
 
 from cgpu.backends.cdi.verify import verify_devices
 from cgpu.cdi.versions import max_cdi_version
-from cgpu.engines import detect_engines, version_tuple
+from cgpu.engines.client import detect_engines, version_tuple
 from cgpu.report import ReportBuilder
 from tests.conftest import REPO, VERIFY_FILTER, validate_report
 from tests.timing import assert_within, timed, wait_for

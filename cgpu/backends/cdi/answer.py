@@ -8,13 +8,13 @@ from collections.abc import Mapping, Sequence
 
 from cgpu.backends.cdi.device import APIS, ByIdentity, DeviceAnswer
 from cgpu.backends.cdi.evidence import _evidence
-from cgpu.backends.cdi.host import HostFS, HostTrace
 from cgpu.backends.cdi.judging import _unlearned
 from cgpu.backends.cdi.problems import _report_problems, _spec_dir_hints
 from cgpu.backends.cdi.rules import Finding, driver_mismatch, judge
 from cgpu.backends.cdi.selection import _select
 from cgpu.backends.cdi.view import ContainerView, is_bind, node_fully_specified, risky_edits
 from cgpu.cdi.model import ContainerEdits, ResolvedDevice, ScanResult, Spec
+from cgpu.node.host import HostFS, HostTrace
 from cgpu.report import ReportBuilder
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time
@@ -49,8 +49,8 @@ def _answer(
 ) -> tuple[DeviceEntries | None, list[str]]:
     """The answer of one engine (`entry`; None: the newest rules) into `report`: its device entries,
     for the caller to put in the report, and the APIs its containers get."""
-    from cgpu.cache import default_cache_dir_text
     from cgpu.cdi.scan import scan_spec_dirs
+    from cgpu.node.cache import default_cache_dir_text
 
     label = None
     max_version = None

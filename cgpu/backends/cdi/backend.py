@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from cgpu.backends.cdi.answer import _answer
 from cgpu.backends.cdi.device import APIS, DeviceAnswer
 from cgpu.backends.cdi.judging import _engine_rules, engine_entry
-from cgpu.engine_option import EngineOption
+from cgpu.engines.option import EngineOption
 from cgpu.options import DEFAULT_ROOT, DEFAULT_SPEC_DIRS
 from cgpu.report import ReportBuilder
 

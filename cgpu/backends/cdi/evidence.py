@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from cgpu.backends.cdi.device import APIS, DeviceAnswer
-from cgpu.backends.cdi.host import HostFS
 from cgpu.backends.cdi.problems import _drivers_without_spec, _names, _stale
 from cgpu.backends.cdi.rules import PARTIAL, PROVIDED
 from cgpu.cdi.model import ScanResult
+from cgpu.node.host import HostFS
 from cgpu.report import ReportBuilder
 
 

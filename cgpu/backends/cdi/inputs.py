@@ -8,8 +8,8 @@ import os
 from collections.abc import Mapping, Sequence
 
 from cgpu.backends.cdi.backend import _under, spec_dirs_read
-from cgpu.backends.cdi.host import DRIVER_VERSION_FILES
-from cgpu.engine_option import ENGINE_CONFIGS, EngineOption
+from cgpu.engines.option import ENGINE_CONFIGS, EngineOption
+from cgpu.node.host import DRIVER_VERSION_FILES
 from cgpu.options import DEFAULT_ROOT
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time
@@ -50,7 +50,7 @@ def answer_inputs(
     `report`, the last answer, says which engine judged and so which spec dirs it read (None,
     before the first: the spec dirs given, else the defaults). `devices`, `verify` and
     `probe_image` change what is asked of the inputs, not which they are."""
-    from cgpu.engine_option import NONE, parse_engine
+    from cgpu.engines.option import NONE, parse_engine
 
     root = root or DEFAULT_ROOT
     try:
@@ -61,7 +61,7 @@ def answer_inputs(
     dirs = list(spec_dirs) if spec_dirs else _judged_dirs(report, root, option)
     files: list[str] = []
     if option.mode != NONE and not (on_host and option.version is not None):  # as the judging reads them
-        from cgpu.engine_option import learn_engines
+        from cgpu.engines.option import learn_engines
 
         _, node = learn_engines(None if on_host else root, timeout=timeout or LEARN_TIMEOUT)
         identity = node.get("identity") if isinstance(node, dict) else None
@@ -74,7 +74,7 @@ def answer_inputs(
 def _judged_dirs(report: Mapping[str, Any] | None, root: str, option: EngineOption) -> list[str]:
     """The spec dirs the answer read without --spec-dir, as the report's judging engine says;
     before the first report, the defaults (inside the root, unless no engine is to judge)."""
-    from cgpu.engine_option import NONE
+    from cgpu.engines.option import NONE
 
     if report is None:
         dirs = spec_dirs_read(None, root, None)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from cgpu.engine_option import EngineOption, host_engine_details
+from cgpu.engines.option import EngineOption, host_engine_details
 from cgpu.report import ReportBuilder
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time
@@ -51,7 +51,7 @@ def _engine_rules(
 ) -> _Judge | None:
     """Who judges the specs, with every engine found as data. None when the option is unusable
     (reported). Says in an info problem who judged and what decided."""
-    from cgpu.engine_option import AUTO, ENGINE_NAMES, NONE, parse_engine
+    from cgpu.engines.option import AUTO, ENGINE_NAMES, NONE, parse_engine
 
     try:
         option = parse_engine(engine)
@@ -133,7 +133,7 @@ def _unlearned(entry: dict[str, Any]) -> bool:
 def _installed(root: str | None, timeout: float) -> tuple[list[dict[str, Any]], dict[str, str] | None, list[str]]:
     """The engines installed (under `root`, or on this host with podman and Docker asked), the
     kubelet's runtime, and why an engine on the host did not answer."""
-    from cgpu.engine_option import ENGINE_NAMES, learn_engines
+    from cgpu.engines.option import ENGINE_NAMES, learn_engines
 
     engines, node = learn_engines(root, timeout=timeout)  # fresh objects on every call: ours to change
     kubelet = node.get("kubelet_runtime") if root is not None else None
@@ -149,7 +149,7 @@ def _with_running(engines: list[dict[str, Any]], timeout: float) -> tuple[list[d
     """On the host, podman and Docker count as they answer (`podman version`, the Docker daemon's
     version), as before; their files add the exact library only where they name the same version."""
     from cgpu.cdi.versions import same_version
-    from cgpu.installed import with_version
+    from cgpu.engines.installed import with_version
 
     answered, failures, details = host_engine_details(timeout=timeout)
     by_name = {e["name"]: e for e in engines}
@@ -175,7 +175,7 @@ def _with_running(engines: list[dict[str, Any]], timeout: float) -> tuple[list[d
 def _named_entry(option: EngineOption, installed: dict[str, Any] | None) -> dict[str, Any]:
     """The entry for --engine NAME@VERSION: the version given and the release rows; under --root the
     configuration of that engine as installed there, if it is."""
-    from cgpu.installed import with_version
+    from cgpu.engines.installed import with_version
 
     entry = with_version(installed, str(option.name), str(option.version), "option")
     entry["sources"] = [f"--engine {option}"]

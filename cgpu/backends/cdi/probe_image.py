@@ -24,8 +24,8 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from cgpu.cache import default_cache_dir
-from cgpu.engines import Engine, EngineError
+from cgpu.engines.client import Engine, EngineError
+from cgpu.node.cache import default_cache_dir
 from cgpu.run import CommandError, decode, run
 
 REPOSITORY = "localhost/cgpu-probe"

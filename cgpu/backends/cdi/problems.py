@@ -7,10 +7,10 @@ import os
 from collections.abc import Sequence
 
 from cgpu.backends.cdi.device import ByIdentity, DeviceAnswer
-from cgpu.backends.cdi.host import HostFS
 from cgpu.backends.cdi.rules import mismatch_fix
 from cgpu.backends.cdi.view import risky_edits
 from cgpu.cdi.model import ContainerEdits, Spec
+from cgpu.node.host import HostFS
 from cgpu.patterns import lazy
 from cgpu.report import ReportBuilder
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import posixpath
 import re
 
-from cgpu import vulkan_icd
+from cgpu.backends.cdi import vulkan_icd
 from cgpu.backends.cdi.view import ContainerView
 from cgpu.patterns import lazy
 
@@ -535,7 +535,7 @@ def _icd_file(view: ContainerView, path: str) -> tuple[str | None, bool]:
 
 def _vulkan_manifest(view: ContainerView, path: str) -> tuple[str | None, str | None]:
     """(the library a Vulkan ICD manifest names, why the loader skips the manifest or None), read
-    from the host file as the Vulkan loader reads it (cgpu.vulkan_icd)."""
+    from the host file as the Vulkan loader reads it (cgpu.backends.cdi.vulkan_icd)."""
     host_path = view.host_path(path)
     text, _ = view.host.read_small(host_path) if host_path else (None, None)
     document = vulkan_icd.load(text) if text is not None else None

@@ -17,8 +17,8 @@ from typing import Any, Literal
 
 from cgpu.apis import API_ORDER
 from cgpu.clock import limit_start
-from cgpu.engine_option import EngineOption, parse_engine
-from cgpu.engines import ContainerTimeout, Engine, EngineError, open_engine
+from cgpu.engines.client import ContainerTimeout, Engine, EngineError, open_engine
+from cgpu.engines.option import EngineOption, parse_engine
 from cgpu.report import ReportBuilder
 from cgpu.run import decode
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import posixpath
 import re
 
-from cgpu.backends.cdi.host import HostFS
 from cgpu.cdi.model import ContainerEdits, DeviceNode, Hook, Mount
+from cgpu.node.host import HostFS
 from cgpu.patterns import lazy
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time

@@ -10,7 +10,7 @@ for every doctor run is too slow).
 The code lives in named modules: `backend` (`probe`, the entry), `machine` (the podman machine
 path), `booted` (a VM booted from --vm-image), `vm` (krunkit itself), `judging` (the probe's
 output to an answer), `cached` and `answer_cache` (the answer cache), `image_files` (the probe
-image's build context); podman is reached through `cgpu.engines`. This package only
+image's build context); podman is reached through `cgpu.engines.client`. This package only
 re-exports, each name loaded on first use, so that `cgpu krunkit write-assets` loads
 `image_files` alone.
 """

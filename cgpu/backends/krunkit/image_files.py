@@ -47,7 +47,7 @@ def build_image(*, machine: str | None, tag: str, timeout: float, tee: Callable[
     handed to `tee` as it comes and kept for the caller; raises CommandError (not found, timed out).
     The timeout is the whole build's: in the CLI it counts from cgpu's start."""
     end = limit_start() + timeout
-    from cgpu.engines import PodmanEngine
+    from cgpu.engines.client import PodmanEngine
 
     with tempfile.TemporaryDirectory(prefix="cgpu-venus-probe-") as folder:
         write_assets(folder)

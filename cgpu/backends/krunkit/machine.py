@@ -1,5 +1,5 @@
 """The krunkit probe in the agent's podman machine (libkrun provider): which machine, its API
-socket, the probe image's ID there, and cgpu's probe run in it through podman (`cgpu.engines`)."""
+socket, the probe image's ID there, and cgpu's probe run in it through podman (`cgpu.engines.client`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Final, TypeVar
 from cgpu.backends.krunkit.cached import answer, host
 from cgpu.backends.krunkit.judging import GPU_DEVICE, ProbeFailed, judge
 from cgpu.backends.krunkit.vm import BREW_INSTALL, LIBKRUN_MACHINE_INIT, VMError
-from cgpu.engines import EngineError, EngineUnreachable, ImageNotFound, Machine, PodmanEngine
+from cgpu.engines.client import EngineError, EngineUnreachable, ImageNotFound, Machine, PodmanEngine
 from cgpu.gpu_probe import PROBE_SCRIPT, RUN_FROM_STDIN
 from cgpu.gpu_probe.answer import ProbeAnswer
 from cgpu.report import ReportBuilder

@@ -1,5 +1,5 @@
 """The VM side of the krunkit backend: finding krunkit, or booting a probe VM with krunkit and
-reading its answer (a podman machine's facts come from `cgpu.engines.PodmanEngine`).
+reading its answer (a podman machine's facts come from `cgpu.engines.client.PodmanEngine`).
 
 Everything here returns facts or raises `VMError` with what failed and its fix; turning them
 into a report is the job of the backend's other modules.
@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any, Final
 
 from cgpu.errors import CgpuError
-from cgpu.files import open_regular
 from cgpu.gpu_probe import PROBE_SCRIPT
+from cgpu.node.files import open_regular
 from cgpu.run import CommandError, CommandTimeoutError, Completed, Helper, HelperExitedError, decode, run
 
 KRUNKIT_ENV: Final = "CGPU_KRUNKIT_EXE"

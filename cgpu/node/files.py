@@ -1,6 +1,6 @@
 """Opening files cgpu did not write (spec files, host files under --root, image blobs), and
 the one writer of the files cgpu replaces (`write_atomic`: watch's answer, NFD feature and
-metrics files, and every cache entry through `cgpu.cache.write_private`)."""
+metrics files, and every cache entry through `cgpu.node.cache.write_private`)."""
 
 from __future__ import annotations
 
@@ -119,7 +119,7 @@ def temp_dir(directory: str) -> str:
     write_atomic's temporary files live in, created when missing (`directory` itself never is)."""
     from pathlib import Path
 
-    from cgpu.cache import private_directory
+    from cgpu.node.cache import private_directory
 
     path = os.path.join(directory, TEMP_DIR)
     try:
@@ -140,7 +140,7 @@ def write_atomic(
 ) -> None:
     """Replace `path` with `data` so that a reader sees the old file or the new one, never a
     part: the one writer of every file cgpu replaces (watch's answer, NFD and metrics files, and
-    through `cgpu.cache.write_private` every cache entry). The data goes to a new temporary file
+    through `cgpu.node.cache.write_private` every cache entry). The data goes to a new temporary file
     with an unguessable name (created exclusively, never through a link), its mode set on the
     open descriptor, flushed to disk when `durable`, then renamed over `path`. The temporary file
     is removed on every failure, Ctrl-C and SIGTERM included. `data` may come in pieces (an

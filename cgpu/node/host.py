@@ -14,7 +14,7 @@ import re
 import stat
 from collections.abc import Callable
 
-from cgpu.files import NotRegularFileError, open_regular
+from cgpu.node.files import NotRegularFileError, open_regular
 from cgpu.options import DEFAULT_ROOT
 from cgpu.patterns import lazy
 

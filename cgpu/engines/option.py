@@ -1,7 +1,7 @@
 """`--engine`, parsed in one place for the CLI, the library and `--verify`: whose CDI rules judge
 the specs. And the host's engine with its version, asked once and remembered for a few minutes.
 
-Kept light (no `cgpu.engines`, which imports ~15 ms of modules): the static CDI path runs on
+Kept light (no `cgpu.engines.client`, which imports ~15 ms of modules): the static CDI path runs on
 every call of a node agent, and `auto` is its default.
 """
 
@@ -142,14 +142,14 @@ def host_engine_details(
     for config in ENGINE_CONFIGS:
         identity.append([config, _stat_identity(os.path.expanduser(config))])
     if cache_dir is None:
-        from cgpu.cache import default_cache_dir_text
+        from cgpu.node.cache import default_cache_dir_text
 
         cache_dir = default_cache_dir_text()
     cache_file = os.path.join(cache_dir, HOST_ENGINE_FILE)
     remembered = _read_remembered(cache_file, identity)
     if remembered is not None:
         return remembered
-    from cgpu.engines import detect_engines
+    from cgpu.engines.client import detect_engines
 
     engines, failures = detect_engines(timeout=timeout)
     found = [(e.name, e.version) for e in engines]
@@ -169,10 +169,10 @@ def learn_engines(
     root: str | None, *, timeout: float, cache_dir: str | None = None
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Every engine installed under `root` (None: this host), learned from its files
-    (`cgpu.installed`), and the node's facts (the kubelet's runtime). Remembered by the identity
+    (`cgpu.engines.installed`), and the node's facts (the kubelet's runtime). Remembered by the identity
     (size, mtime, inode, mode) of every file consulted, absent ones included, and the environment:
     a repeat call stats those files and reads one small file."""
-    from cgpu.cache import default_cache_dir_text, private_directory, read_private, write_private
+    from cgpu.node.cache import default_cache_dir_text, private_directory, read_private, write_private
     from cgpu.problem import Problem
 
     where = os.path.abspath(root or DEFAULT_ROOT)
@@ -182,7 +182,7 @@ def learn_engines(
         "path": None if root else os.get_exec_path(),
     }
     cache_file = os.path.join(cache_dir or default_cache_dir_text(), ENGINES_FILE)
-    from cgpu.installed import identity_unchanged, learn
+    from cgpu.engines.installed import identity_unchanged, learn
 
     try:
         private_directory(os.path.dirname(cache_file), create=False)
@@ -207,7 +207,7 @@ def _read_remembered(
 ) -> tuple[list[tuple[str, str]], list[str], dict[str, Any]] | None:
     """The remembered answer, only from a private cache dir and a file of this user's that no one
     else can write (another user must not choose the engine that judges the specs)."""
-    from cgpu.cache import private_directory, read_private
+    from cgpu.node.cache import private_directory, read_private
 
     try:
         private_directory(os.path.dirname(cache_file), create=False)
@@ -233,7 +233,7 @@ def _remember(
     details: dict[str, Any],
 ) -> None:
     """Store the answer atomically in the private cache dir; any failure only means asking again."""
-    from cgpu.cache import write_private
+    from cgpu.node.cache import write_private
 
     data = {
         "identity": identity,

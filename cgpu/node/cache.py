@@ -156,11 +156,11 @@ def read_private(path: StrPath, *, limit: int, touch_after_ns: int | None = None
 def write_private(path: StrPath, data: bytes, *, durable: bool = False) -> None:
     """Store a cache file: its directory made private when missing (and refused when it is not:
     `private_directory`), the file replaced atomically, mode 0600, through the one writer
-    (`cgpu.files.write_atomic`), its temporary file beside it ending in `.tmp` (each cache's
+    (`cgpu.node.files.write_atomic`), its temporary file beside it ending in `.tmp` (each cache's
     pruning removes the ones a killed writer left). Whatever was at `path` is replaced, never
     followed (a link, a FIFO). `durable`: flushed to disk before the rename. Raises OSError
     (UnsafeCacheError among them) when it cannot be written."""
-    from cgpu.files import write_atomic
+    from cgpu.node.files import write_atomic
 
     directory = os.path.dirname(os.path.abspath(path))
     private_directory(directory, create=True)

@@ -16,9 +16,9 @@ import re
 import shutil
 import stat
 
-from cgpu.backends.cdi.host import HostFS
 from cgpu.cdi.versions import CDI_MODULES, library_max_version, max_cdi_version
-from cgpu.engine_config import MAX_CONFIG_BYTES, Config
+from cgpu.engines.config import MAX_CONFIG_BYTES, Config
+from cgpu.node.host import HostFS
 from cgpu.options import DEFAULT_SPEC_DIRS
 from cgpu.patterns import lazy
 from cgpu.problem import Problem
@@ -133,7 +133,7 @@ def identity_of(info: os.stat_result | None) -> list[int] | None:
 
 
 def read_capped(path: str, limit: int) -> tuple[bytes | None, str | None]:
-    from cgpu.files import open_regular
+    from cgpu.node.files import open_regular
 
     try:
         with open_regular(path) as handle:
@@ -273,7 +273,7 @@ def _learn_one(
 
 def _from_build_info(files: Files, entry: dict[str, Any], binary: str, flavour: str) -> None:
     """Fill `entry` from the binary's Go build info (k3s: the version of the containerd inside it)."""
-    from cgpu.buildinfo import BuildInfoError, read_build_info
+    from cgpu.engines.buildinfo import BuildInfoError, read_build_info
 
     shown = files.shown(binary)
     real = files.real(binary)
@@ -362,7 +362,7 @@ class _Packages:
         return None
 
     def _load(self) -> None:
-        from cgpu.image.packages import read_dpkg_status
+        from cgpu.node.packages import read_dpkg_status
 
         text, why, shown = self.files.read(DPKG_STATUS, MAX_STATUS_BYTES)
         if why is not None:
@@ -380,7 +380,7 @@ class _Packages:
 
     def _load_rpm(self, real: str, shown: str) -> None:
         from cgpu.image.fs import Deadline, ImageReadError
-        from cgpu.image.packages import read_rpmdb
+        from cgpu.node.packages import read_rpmdb
 
         data, why = read_capped(real, MAX_RPMDB_BYTES)
         if data is None:
@@ -398,7 +398,7 @@ class _Packages:
 
 def _configure(files: Files, entry: dict[str, Any], flavour: str) -> None:
     """Whether CDI is on and which spec dirs the engine reads, from its configuration files."""
-    from cgpu import engine_config
+    from cgpu.engines import config as engine_config
 
     name = entry["name"]
     major = _major(entry["version"])

@@ -16,7 +16,7 @@ import re
 import struct
 
 from cgpu.errors import CgpuError
-from cgpu.files import open_regular
+from cgpu.node.files import open_regular
 
 MAGIC = b"\xff Go buildinf:"
 _FLAGS_INLINE = 0x2
