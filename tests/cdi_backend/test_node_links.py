@@ -189,3 +189,24 @@ def test_every_reader_of_node_files_goes_through_the_view(tmp_path: Path, monkey
     assert "/proc/driver/nvidia/version" in asked  # a host file
     assert "/etc/containerd/config.toml" in asked  # an engine file
     assert "/usr/bin/containerd" in asked  # an engine binary
+
+
+def test_the_rpm_write_ahead_log_is_resolved_inside_the_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    from cgpu.engines import installed
+
+    root = tmp_path / "node"
+    outside = tmp_path / "outside-wal"
+    outside.write_bytes(b"a machine file, not the node's")
+    ef.node(root, {"/var/lib/rpm/rpmdb.sqlite": b"not sqlite", "/wal": b"the node's log"})
+    os.symlink(str(outside), root / "var/lib/rpm/rpmdb.sqlite-wal")  # absolute: means ROOT/<outside>
+    read: list[str] = []
+    capped = installed.read_capped
+    monkeypatch.setattr(installed, "read_capped", lambda path, limit: read.append(path) or capped(path, limit))
+    packages = installed._Packages(installed.Files(str(root)))
+    assert packages.find("podman") is None
+    assert str(outside) not in read and read == [str(root / "var/lib/rpm/rpmdb.sqlite")]
+    os.unlink(root / "var/lib/rpm/rpmdb.sqlite-wal")
+    os.symlink("/wal", root / "var/lib/rpm/rpmdb.sqlite-wal")
+    read.clear()
+    installed._Packages(installed.Files(str(root))).find("podman")
+    assert read == [str(root / "var/lib/rpm/rpmdb.sqlite"), str(root / "wal")]
