@@ -42,7 +42,7 @@ from cgpu import version
 from cgpu.cdi import model, names, parse, versions
 from cgpu.cdi.model import ContainerEdits, DeviceNode, Hook, Mount, Spec, SpecDevice
 from cgpu.cdi.parse import SpecError
-from cgpu.node.cache import private_directory, read_private, write_private
+from cgpu.node.files import private_directory, read_private, write_private
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time
 if TYPE_CHECKING:
@@ -82,7 +82,7 @@ def _key(path: str, info: os.stat_result) -> dict[str, Any]:
 
 
 def _directory(cache_dir: str, create: bool) -> str | None:
-    """The entries' directory when it and the cache dir above it are private (`cgpu.node.cache`'s
+    """The entries' directory when it and the cache dir above it are private (`cgpu.node.files`'s
     rules; created when `create`), else None. Another user who could write the cache dir could
     swap the entries' directory for theirs between the check and the use."""
     directory = os.path.join(cache_dir, SUBDIR)

@@ -15,8 +15,14 @@ import pytest
 
 from cgpu.fleet.watch import Publisher
 from cgpu.node import files
-from cgpu.node.cache import UnsafeCacheError
-from cgpu.node.files import TEMP_DIR, UnsafeTargetError, remove_stale_temporaries, write_atomic, write_failure
+from cgpu.node.files import (
+    TEMP_DIR,
+    UnsafeCacheError,
+    UnsafeTargetError,
+    remove_stale_temporaries,
+    write_atomic,
+    write_failure,
+)
 
 posix_only = pytest.mark.skipif(os.name != "posix", reason="POSIX modes, owners and inotify")
 

@@ -50,7 +50,7 @@ def _answer(
     """The answer of one engine (`entry`; None: the newest rules) into `report`: its device entries,
     for the caller to put in the report, and the APIs its containers get."""
     from cgpu.cdi.scan import scan_spec_dirs
-    from cgpu.node.cache import default_cache_dir_text
+    from cgpu.node.files import default_cache_dir_text
 
     label = None
     max_version = None
