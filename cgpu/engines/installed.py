@@ -379,7 +379,7 @@ class _Packages:
             return
 
     def _load_rpm(self, real: str, shown: str, wal_real: str | None) -> None:
-        from cgpu.image.fs import Deadline, ImageReadError
+        from cgpu.node.bounds import Deadline, ImageReadError
         from cgpu.node.packages import read_rpmdb
 
         data, why = read_capped(real, MAX_RPMDB_BYTES)
