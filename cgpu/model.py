@@ -343,6 +343,13 @@ class Report(BaseModel):
             "the one whose rules judged has judged = true; empty with --engine none and for other backends"
         ),
     )
+    spec_dirs: list[str] | None = Field(
+        default=None,
+        description=(
+            "cdi: the spec dirs read for the answer, lowest priority first, as paths on the machine cgpu ran on "
+            "(under --root, inside the root: ROOT/etc/cdi); absent for other backends"
+        ),
+    )
     cgpu_version: str = Field(description="the cgpu that wrote the report")
     checked_at: str = Field(description="when, ISO 8601 in UTC, to the second")
 

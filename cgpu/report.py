@@ -129,6 +129,7 @@ class ReportBuilder:
         self._image_needs: dict[str, list[str]] = {}
         self.devices: list[dict[str, Any]] = []
         self.engines: list[dict[str, Any]] = []  # cdi: the container engines found, the judging one marked
+        self.spec_dirs: list[str] | None = None  # cdi: the spec dirs read, as this machine opened them
         self.problems: list[Problem] = []
         self.could_not_run = False
         self.bad_usage = False
@@ -227,7 +228,7 @@ class ReportBuilder:
                 text = self._evidence[api]
             evidence[api] = text
             apis[api] = {"state": state, "image_needs": self._image_needs.get(api, []) if state == "provided" else []}
-        return {
+        report = {
             "format_version": FORMAT_VERSION,
             "containers": [api for api in API_ORDER if apis[api]["state"] == "provided"],
             "apis": apis,
@@ -240,6 +241,9 @@ class ReportBuilder:
             "cgpu_version": __version__,
             "checked_at": _utc_now(),
         }
+        if self.spec_dirs is not None:
+            report["spec_dirs"] = self.spec_dirs
+        return report
 
 
 def current_platform() -> str:

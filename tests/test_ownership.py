@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from cgpu.engines import client as engines
-from cgpu.node.cache import private_directory
+from cgpu.node.files import private_directory
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX owners and modes")
 

@@ -1,5 +1,5 @@
 """One writer of the files cgpu replaces (`cgpu.node.files.write_atomic`) and one set of rules for
-every cache (`cgpu.node.cache`): what another user or a link put in the way is refused."""
+every cache (`cgpu.node.files`): what another user or a link put in the way is refused."""
 
 from __future__ import annotations
 
@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from cgpu.node.cache import UnsafeCacheError, read_private, write_private
-from cgpu.node.files import TEMP_DIR, UnsafeTargetError, write_atomic
+from cgpu.node.files import TEMP_DIR, UnsafeCacheError, UnsafeTargetError, read_private, write_atomic, write_private
 
 PACKAGE = Path(__file__).resolve().parent.parent / "cgpu"
 posix_only = pytest.mark.skipif(sys.platform == "win32", reason="POSIX owners and modes")

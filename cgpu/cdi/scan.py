@@ -38,8 +38,8 @@ from cgpu.cdi.model import ContainerEdits, ResolvedDevice, ScanResult, Spec, Spe
 from cgpu.cdi.names import go_quote
 from cgpu.cdi.parse import MAX_SPEC_BYTES, SpecError, parse_spec, too_big_message
 from cgpu.errors import CgpuError, CgpuTypeError
-from cgpu.node.files import open_regular
-from cgpu.options import DEFAULT_SPEC_DIRS
+from cgpu.node.host import NodeFiles
+from cgpu.options import DEFAULT_ROOT, DEFAULT_SPEC_DIRS
 from cgpu.problem import Problem, Severity
 
 SPEC_EXTENSIONS = (".json", ".yaml")  # exactly these, case-sensitive: not .yml, not .YAML
@@ -330,8 +330,9 @@ def _with_kept_edits(spec: Spec, cache: _DiskCache) -> Spec:
 class _DiskCache:
     """The disk cache of one scan (none without a cache dir), and whether it stored anything."""
 
-    def __init__(self, cache_dir: str | os.PathLike[str] | None, library: str) -> None:
+    def __init__(self, cache_dir: str | os.PathLike[str] | None, library: str, files: NodeFiles) -> None:
         self.directory = None if cache_dir is None else os.fspath(cache_dir)
+        self.files = files  # how the spec files are opened (under --root: inside the root)
         self.library = library
         self.stored = False
         self.read: set[str] = set()  # every spec path this scan read (the current spec dirs' files)
@@ -350,7 +351,7 @@ class _DiskCache:
 def _parse_file(path: str, info: os.stat_result, priority: int, cache: _DiskCache) -> Spec | SpecError:
     """Read and parse one file, and keep the result on disk for the next process."""
     try:
-        with open_regular(path) as handle:  # swapped for a FIFO since the scan looked: refuse, don't hang
+        with cache.files.open_regular(path) as handle:  # swapped for a FIFO since the scan looked: refuse
             data = handle.read(MAX_SPEC_BYTES + 1)
             read_info = os.fstat(handle.fileno())
     except OSError as exc:
@@ -370,12 +371,12 @@ def _others_can_write(info: os.stat_result) -> bool:
     return bool(info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)) or info.st_uid not in (os.geteuid(), 0)
 
 
-def _leaves_open_dir(directory: str, path: str, dir_info: os.stat_result) -> bool:
+def _leaves_open_dir(directory: str, path: str, dir_info: os.stat_result, files: NodeFiles) -> bool:
     """`path` is a symlink out of `directory`, which other users can write: whoever planted it
     may have pointed it at a file only we can read, so no message may quote its content."""
     if not _others_can_write(dir_info):
         return False
-    return os.path.dirname(os.path.realpath(path)) != os.path.realpath(directory)
+    return os.path.dirname(files.realpath(path)) != files.realpath(directory)
 
 
 class _StopScan(CgpuError):
@@ -415,14 +416,15 @@ def _refused_as_user(exc: OSError) -> bool:
 
 
 def _spec_files(
-    directory: str, problems: list[Problem], unreadable: list[str], library: str
+    directory: str, problems: list[Problem], unreadable: list[str], library: str, files: NodeFiles
 ) -> list[tuple[str, os.stat_result, bool]]:
     """The spec files of one dir in name order, each with its (followed) stat result and
     whether no message may quote its content (_leaves_open_dir). Raises _StopScan where the
-    library's scan of the spec dirs ends."""
+    library's scan of the spec dirs ends. Every path is looked up through `files` (under
+    `--root`, links resolved inside the root)."""
     main = library == versions.LIBRARY_MAIN
     try:
-        dir_info = (os.stat if main else os.lstat)(directory)
+        dir_info = (files.stat if main else files.lstat)(directory)
     except FileNotFoundError:
         return []  # a missing dir is normal (/var/run/cdi often is)
     except OSError as exc:
@@ -437,17 +439,19 @@ def _spec_files(
         # filepath.Walk calls its function for a root that is not a dir, and the library reads
         # it as a spec (following a symlink)
         try:
-            parent_info = os.stat(os.path.dirname(directory) or ".")
+            parent_info = files.stat(os.path.dirname(directory) or ".")
         except OSError:
             parent_info = dir_info
-        return _spec_file(os.path.dirname(directory) or ".", directory, dir_info, problems, unreadable, parent_info)
+        return _spec_file(
+            os.path.dirname(directory) or ".", directory, dir_info, problems, unreadable, parent_info, files
+        )
     if stat.S_ISLNK(dir_info.st_mode):
         problems.append(
             Problem(
                 "warning",
                 directory,
                 (
-                    f"this spec dir is a symlink (to {os.path.realpath(directory)}): engines whose CDI library "
+                    f"this spec dir is a symlink (to {files.realpath(directory)}): engines whose CDI library "
                     "is <= 1.1.0 (podman, containerd, CRI-O) do not read a symlinked spec dir, so cgpu skips it "
                     "too; Docker resolves the link and would read it. Point the engine at the real dir"
                 ),
@@ -458,7 +462,7 @@ def _spec_files(
         problems.append(Problem("warning", directory, "this spec dir is not a directory; skipped"))
         return []
     try:
-        entries = sorted(os.listdir(directory))
+        entries = files.entries(directory)
     except OSError as exc:
         message = (
             f"cannot list this spec dir ({exc.strerror or exc}); engines running as root may read "
@@ -469,14 +473,14 @@ def _spec_files(
             raise _StopScan(directory, message) from None
         problems.append(Problem("warning", directory, message))  # Walk ignores a dir it cannot list
         return []
-    files: list[tuple[str, os.stat_result, bool]] = []
+    found: list[tuple[str, os.stat_result, bool]] = []
     for name in entries:
         spec_name = name.endswith(SPEC_EXTENSIONS)
         if main and not spec_name:
             continue  # os.ReadDir: no lstat of its own
         path = os.path.join(directory, name)
         try:
-            info = os.lstat(path)
+            info = files.lstat(path)
         except FileNotFoundError:
             continue  # removed since the listing: Walk skips it too
         except OSError as exc:
@@ -489,11 +493,11 @@ def _spec_files(
             if _refused_as_user(exc):
                 unreadable.append(path)
             raise _StopScan(
-                path, f"cannot read this entry of the spec dir: {_os_error(exc)}", files=files, entry=True, error=exc
+                path, f"cannot read this entry of the spec dir: {_os_error(exc)}", files=found, entry=True, error=exc
             ) from None
         if spec_name and not stat.S_ISDIR(info.st_mode):  # subdirectories are skipped, even if named *.yaml
-            files.extend(_spec_file(directory, path, info, problems, unreadable, dir_info))
-    return files
+            found.extend(_spec_file(directory, path, info, problems, unreadable, dir_info, files))
+    return found
 
 
 def _spec_file(
@@ -503,13 +507,14 @@ def _spec_file(
     problems: list[Problem],
     unreadable: list[str],
     dir_info: os.stat_result,
+    files: NodeFiles,
 ) -> list[tuple[str, os.stat_result, bool]]:
     """One spec path (its lstat in `info`) as a list of what to read: empty, with a problem,
     when it is nothing the scan can read."""
     withhold = False
     if stat.S_ISLNK(info.st_mode):
         try:
-            info = os.stat(path)
+            info = files.stat(path)
         except FileNotFoundError:
             problems.append(
                 Problem(
@@ -521,7 +526,7 @@ def _spec_file(
             problems.append(Problem("error", path, f"cannot read the file: {exc.strerror or exc}"))
             unreadable.append(path)
             return []
-        withhold = _leaves_open_dir(directory, path, dir_info)
+        withhold = _leaves_open_dir(directory, path, dir_info, files)
     if stat.S_ISDIR(info.st_mode):
         problems.append(Problem("error", path, "a symlink to a directory; the CDI library fails to read it as a spec"))
         return []
@@ -545,6 +550,7 @@ def scan_spec_dirs(
     engine_label: str | None = None,
     cache_dir: str | os.PathLike[str] | None = None,
     library: str = versions.LIBRARY,
+    root: str | None = None,
 ) -> ScanResult:
     """Read every spec in the dirs (lowest priority first) with the reference library's rules.
 
@@ -552,6 +558,8 @@ def scan_spec_dirs(
     are dropped with a problem naming both versions and `engine_label` ("podman 4.3.1").
     cache_dir: where parse results are kept between processes (spec_cache; None: not kept).
     library: versions.LIBRARY (what engines ship) or versions.LIBRARY_MAIN.
+    root: the node's root (`--root`): a spec dir under it is read as the node reads it, every
+    link in the dir's path and to a spec file resolved inside the root (None: this machine's `/`).
     """
     if isinstance(spec_dirs, str):
         raise CgpuTypeError("spec_dirs is a list of directories, not one string")
@@ -563,15 +571,16 @@ def scan_spec_dirs(
     crashes: list[str] = []
     unreadable: list[str] = []
     engine = engine_label or "the engine"
-    cache = _DiskCache(cache_dir, library)
+    files = NodeFiles(root or DEFAULT_ROOT)
+    cache = _DiskCache(cache_dir, library, files)
     stop: _StopScan | None = None
     for priority, directory in enumerate(spec_dirs):
         directory = os.path.normpath(directory)
         try:
-            files = _spec_files(directory, problems, unreadable, library)
+            spec_files = _spec_files(directory, problems, unreadable, library, files)
         except _StopScan as stopped:
-            stop, files = stopped, stopped.files
-        for path, info, withhold in files:
+            stop, spec_files = stopped, stopped.files
+        for path, info, withhold in spec_files:
             try:
                 spec = _read_spec(path, info, priority, cache)
             except SpecError as exc:
@@ -619,7 +628,12 @@ def scan_spec_dirs(
         later = [os.path.normpath(d) for d in spec_dirs[priority + 1 :]]
         if later:  # read as data: what the engine would have found there
             beyond = scan_spec_dirs(
-                later, max_version=max_version, engine_label=engine_label, cache_dir=cache_dir, library=library
+                later,
+                max_version=max_version,
+                engine_label=engine_label,
+                cache_dir=cache_dir,
+                library=library,
+                root=root,
             )
             unreached = {name: found.spec for name, found in beyond.devices.items() if name not in devices}
         problems.append(Problem(stop.severity, stop.path, _stop_message(stop, later, unreached, engine, library)))

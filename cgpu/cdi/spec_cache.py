@@ -42,7 +42,7 @@ from cgpu import version
 from cgpu.cdi import model, names, parse, versions
 from cgpu.cdi.model import ContainerEdits, DeviceNode, Hook, Mount, Spec, SpecDevice
 from cgpu.cdi.parse import SpecError
-from cgpu.node.cache import private_directory, read_private, write_private
+from cgpu.node.files import OpenDir, open_private_directory, read_private, write_private
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time
 if TYPE_CHECKING:
@@ -81,23 +81,22 @@ def _key(path: str, info: os.stat_result) -> dict[str, Any]:
     }
 
 
-def _directory(cache_dir: str, create: bool) -> str | None:
-    """The entries' directory when it and the cache dir above it are private (`cgpu.node.cache`'s
-    rules; created when `create`), else None. Another user who could write the cache dir could
-    swap the entries' directory for theirs between the check and the use."""
-    directory = os.path.join(cache_dir, SUBDIR)
+def _directory(cache_dir: str, create: bool) -> OpenDir | None:
+    """The entries' directory, opened once through the cache dir above it, when both are private
+    (`cgpu.node.files`'s rules; created when `create`), else None. Every entry is then listed,
+    read, written and removed through that descriptor: a user who may rename entries of a parent
+    and swaps a dir for a link after the check redirects nothing."""
     try:
-        private_directory(cache_dir, create=create)
-        private_directory(directory, create=create)
+        with open_private_directory(cache_dir, create=create) as parent:
+            return open_private_directory(SUBDIR, create=create, parent=parent)
     except OSError:
         return None
-    return directory
 
 
-def _entry_path(directory: str, path: str) -> str:
+def _entry_name(path: str) -> str:
     # One entry per spec path, replaced when the file changes; a (rare) crc collision of two
     # paths only makes them evict each other, as the full path is part of the key.
-    return os.path.join(directory, f"{binascii.crc32(path.encode('utf-8', 'surrogateescape')):08x}.json")
+    return f"{binascii.crc32(path.encode('utf-8', 'surrogateescape')):08x}.json"
 
 
 def load(cache_dir: str, path: str, info: os.stat_result, priority: int) -> Spec | SpecError | None:
@@ -106,7 +105,10 @@ def load(cache_dir: str, path: str, info: os.stat_result, priority: int) -> Spec
     if directory is None:
         return None
     try:
-        data = read_private(_entry_path(directory, path), limit=parse.MAX_SPEC_BYTES * 2, touch_after_ns=_DAY_NS)
+        with directory:
+            data = read_private(
+                _entry_name(path), limit=parse.MAX_SPEC_BYTES * 2, touch_after_ns=_DAY_NS, directory=directory
+            )
     except OSError:
         return None  # absent, or not a private regular file of this user's: parse instead
     try:
@@ -141,9 +143,6 @@ def store(cache_dir: str, path: str, info: os.stat_result, read_info: os.stat_re
         return False
     if time.time_ns() - max(info.st_mtime_ns, info.st_ctime_ns) < RACY_SECONDS * 1e9:
         return False
-    directory = _directory(cache_dir, create=True)
-    if directory is None:
-        return False
     entry: dict[str, Any] = {"key": _key(path, info)}
     if isinstance(result, SpecError):
         entry["error"] = {"message": result.message, "by_library": result.by_library, "crash": result.crash}
@@ -153,8 +152,12 @@ def store(cache_dir: str, path: str, info: os.stat_result, read_info: os.stat_re
         data = json.dumps(entry, separators=(",", ":")).encode()
     except ValueError:  # defensive: parsed specs hold only JSON values, and the cache must never break a scan
         return False
+    directory = _directory(cache_dir, create=True)
+    if directory is None:
+        return False
     try:
-        write_private(_entry_path(directory, path), data)  # atomic: a reader sees the old entry or the new one
+        with directory:
+            write_private(_entry_name(path), data, directory=directory)  # atomic: the old entry or the new one
     except OSError:
         return False
     return True
@@ -168,30 +171,33 @@ def prune(cache_dir: str, keep: Collection[str] = ()) -> None:
     directory = _directory(cache_dir, create=False)
     if directory is None:
         return
-    kept = {_entry_path(directory, path) for path in keep}
+    with directory:
+        _prune_in(directory, {_entry_name(path) for path in keep})
+
+
+def _prune_in(directory: OpenDir, kept: set[str]) -> None:
     now = time.time_ns()
     entries: list[tuple[int, str]] = []
     try:
-        with os.scandir(directory) as listing:
-            for item in listing:
-                info = item.stat(follow_symlinks=False)
-                if item.name.endswith(".tmp"):
-                    if now - info.st_mtime_ns > 60 * 10**9:
-                        _remove(item.path)
-                elif now - info.st_mtime_ns > PRUNE_DAYS * _DAY_NS:
-                    _remove(item.path)
-                elif item.path not in kept:
-                    entries.append((info.st_mtime_ns, item.path))
+        for item in directory.entries():
+            info = item.stat(follow_symlinks=False)
+            if item.name.endswith(".tmp"):
+                if now - info.st_mtime_ns > 60 * 10**9:
+                    _remove(directory, item.name)
+            elif now - info.st_mtime_ns > PRUNE_DAYS * _DAY_NS:
+                _remove(directory, item.name)
+            elif item.name not in kept:
+                entries.append((info.st_mtime_ns, item.name))
     except OSError:
         return
     entries.sort(reverse=True)
-    for _, path in entries[max(MAX_ENTRIES - len(kept), 0) :]:
-        _remove(path)
+    for _, name in entries[max(MAX_ENTRIES - len(kept), 0) :]:
+        _remove(directory, name)
 
 
-def _remove(path: str) -> None:
+def _remove(directory: OpenDir, name: str) -> None:
     with contextlib.suppress(OSError):
-        os.unlink(path)
+        os.unlink(directory.at(name), dir_fd=directory.fd)
 
 
 # --- the model as JSON: rows in the dataclasses' field order (model.py is part of the key).

@@ -375,18 +375,19 @@ class _Packages:
             real = self.files.real(path)
             if real is None:
                 continue
-            self._load_rpm(real, self.files.shown(path))
+            self._load_rpm(real, self.files.shown(path), self.files.real(path + "-wal"))
             return
 
-    def _load_rpm(self, real: str, shown: str) -> None:
-        from cgpu.image.fs import Deadline, ImageReadError
+    def _load_rpm(self, real: str, shown: str, wal_real: str | None) -> None:
+        from cgpu.node.bounds import Deadline, ImageReadError
         from cgpu.node.packages import read_rpmdb
 
         data, why = read_capped(real, MAX_RPMDB_BYTES)
         if data is None:
             self.problems.append(Problem("warning", shown, f"cgpu could not read the rpm database: {why}"))
             return
-        wal, _ = read_capped(real + "-wal", MAX_RPMDB_BYTES) if os.path.exists(real + "-wal") else (None, None)
+        # the write-ahead log is a node file too: resolved inside the root, never from the database's real path
+        wal, _ = read_capped(wal_real, MAX_RPMDB_BYTES) if wal_real is not None else (None, None)
         try:
             packages, _ = read_rpmdb(data, wal, provides_with=b"container-device-interface", deadline=Deadline(10))
         except ImageReadError as exc:

@@ -142,7 +142,7 @@ def host_engine_details(
     for config in ENGINE_CONFIGS:
         identity.append([config, _stat_identity(os.path.expanduser(config))])
     if cache_dir is None:
-        from cgpu.node.cache import default_cache_dir_text
+        from cgpu.node.files import default_cache_dir_text
 
         cache_dir = default_cache_dir_text()
     cache_file = os.path.join(cache_dir, HOST_ENGINE_FILE)
@@ -172,7 +172,7 @@ def learn_engines(
     (`cgpu.engines.installed`), and the node's facts (the kubelet's runtime). Remembered by the identity
     (size, mtime, inode, mode) of every file consulted, absent ones included, and the environment:
     a repeat call stats those files and reads one small file."""
-    from cgpu.node.cache import default_cache_dir_text, private_directory, read_private, write_private
+    from cgpu.node.files import default_cache_dir_text, private_directory, read_private, write_private
     from cgpu.problem import Problem
 
     where = os.path.abspath(root or DEFAULT_ROOT)
@@ -207,7 +207,7 @@ def _read_remembered(
 ) -> tuple[list[tuple[str, str]], list[str], dict[str, Any]] | None:
     """The remembered answer, only from a private cache dir and a file of this user's that no one
     else can write (another user must not choose the engine that judges the specs)."""
-    from cgpu.node.cache import private_directory, read_private
+    from cgpu.node.files import private_directory, read_private
 
     try:
         private_directory(os.path.dirname(cache_file), create=False)
@@ -233,7 +233,7 @@ def _remember(
     details: dict[str, Any],
 ) -> None:
     """Store the answer atomically in the private cache dir; any failure only means asking again."""
-    from cgpu.node.cache import write_private
+    from cgpu.node.files import write_private
 
     data = {
         "identity": identity,

@@ -15,49 +15,19 @@ from __future__ import annotations
 import os
 import posixpath
 import stat
-import time
 from dataclasses import dataclass, field
 from typing import IO
 
-from cgpu.errors import CgpuError
 from cgpu.image.tarstream import PATH_MAX, READ_ERRORS, Member, TarReader, decompressed
+from cgpu.node.bounds import Deadline as Deadline  # the image check's names for them too
+from cgpu.node.bounds import DeadlineExceeded as DeadlineExceeded
+from cgpu.node.bounds import ImageReadError as ImageReadError
 from cgpu.problem import Note, Severity
 
 HEAD_BYTES = 64  # what Tree.head() gives: enough for an ELF header's class, endianness and machine
 _ELF_KEPT = 20  # of a larger file in a layer, only an ELF identification and machine are kept (memory)
 MAX_SYMLINK_HOPS = 40  # what the kernel follows before ELOOP
 _MAX_NOTES = 50  # per-member warnings kept; the rest are counted
-
-
-class ImageReadError(CgpuError):
-    """The image (or a file in it) could not be read; str() says what and where."""
-
-
-class DeadlineExceeded(CgpuError):
-    """The check's --timeout passed: not an unreadable file but the end of the whole check."""
-
-
-class Deadline:
-    """One time limit over a whole image check, asked between blocks, members and rows."""
-
-    def __init__(self, seconds: float | None, *, start: float | None = None) -> None:
-        """`start`: when the limit began on the monotonic clock (the process's start in the CLI:
-        run.limit_start), now by default."""
-        self.seconds = seconds
-        begun = time.monotonic() if start is None else start
-        self._end = begun + seconds if seconds is not None else None
-
-    def left(self) -> float | None:
-        return None if self._end is None else max(self._end - time.monotonic(), 0.0)
-
-    def expired(self) -> bool:
-        return self._end is not None and time.monotonic() > self._end
-
-    def check(self, doing: str = "") -> None:
-        if self.expired():
-            raise DeadlineExceeded(
-                f"{doing + ': ' if doing else ''}not done within --timeout {self.seconds:g} s; stopped"
-            )
 
 
 @dataclass(frozen=True)

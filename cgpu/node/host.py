@@ -7,6 +7,7 @@ leaves the root). Results are memoised for one probe: host checks are redone eve
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import posixpath
@@ -20,9 +21,10 @@ from cgpu.patterns import lazy
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time
 if TYPE_CHECKING:
-    from typing import Any, TypeVar
+    from typing import IO, Any, TypeVar
 
-MAX_SYMLINKS = 40
+MAX_SYMLINKS = 40  # Linux's bound on links in one path walk (ELOOP)
+PATH_MAX = 4096  # Linux's bound on a path, its terminating NUL included (ENAMETOOLONG)
 _NOT_REGULAR = ", not a regular file"
 MAX_SMALL_FILE = 64 * 1024  # ICD manifests, .icd files, sysfs values: anything larger is not one
 
@@ -45,6 +47,16 @@ def _file_type(path: str) -> int | None:
         return None
 
 
+def _type_or_error(path: str) -> int:
+    """S_IFMT of the path itself, or the negated errno of its lstat (ENOENT for a NUL in it)."""
+    try:
+        return stat.S_IFMT(os.lstat(path).st_mode)
+    except OSError as exc:
+        return -(exc.errno or errno.ENOENT)
+    except ValueError:
+        return -errno.ENOENT
+
+
 def _followed_type(path: str) -> int | None:
     try:
         return stat.S_IFMT(os.stat(path).st_mode)
@@ -62,6 +74,23 @@ def _link_target(path: str) -> str | None:
 def _sorted_listing(path: str) -> list[str]:
     try:
         return sorted(os.listdir(path))
+    except _NO_SUCH_PATH:
+        return []
+
+
+def _listing_inside(real: str) -> list[str]:
+    """The sorted names in a dir whose links were resolved inside the root: opened once, never
+    through a link swapped in since."""
+    fd = os.open(real, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0))
+    try:
+        return sorted(os.listdir(fd))
+    finally:
+        os.close(fd)
+
+
+def _sorted_listing_inside(path: str) -> list[str]:
+    try:
+        return _listing_inside(path)
     except _NO_SUCH_PATH:
         return []
 
@@ -107,8 +136,149 @@ def _clean(path: str) -> str:
     return posixpath.normpath("/" + path.lstrip("/"))
 
 
-class HostFS:
-    """Read-only view of the host filesystem under `root`.
+def _path_error(code: int, path: str) -> OSError:
+    return OSError(code, os.strerror(code), path)
+
+
+class NodeFiles:
+    """The node's files under `root` (`--root`; `/`: this machine's own, resolved by the OS).
+
+    Under another root every symbolic link is resolved *inside* it, at every component of a
+    path, absolute target or relative, as the node's kernel would resolve it with the root as
+    `/`: an absolute target or a `..` never leaves the root. The walk is iterative (a path of
+    thousands of components costs no recursion), and bounded as the kernel bounds it: at most
+    MAX_SYMLINKS links (ELOOP) and PATH_MAX bytes of path (ENAMETOOLONG). Each file's lstat and
+    link target is read once per view (`_lstat_mode` and `_link` are what a subclass records).
+
+    Two kinds of path: a *node path* (`/var/run/cdi`, what the node's own programs name) and a
+    *machine path* (`ROOT/var/run/cdi`, where that name is on the machine cgpu runs on). `real`
+    maps the first to the real machine file; the `lstat`, `stat`, `listdir`, `realpath` and
+    `open_regular` methods take a machine path, and resolve it inside the root when it is under
+    the root (else, as on `/`, the OS resolves it), so a reader names files as it always has.
+    """
+
+    def __init__(self, root: str = DEFAULT_ROOT) -> None:
+        self.given_root = root
+        self.root = os.path.abspath(root)
+        self._plain = self.root == os.path.abspath(os.sep)
+        self._modes: dict[str, int] = {}  # machine path -> S_IFMT of its lstat, or its negated errno
+        self._links: dict[str, str | None] = {}  # machine path -> its link target
+
+    @property
+    def real_root(self) -> bool:
+        """The host itself (`/`), not a tree of stand-in files under `--root`."""
+        return self._plain
+
+    # --- what a subclass may record -----------------------------------------------------------
+    def _lstat_mode(self, real: str) -> int:
+        """S_IFMT of `real` itself, or the negated errno of its lstat."""
+        if real not in self._modes:
+            self._modes[real] = self._read(_type_or_error, real)
+        return self._modes[real]
+
+    def _link(self, real: str) -> str | None:
+        if real not in self._links:
+            self._links[real] = self._read(_link_target, real)
+        return self._links[real]
+
+    def _read(self, read: Callable[[str], _Answer], arg: str) -> _Answer:
+        return read(arg)
+
+    # --- node paths ---------------------------------------------------------------------------
+    def real(self, path: str, *, follow_last: bool = True) -> str:
+        """The machine path of the node path `path`, every link resolved inside the root (the last
+        component too when `follow_last`): no component of the result is a link (as read now).
+        Raises OSError as the kernel would: ENOENT, ENOTDIR, ELOOP, ENAMETOOLONG."""
+        path = _clean(path)
+        if self._plain:
+            return path
+        if len(path.encode("utf-8", "surrogateescape")) >= PATH_MAX:
+            raise _path_error(errno.ENAMETOOLONG, path)
+        pending = path.split("/")[::-1]  # a stack: the next component last
+        done = ""  # the node path resolved so far, link-free ("" is the root)
+        hops = 0
+        while pending:
+            name = pending.pop()
+            if name in ("", "."):
+                continue
+            if name == "..":
+                done = done.rpartition("/")[0]  # stops at the root
+                continue
+            candidate = self.root + done + "/" + name
+            if not pending and not follow_last:
+                done += "/" + name  # the caller asks the OS about the last component itself
+                break
+            mode = self._lstat_mode(candidate)
+            if mode < 0:
+                raise _path_error(-mode, path)
+            if stat.S_ISLNK(mode):
+                hops += 1
+                target = self._link(candidate)
+                if hops > MAX_SYMLINKS:
+                    raise _path_error(errno.ELOOP, path)
+                if not target:
+                    raise _path_error(errno.ENOENT, path)
+                if target.startswith("/"):
+                    done = ""
+                pending.extend(target.split("/")[::-1])
+                continue
+            if pending and not stat.S_ISDIR(mode):
+                raise _path_error(errno.ENOTDIR, path)
+            done += "/" + name
+        return self.root + done if done else self.root
+
+    def node_path(self, machine_path: str) -> str | None:
+        """The node path a machine path names, when it is under the root (None: outside it, or on `/`)."""
+        if self._plain:
+            return None
+        full = os.path.abspath(machine_path)
+        if full == self.root:
+            return "/"
+        if not full.startswith(self.root + "/"):
+            return None
+        return full[len(self.root) :]
+
+    def display(self, path: str) -> str:
+        """How to name a node path in a message: as the node names it, inside the root when not `/`."""
+        return path if self._plain else posixpath.join(self.given_root, path.lstrip("/"))
+
+    # --- machine paths, resolved inside the root when under it -----------------------------------
+    def _machine(self, path: str, follow_last: bool) -> tuple[str, bool]:
+        """(the path to ask the OS, whether it was resolved here: then the OS must follow no link)."""
+        node = self.node_path(path)
+        if node is None:
+            return path, False
+        return self.real(node, follow_last=follow_last), True
+
+    def lstat(self, path: str) -> os.stat_result:
+        real, _ = self._machine(path, False)
+        return os.lstat(real)
+
+    def stat(self, path: str) -> os.stat_result:
+        real, inside = self._machine(path, True)
+        return os.stat(real, follow_symlinks=not inside)
+
+    def realpath(self, path: str) -> str:
+        """The real file's machine path (`os.path.realpath` inside the root); `path` when unresolvable."""
+        try:
+            real, inside = self._machine(path, True)
+        except OSError:
+            return path
+        return real if inside else os.path.realpath(path)
+
+    def entries(self, path: str) -> list[str]:
+        """The names in a dir, sorted (`os.listdir`)."""
+        real, inside = self._machine(path, True)
+        return _listing_inside(real) if inside else sorted(os.listdir(real))
+
+    def open_regular(self, path: str) -> IO[bytes]:
+        """`cgpu.node.files.open_regular` of a machine path, resolved inside the root when under it."""
+        real, inside = self._machine(path, True)
+        return open_regular(real, follow_links=not inside)
+
+
+class HostFS(NodeFiles):
+    """Read-only view of the host filesystem under `root` (the node's file view, `NodeFiles`).
 
     Every answer is memoised for this probe and kept in a trace with the filesystem reads it
     took (lstat, stat, readlink, listdir, read): `replay(trace)` makes the same reads afresh and
@@ -117,11 +287,8 @@ class HostFS:
     """
 
     def __init__(self, root: str = DEFAULT_ROOT) -> None:
-        self.given_root = root
-        self.root = os.path.abspath(root)
-        self._plain = self.root == os.path.abspath(os.sep)
-        self._resolved: dict[str, str | None] = {}  # path -> real file, for the walk inside the root
-        self._modes: dict[str, int] = {}  # real file -> st_mode, as the walk saw it
+        super().__init__(root)
+        self._resolved: dict[str, str | None] = {}  # node path -> real file
         self.trace = HostTrace()
         self._memo = self.trace.answers
 
@@ -154,11 +321,6 @@ class HostFS:
     def is_dir(self, path: str) -> bool:
         kind: str | None = self._ask("kind", path)
         return kind == "dir"
-
-    @property
-    def real_root(self) -> bool:
-        """The host itself (`/`), not a tree of stand-in files under `--root`."""
-        return self._plain
 
     def is_device_node(self, path: str) -> bool:
         """A character or block device or a FIFO, the path itself (lstat: a symlink is not one): what
@@ -199,11 +361,12 @@ class HostFS:
         real = self.resolve(path)
         if real is None:
             return None
-        mode = self._modes.get(real)
-        if mode is None:
+        if self._plain:  # the OS follows the links: the type of what the path names
             mode = self._read(_followed_type, real)
             if mode is None:
                 return None
+        else:  # no component is a link: its own type, as the walk read it
+            mode = self._lstat_mode(real)
         return "dir" if stat.S_ISDIR(mode) else "file"
 
     def _device(self, path: str) -> bool:
@@ -213,39 +376,19 @@ class HostFS:
 
     def resolve(self, path: str) -> str | None:
         """The real file for an absolute host path (symlinks resolved inside the root), or None."""
-        if self._plain:
-            return _clean(path)  # a relative path in a spec is not relative to cgpu's working directory
-        return self._resolve_inside(_clean(path), 0)
-
-    def _resolve_inside(self, path: str, hops: int) -> str | None:
-        # `path` is normalised and absolute; its parent is resolved first (memoised), so the
-        # spec's many files in one library folder cost one lstat each.
-        if path == "/":
-            return self.root
-        if path in self._resolved:
-            return self._resolved[path]
-        parent, _, name = path.rpartition("/")
-        real_parent = self._resolve_inside(parent or "/", hops)
-        real: str | None = None
-        if real_parent is not None:
-            candidate = real_parent + "/" + name  # the root is absolute, without a trailing slash
-            mode = self._read(_file_type, candidate)
-            if mode is not None and stat.S_ISLNK(mode):
-                target = self._read(_link_target, candidate)
-                if target is not None and hops < MAX_SYMLINKS:
-                    # A relative target starts at the link's real folder; `..` stops at the root.
-                    inside = "/" + os.path.relpath(real_parent, self.root).replace(os.sep, "/")
-                    joined = target if target.startswith("/") else posixpath.join(inside, target)
-                    real = self._resolve_inside(_clean(joined), hops + 1)
-            elif mode is not None:
-                real = candidate
-                self._modes[real] = mode
-        self._resolved[path] = real
-        return real
+        path = _clean(path)  # a relative path in a spec is not relative to cgpu's working directory
+        if path not in self._resolved:
+            try:
+                self._resolved[path] = self.real(path)
+            except OSError:
+                self._resolved[path] = None
+        return self._resolved[path]
 
     def _listdir(self, path: str) -> list[str]:
         real = self.resolve(path)
-        return self._read(_sorted_listing, real) if real is not None else []
+        if real is None:
+            return []
+        return self._read(_sorted_listing if self._plain else _sorted_listing_inside, real)
 
     def _read_small(self, path: str) -> tuple[str | None, str | None]:
         real = self.resolve(path)
@@ -283,7 +426,3 @@ class HostFS:
             return None
         target = self._read(_link_target, device + "/driver")
         return posixpath.basename(target.rstrip("/")) if target else None
-
-    def display(self, path: str) -> str:
-        """How to name a host path in a message: as the spec names it, inside the root when not `/`."""
-        return path if self._plain else posixpath.join(self.given_root, path.lstrip("/"))

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from cgpu.image.fs import Deadline, ImageReadError
+from cgpu.node.bounds import Deadline, ImageReadError
 
 # rpm tags and types (rpm's include/rpm/rpmtag.h)
 TAG_NAME, TAG_VERSION, TAG_RELEASE, TAG_EPOCH = 1000, 1001, 1002, 1003

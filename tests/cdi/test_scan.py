@@ -9,6 +9,7 @@ import pytest
 
 from cgpu.cdi import scan as scan_module
 from cgpu.cdi.scan import scan_spec_dirs
+from cgpu.node import host as host_module
 
 from .conftest import minimal, write
 
@@ -413,7 +414,7 @@ def test_permission_errors_as_root_would_not_see_them(tmp_path, monkeypatch):
     def denied(*_args, **_kwargs):
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(scan_module, "open_regular", denied)
+    monkeypatch.setattr(host_module, "open_regular", denied)  # the node's file view opens spec files
     monkeypatch.setattr(scan_module.os, "listdir", lambda d: denied() if d == str(locked) else real_listdir(d))
     result = scan_spec_dirs([str(etc), str(locked)])
     assert result.devices == {}

@@ -305,7 +305,7 @@ def test_the_spec_cache_is_told_its_dir_and_reads_no_other(tmp_path, cache_dir, 
     clear_parse_cache()
     scan_spec_dirs([str(etc)])  # no cache dir: nothing kept, even with CGPU_CACHE_DIR set
     assert not cache_dir.exists()
-    # it keeps cgpu.node.cache's rules for private files, never its default dir (CGPU_CACHE_DIR)
+    # it keeps cgpu.node.files's rules for private files, never its default dir (CGPU_CACHE_DIR)
     assert "default_cache_dir" not in Path(spec_cache.__file__).read_text()
 
 

@@ -17,7 +17,8 @@ from .helpers import HOSTS, SAMPLES
 
 # typing, dataclasses (and inspect, its machinery), pathlib and datetime cost more than the
 # rest of the reader; yaml is needed only to parse a spec the disk cache does not hold;
-# pydantic, docker, podman and requests belong to other commands and backends.
+# pydantic, docker, podman, requests and the image check (cgpu.image) belong to other commands
+# and backends.
 NOT_ON_THE_STATIC_PATH = (
     "typing",
     "dataclasses",
@@ -30,6 +31,7 @@ NOT_ON_THE_STATIC_PATH = (
     "docker",
     "podman",
     "requests",
+    "cgpu.image",
 )
 PROGRAM = """
 import sys

@@ -348,8 +348,11 @@ def test_without_spec_dirs_watch_follows_the_judging_engines_dirs_under_the_root
     ]
     before = answer_inputs(None, root=str(tmp_path), engine="containerd@2.1.4")  # until a report says
     assert before.spec_dirs == [str(tmp_path / "etc/cdi"), str(tmp_path / "var/run/cdi")]
-    # no engine judged: the probe read the CDI defaults themselves, and so they are watched
-    assert answer_inputs({"engines": []}, root=str(tmp_path), engine="none").spec_dirs == ["/etc/cdi", "/var/run/cdi"]
+    # no engine judged: the probe read the CDI defaults inside the root (the node's), and so they are watched
+    assert answer_inputs({"engines": []}, root=str(tmp_path), engine="none").spec_dirs == [
+        str(tmp_path / "etc/cdi"),
+        str(tmp_path / "var/run/cdi"),
+    ]
     assert answer_inputs(None, root="/", engine="none").spec_dirs == ["/etc/cdi", "/var/run/cdi"]
     (tmp_path / "etc/cdi").mkdir(parents=True)
     (tmp_path / "opt/cdi").mkdir(parents=True)

@@ -15,8 +15,14 @@ import pytest
 
 from cgpu.fleet.watch import Publisher
 from cgpu.node import files
-from cgpu.node.cache import UnsafeCacheError
-from cgpu.node.files import TEMP_DIR, UnsafeTargetError, remove_stale_temporaries, write_atomic, write_failure
+from cgpu.node.files import (
+    TEMP_DIR,
+    UnsafeCacheError,
+    UnsafeTargetError,
+    remove_stale_temporaries,
+    write_atomic,
+    write_failure,
+)
 
 posix_only = pytest.mark.skipif(os.name != "posix", reason="POSIX modes, owners and inotify")
 
@@ -60,9 +66,9 @@ def test_the_mode_is_set_on_the_descriptor_before_the_rename(tmp_path, monkeypat
     modes: list[int] = []
     real_replace = os.replace
 
-    def replace(source, destination):
-        modes.append(stat.S_IMODE(os.lstat(source).st_mode))
-        real_replace(source, destination)
+    def replace(source, destination, *, src_dir_fd=None, dst_dir_fd=None):
+        modes.append(stat.S_IMODE(os.lstat(source, dir_fd=src_dir_fd).st_mode))
+        real_replace(source, destination, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
 
     monkeypatch.setattr(os, "replace", replace)
     write_atomic(str(tmp_path / "answer.json"), b"{}\n", mode=0o640)
@@ -73,11 +79,14 @@ def test_the_mode_is_set_on_the_descriptor_before_the_rename(tmp_path, monkeypat
 @posix_only
 def test_temporary_files_are_unguessable_and_in_a_private_dir(tmp_path, monkeypatch):
     seen: list[str] = []
+    folders: list[tuple[int, int]] = []
     real_replace = os.replace
 
-    def replace(source, destination):
+    def replace(source, destination, *, src_dir_fd=None, dst_dir_fd=None):
         seen.append(source)
-        real_replace(source, destination)
+        folder = os.fstat(src_dir_fd)  # the temporary file is named in a dir opened once
+        folders.append((folder.st_dev, folder.st_ino))
+        real_replace(source, destination, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
 
     monkeypatch.setattr(os, "replace", replace)
     for _ in range(3):
@@ -85,7 +94,7 @@ def test_temporary_files_are_unguessable_and_in_a_private_dir(tmp_path, monkeypa
     private = tmp_path / TEMP_DIR
     info = os.lstat(private)
     assert stat.S_ISDIR(info.st_mode) and stat.S_IMODE(info.st_mode) == 0o700 and info.st_uid == os.geteuid()
-    assert all(Path(path).parent == private for path in seen)
+    assert set(folders) == {(info.st_dev, info.st_ino)} and all("/" not in path for path in seen)
     assert len(set(seen)) == 3  # random names, not the pid or a counter
     assert all(str(os.getpid()) not in Path(path).name for path in seen)
 

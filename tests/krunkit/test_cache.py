@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from cgpu.backends.krunkit import answer_cache as cache_module
 from cgpu.backends.krunkit.answer_cache import AnswerCache
-from cgpu.node.cache import default_cache_dir
+from cgpu.node.files import default_cache_dir
 from tests.conftest import REPO
 from tests.timing import assert_within, interpreter_run, timed
 

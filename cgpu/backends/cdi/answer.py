@@ -50,7 +50,7 @@ def _answer(
     """The answer of one engine (`entry`; None: the newest rules) into `report`: its device entries,
     for the caller to put in the report, and the APIs its containers get."""
     from cgpu.cdi.scan import scan_spec_dirs
-    from cgpu.node.cache import default_cache_dir_text
+    from cgpu.node.files import default_cache_dir_text
 
     label = None
     max_version = None
@@ -74,7 +74,9 @@ def _answer(
     elif entry is not None and entry["cdi_enabled"] is False:
         return _cdi_off(report, entry, label, quiet)
     else:
-        scan = scan_spec_dirs(dirs, max_version=max_version, engine_label=label, cache_dir=default_cache_dir_text())
+        scan = scan_spec_dirs(
+            dirs, max_version=max_version, engine_label=label, cache_dir=default_cache_dir_text(), root=root
+        )
         if not quiet:
             _spec_dir_hints(report, dirs)
     host = HostFS(root)

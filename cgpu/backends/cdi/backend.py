@@ -40,6 +40,7 @@ def probe(
     if judge is None:
         return
     dirs = spec_dirs_read(spec_dirs, root, judge.entry)
+    report.spec_dirs = dirs
     entries = _answer(report, judge.entry, dirs, root, devices)[0]
     for entry in judge.engines:
         if entry is not judge.entry:  # each other engine's answer, as data
@@ -67,12 +68,12 @@ def probe(
 
 def spec_dirs_read(spec_dirs: Sequence[str] | None, root: str, judging: Mapping[str, Any] | None) -> list[str]:
     """The spec dirs the answer reads: those given, else what the judging engine (its entry) reads,
-    inside the root under --root, else (no engine judges) the CDI defaults."""
+    else (no engine judges) the CDI defaults; under --root every node path is the root's, so
+    both are read inside the root (the machine's own `/etc/cdi` is not the node's)."""
     if spec_dirs:
         return list(spec_dirs)
-    if judging is not None:
-        return [_under(root, d) for d in judging["spec_dirs"]]
-    return list(DEFAULT_SPEC_DIRS)
+    named = judging["spec_dirs"] if judging is not None else DEFAULT_SPEC_DIRS
+    return [_under(root, d) for d in named]
 
 
 def _under(root: str, path: str) -> str:

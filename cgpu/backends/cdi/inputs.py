@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 
-from cgpu.backends.cdi.backend import _under, spec_dirs_read
+from cgpu.backends.cdi.backend import spec_dirs_read
 from cgpu.engines.option import ENGINE_CONFIGS, EngineOption
 from cgpu.node.host import DRIVER_VERSION_FILES
 from cgpu.options import DEFAULT_ROOT
@@ -58,7 +58,7 @@ def answer_inputs(
     except ValueError:  # the probe says why; nothing to watch but the spec dirs given
         option = EngineOption(NONE)
     on_host = os.path.abspath(root) == os.path.abspath(os.sep)
-    dirs = list(spec_dirs) if spec_dirs else _judged_dirs(report, root, option)
+    dirs = list(spec_dirs) if spec_dirs else _judged_dirs(report, root)
     files: list[str] = []
     if option.mode != NONE and not (on_host and option.version is not None):  # as the judging reads them
         from cgpu.engines.option import learn_engines
@@ -71,14 +71,11 @@ def answer_inputs(
     return AnswerInputs(dirs, list(DRIVER_VERSION_FILES), list(dict.fromkeys(files)))
 
 
-def _judged_dirs(report: Mapping[str, Any] | None, root: str, option: EngineOption) -> list[str]:
+def _judged_dirs(report: Mapping[str, Any] | None, root: str) -> list[str]:
     """The spec dirs the answer read without --spec-dir, as the report's judging engine says;
-    before the first report, the defaults (inside the root, unless no engine is to judge)."""
-    from cgpu.engines.option import NONE
-
+    before the first report, the defaults (inside the root)."""
     if report is None:
-        dirs = spec_dirs_read(None, root, None)
-        return dirs if option.mode == NONE else [_under(root, d) for d in dirs]
+        return spec_dirs_read(None, root, None)
     engines = report.get("engines")
     judging = (
         next((e for e in engines if isinstance(e, Mapping) and e.get("judged") is True), None)

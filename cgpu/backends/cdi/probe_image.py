@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from cgpu.engines.client import Engine, EngineError
-from cgpu.node.cache import default_cache_dir
+from cgpu.node.files import default_cache_dir
 from cgpu.run import CommandError, decode, run
 
 REPOSITORY = "localhost/cgpu-probe"

@@ -5,12 +5,12 @@ it back. The key is a JSON-able dict of everything the answer depends on (tool v
 image digest, VM, host); change any part and it is a different entry. Entries expire after
 a time limit and are pruned once they have.
 
-Writes are atomic (`cgpu.node.cache.write_private`), and `locked()` serialises two runs that
+Writes are atomic (`cgpu.node.files.write_private`), and `locked()` serialises two runs that
 compute the same key, so the second reads the first's answer instead of booting a second
 VM. Nothing here raises for a broken cache: a corrupt file, a read-only directory or a full
 disk becomes a warning passed to `warn` and the caller computes a fresh answer.
 
-Only this user can change what is read back (the rules of every cache, `cgpu.node.cache`): the cache
+Only this user can change what is read back (the rules of every cache, `cgpu.node.files`): the cache
 root and the entries' directory are private 0700 directories owned by the user; an entry or
 lock is used only when it is a regular file of the user's that no one else can write, opened
 without following a link or blocking on a FIFO, and an entry over `MAX_ENTRY_BYTES` is not read.
@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from cgpu.errors import CgpuTypeError
-from cgpu.node.cache import (
+from cgpu.node.files import (
     default_cache_dir,
     key_digest,
     open_private,

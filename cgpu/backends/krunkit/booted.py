@@ -16,7 +16,7 @@ from cgpu.backends.krunkit.judging import ProbeFailed, judge
 from cgpu.backends.krunkit.machine import DEFAULT_PROBE_IMAGE
 from cgpu.backends.krunkit.vm import boot_and_probe
 from cgpu.gpu_probe.answer import ProbeAnswer
-from cgpu.node.cache import default_cache_dir, is_private, key_digest, open_private, private_directory
+from cgpu.node.files import default_cache_dir, is_private, key_digest, open_private, private_directory
 from cgpu.problem import Problem
 from cgpu.report import ReportBuilder
 from cgpu.version import __version__
