@@ -78,10 +78,35 @@ def _escaped_surrogate(match: re.Match[str]) -> str:
 
 def to_yaml(data: Any) -> str:
     """The same data as YAML (PyYAML's safe dump, block style, keys in the report's order),
-    undecodable bytes written as in `to_json`."""
+    undecodable bytes written as in `to_json`. A text holding a character Python does not call
+    printable (a bidi override, a zero-width space) is written double-quoted with every
+    non-ASCII character escaped, as JSON writes it: PyYAML's own escaping stops at control
+    characters, so `allow_unicode` would print those raw, reordering or hiding what follows."""
     import yaml
 
-    return str(yaml.safe_dump(_no_surrogates(data), sort_keys=False, allow_unicode=True, width=1_000_000))
+    class Dumper(yaml.SafeDumper):
+        def analyze_scalar(self, scalar: str) -> Any:
+            analysis = super().analyze_scalar(scalar)
+            if _hidden_in_yaml(scalar):  # only double quotes can escape
+                analysis.allow_flow_plain = analysis.allow_block_plain = False
+                analysis.allow_single_quoted = analysis.allow_block = False
+            return analysis
+
+        def write_double_quoted(self, text: str, split: bool = True) -> None:
+            self.allow_unicode = not _hidden_in_yaml(text)
+            try:
+                super().write_double_quoted(text, split)
+            finally:
+                self.allow_unicode = True
+
+    dumped = yaml.dump(_no_surrogates(data), Dumper=Dumper, sort_keys=False, allow_unicode=True, width=1_000_000)
+    return str(dumped)
+
+
+def _hidden_in_yaml(text: str) -> bool:
+    """Whether `text` holds a character PyYAML would print raw though Python does not call it
+    printable (PyYAML escapes C0 and C1 controls itself)."""
+    return not text.isprintable() and any(ord(c) >= 0xA0 and not c.isprintable() for c in text)
 
 
 def _unsurrogate(match: re.Match[str]) -> str:
