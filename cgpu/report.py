@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable, Iterable, Iterator
 
 from cgpu.apis import API_ORDER, IMAGE_NEEDS, METAL_EVIDENCE, State
-from cgpu.problem import Problem, Severity
+from cgpu.problem import Kind, Problem, Severity
 from cgpu.version import __version__
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time
@@ -200,9 +200,9 @@ class ReportBuilder:
         self.devices.append(entry)
         return entry
 
-    def problem(self, severity: Severity, source: str, message: str) -> None:
-        """One problem found here; the same as `add(Problem(severity, source, message))`."""
-        self.add(Problem(severity, source, message))
+    def problem(self, severity: Severity, source: str, message: str, kind: Kind = "other") -> None:
+        """One problem found here; the same as `add(Problem(severity, source, message, kind))`."""
+        self.add(Problem(severity, source, message, kind))
 
     def add(self, *problems: Problem) -> None:
         """Problems found elsewhere (a scan, an engine's configuration, the probe's answer), in
@@ -212,13 +212,13 @@ class ReportBuilder:
                 raise TypeError(f"a report's problem is a cgpu.problem.Problem, not {type(problem).__name__}")
             source, message = problem.source, problem.message
             if len(source) > MAX_TEXT or len(message) > MAX_TEXT:
-                problem = Problem(problem.severity, cap(source), cap(message))
+                problem = Problem(problem.severity, cap(source), cap(message), problem.kind)
             self.problems.append(problem)
 
-    def failed(self, source: str, message: str) -> None:
+    def failed(self, source: str, message: str, kind: Kind = "could-not-run") -> None:
         """The backend could not answer: an error problem, and the CLI exits non-zero."""
         self.could_not_run = True
-        self.problem("error", source, message)
+        self.problem("error", source, message, kind)
 
     def usage_error(self, option: str | tuple[str, ...], message: str) -> None:
         """The options given cannot work (a malformed name, conflicting options): exit 2.
@@ -228,7 +228,7 @@ class ReportBuilder:
         (`usage()`: the library's `engine: ...`, the CLI's `argument --engine: ...`)."""
         options = (option,) if isinstance(option, str) else option
         self._usage.append((options, message))
-        self.failed(" and ".join(options), message)
+        self.failed(" and ".join(options), message, "usage")
         self.bad_usage = True
 
     def usage(self, name: Callable[[str], str] = str) -> list[str]:
