@@ -1,7 +1,7 @@
 """YAML as the CDI library's parser, go-yaml v2 (sigs.k8s.io/yaml v1.4.0's fork), reads it:
 the loader classes `cgpu.cdi.parse` reads spec files with. The fast one is PyYAML's libyaml
 loader; the fallback is PyYAML's pure-Python loader with go-yaml's scanner rules where libyaml's
-and PyYAML's differ. Both give untagged plain scalars the _PLAIN tag, for go-yaml's resolution."""
+and PyYAML's differ. Both give untagged plain scalars the PLAIN_TAG tag, for go-yaml's resolution."""
 
 from __future__ import annotations
 
@@ -14,21 +14,21 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run ti
 if TYPE_CHECKING:
     from typing import Any, Final
 
-_PLAIN: Final = "!cgpu-plain"  # tag our loader gives untagged plain scalars, resolved below
-_STR_TAG: Final = "tag:yaml.org,2002:str"
+PLAIN_TAG: Final = "!cgpu-plain"  # tag our loader gives untagged plain scalars, resolved below
+STR_TAG: Final = "tag:yaml.org,2002:str"
 
 
-def _plain_tags(base: type) -> type:
-    """`base` whose untagged plain scalars keep their text under the _PLAIN tag, for
+def plain_tags(base: type) -> type:
+    """`base` whose untagged plain scalars keep their text under the PLAIN_TAG tag, for
     resolve_plain; quoted and block scalars are strings."""
     import yaml
 
     class Loader(base):  # type: ignore[misc]  # a loader class chosen at run time (C or pure Python)
         def resolve(self, kind: Any, value: Any, implicit: Any) -> str:
             if kind is yaml.ScalarNode and implicit[0]:
-                return _PLAIN
+                return PLAIN_TAG
             if kind is yaml.ScalarNode:
-                return _STR_TAG
+                return STR_TAG
             tag: str = super().resolve(kind, value, implicit)
             return tag
 
@@ -36,20 +36,20 @@ def _plain_tags(base: type) -> type:
 
 
 @functools.cache
-def _loader_class() -> type:
+def loader_class() -> type:
     """The fast loader: CSafeLoader (SafeLoader without a safe libyaml). libyaml and go-yaml v2
-    disagree on a few inputs; _goyaml_loader_class reads those."""
+    disagree on a few inputs; goyaml_loader_class reads those."""
     import yaml
 
     if getattr(yaml, "CSafeLoader", None) is not None and yaml._yaml.get_version() >= (0, 2, 6):
-        return _plain_tags(yaml.CSafeLoader)
+        return plain_tags(yaml.CSafeLoader)
     # libyaml before 0.2.6 has no nesting limit (a deep spec crashes it); without libyaml, the
     # pure-Python loader with go-yaml's rules
-    return _goyaml_loader_class()
+    return goyaml_loader_class()
 
 
 @functools.cache
-def _goyaml_loader_class() -> type:
+def goyaml_loader_class() -> type:
     """PyYAML's pure-Python loader with go-yaml v2's scanner rules where libyaml's differ
     (scannerc.go): the escapes of double-quoted scalars (`\\'` yes, `\\/` no), and a plain scalar
     ends at ":" only before a blank, also inside [] and {} (`[PATH=/usr/bin:]` is one scalar).
@@ -205,7 +205,7 @@ def _goyaml_loader_class() -> type:
                     break
             return ScalarToken("".join(chunks), True, start_mark, end_mark)
 
-    return _plain_tags(GoScanner)
+    return plain_tags(GoScanner)
 
 
 _DIRECTIVE_NAME: Final = frozenset("0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_-")  # is_alpha

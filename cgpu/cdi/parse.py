@@ -37,7 +37,7 @@ import operator
 from collections.abc import Callable
 
 from cgpu.cdi import names, versions
-from cgpu.cdi.goyaml import _PLAIN, _STR_TAG, _goyaml_loader_class, _loader_class
+from cgpu.cdi.goyaml import PLAIN_TAG, STR_TAG, goyaml_loader_class, loader_class
 from cgpu.cdi.model import ContainerEdits, DeviceNode, Hook, Mount, Spec, SpecDevice
 from cgpu.errors import CgpuError
 from cgpu.patterns import lazy, lazy_bytes
@@ -268,9 +268,9 @@ class _Reader:
 
     def scalar(self, node: Any) -> Any:
         tag, text = node.tag, node.value
-        if tag == _PLAIN:
+        if tag == PLAIN_TAG:
             return resolve_plain(text)
-        if tag == _STR_TAG:
+        if tag == STR_TAG:
             return text
         if tag == "tag:yaml.org,2002:binary":
             import base64  # here: few specs hold a !!binary value
@@ -304,7 +304,7 @@ class _Reader:
         for key_node, value_node in node.value:
             if key_node.id != "scalar":
                 raise _Invalid(f"line {_line(key_node)}: a mapping key must be a plain value, not a list or mapping")
-            if key_node.tag == _PLAIN and key_node.value == "<<":
+            if key_node.tag == PLAIN_TAG and key_node.value == "<<":
                 raise _Invalid(
                     f"line {_line(key_node)}: YAML merge keys (<<) are not supported by cgpu; the CDI library "
                     "merges them (go-yaml v2 decode.go merge), so the engine reads this file",
@@ -376,18 +376,18 @@ def _first_document(data: bytes) -> Any:
     # ends the scalar and the `?` starts a key the flow sequence does not take
     if b"\\/" not in data and not (b"?" in data and (b"[" in data or b"{" in data)):
         try:
-            return _load_first(_loader_class(), data)
+            return _load_first(loader_class(), data)
         except _Invalid:
             pass  # also where libyaml's binding broke (a \U escape past 2^31): go-yaml's rules decide
-    return _load_first(_goyaml_loader_class(), data)
+    return _load_first(goyaml_loader_class(), data)
 
 
-def _load_first(loader_class: type, data: bytes) -> Any:
+def _load_first(loader_type: type, data: bytes) -> Any:
     import yaml
 
     loader = None
     try:
-        loader = loader_class(data)  # the pure-Python reader decodes here already
+        loader = loader_type(data)  # the pure-Python reader decodes here already
         return loader.get_node() if loader.check_node() else None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark

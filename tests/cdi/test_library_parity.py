@@ -278,16 +278,16 @@ def test_s_the_fallback_loader_alone_rejects_them(monkeypatch):
     # libyaml rejects the escape itself; the file the fallback reads after a `\'` must fail as well
     text = one_device(r'{env: ["B=it\'s", "A=\ud83d\ude00"]}')
     assert "invalid Unicode character escape" in rejection(text).message
-    import cgpu.cdi.parse as parse_module
+    from cgpu.cdi import goyaml
 
-    parse_module._loader_class.cache_clear()
+    goyaml.loader_class.cache_clear()
     monkeypatch.delattr(yaml, "CSafeLoader")  # no libyaml: the pure-Python loader reads everything
     try:
         assert "invalid Unicode character escape" in rejection(one_device(r'{env: ["A=\ud83d"]}')).message
         assert "unknown directive" in rejection("%FOO bar\n---\n" + minimal()).message
     finally:
         monkeypatch.undo()
-        parse_module._loader_class.cache_clear()
+        goyaml.loader_class.cache_clear()
 
 
 @pytest.mark.parametrize(

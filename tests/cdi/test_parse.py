@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from cgpu.cdi import parse as parse_module
+from cgpu.cdi import goyaml
 from cgpu.cdi.parse import MAX_SPEC_BYTES, SpecError, parse_spec, resolve_plain
 
 from .conftest import ALL_FIELDS, minimal, parse, rejection
@@ -521,14 +521,14 @@ def test_deep_nesting_is_a_spec_error(text):
 def test_deep_nesting_without_libyaml(monkeypatch):
     import yaml
 
-    parse_module._loader_class.cache_clear()
+    goyaml.loader_class.cache_clear()
     monkeypatch.delattr(yaml, "CSafeLoader")
     try:
         assert "nested too deeply" in rejection(("[" * 5000 + "]" * 5000).encode())
         assert parse(minimal()).kind == "example.com/gpu"
     finally:
         monkeypatch.undo()
-        parse_module._loader_class.cache_clear()
+        goyaml.loader_class.cache_clear()
 
 
 @pytest.mark.parametrize("data", [b"kind: caf\xe9\n", b"\xff\xfe\xfd"])
