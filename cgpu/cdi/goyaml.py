@@ -64,6 +64,15 @@ def goyaml_loader_class() -> type:
             key: value for key, value in yaml.SafeLoader.ESCAPE_REPLACEMENTS.items() if key != "/"
         } | {"'": "'"}
 
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            # go-yaml v2 decode.go (*parser).anchor stores each anchor in a map, so a name defined
+            # again names the later node from there on (an alias before it keeps the earlier
+            # one); PyYAML's composer (and libyaml's) rejects it: "found duplicate anchor"
+            event = self.peek_event()
+            if event.anchor is not None and not isinstance(event, yaml.AliasEvent):
+                self.anchors.pop(event.anchor, None)
+            return super().compose_node(parent, index)
+
         def scan_to_next_token(self) -> None:
             # yaml_parser_scan_to_next_token: a tab is a blank in flow context and where no simple
             # key may start (after ":", "-", "?"), so tab-indented JSON reads; PyYAML eats spaces only

@@ -454,21 +454,43 @@ def _as_string(value: Any, where: str, _: _Decode) -> str:
     raise _Invalid(f"{where}: expected a string, found {_describe(value)}")
 
 
+def _json_integer(value: float) -> str | None:
+    """The text encoding/json's json.Marshal writes for a float64 (floatEncoder: the shortest
+    digits that read back as the same float, 'f' format from 1e-6 to below 1e21) where that
+    text is an integer, else None. It is not the float's exact value: -2^63 is written
+    -9223372036854776000, and -0.0 keeps its sign."""
+    if not value.is_integer() or abs(value) >= 1e21:
+        return None  # a fraction, or 'e' format: no integer field takes it
+    if value == 0:
+        return "-0" if math.copysign(1, value) < 0 else "0"
+    from decimal import Decimal  # here: few specs hold a float where an integer belongs
+
+    return str(int(Decimal(repr(value))))  # repr: the same shortest digits as Go's
+
+
 def _integer(low: int, high: int, go_type: str) -> Decoder:
     def decode(value: Any, where: str, _: _Decode) -> int | None:
         if value is None:
             return None
-        number = value
-        if isinstance(value, float) and not isinstance(value, bool):
+        if isinstance(value, float):
+            # sigs.k8s.io/yaml hands go-yaml's float64 to json.Marshal, and encoding/json reads
+            # the field back from that text (ParseInt, or ParseUint: no sign at all, "-0" neither)
             if math.isnan(value) or math.isinf(value):
                 raise _Invalid(f"{where}: {_describe(value)} cannot be written as JSON")
-            if value.is_integer() and abs(value) < 1e21:  # json.Marshal writes it as an integer
-                number = int(value)
-        if isinstance(number, bool) or not isinstance(number, int):
+            text = _json_integer(value)
+            if text is None:
+                raise _Invalid(f"{where}: expected an integer ({go_type}), found {_describe(value)}")
+            if int(text) < low or int(text) > high or (low == 0 and text.startswith("-")):
+                raise _Invalid(
+                    f"{where}: {text} does not fit a {go_type} (the CDI library's YAML reader makes the float "
+                    f"{value!r} of it, and encoding/json writes that as {text} before reading the field)"
+                )
+            return int(text)
+        if isinstance(value, bool) or not isinstance(value, int):
             raise _Invalid(f"{where}: expected an integer ({go_type}), found {_describe(value)}")
-        if not low <= number <= high:
-            raise _Invalid(f"{where}: {number} does not fit a {go_type}")
-        return number
+        if not low <= value <= high:
+            raise _Invalid(f"{where}: {value} does not fit a {go_type}")
+        return value
 
     return decode
 
@@ -821,20 +843,17 @@ def minimum_version(spec: Spec) -> tuple[str, str]:
     return versions.EARLIEST, f"{versions.EARLIEST} is the earliest version the CDI library accepts"
 
 
-def _version_check_crash(spec: Spec, required: str) -> None:
-    """A null entry requiresV050 or requiresV040 reaches panics (_walk_checked). v1.1.0 calls
-    the checks in Go's random map order and stops once it has found 1.1.0, so with a 1.1.0
-    feature the panic happens only in some runs."""
+def _version_walk_crash(spec: Spec) -> _Invalid | None:
+    """The panic of requiresV050 or requiresV040 at a null entry they reach (_walk_checked), or
+    None."""
     checks = [("mounts", "specs-go/version.go requiresV040")]
     if not _digit_name(spec):
         checks.insert(0, ("deviceNodes", "specs-go/version.go requiresV050"))
     for field, reader in checks:
         where = _walk_checked(spec, field)[1]
         if where is not None:
-            crash = _null_entry_crash(where, reader)
-            if required == "1.1.0":
-                crash.args = (f"{crash.args[0]} (in some runs only: Go's map order decides)",)
-            raise crash
+            return _null_entry_crash(where, reader)
+    return None
 
 
 def _name_crash(name: str, what: str, library: str) -> None:
@@ -857,7 +876,29 @@ def _validate(spec: Spec, declared: str, library: str = versions.LIBRARY) -> Non
             f'{", ".join(versions.KNOWN_VERSIONS[2:])}, optionally with a leading "v")'
         )
     required, reason = minimum_version(spec)
-    _version_check_crash(spec, required)
+    walk_crash = _version_walk_crash(spec)
+    if walk_crash is not None and required != "1.1.0":
+        raise walk_crash  # the version check calls every requiresVxyz: it panics in every run
+    # With a 1.1.0 feature, requiredVersion stops at requiresV110, and Go's random map order
+    # decides whether requiresV050 and requiresV040 ran before it. The validation below reaches
+    # the same null entry and panics too, so a run that skipped the walk panics all the same;
+    # only an error the validation meets first makes the walk's panic one of some runs only.
+    try:
+        _validate_fields(spec, declared, known, required, reason, library)
+    except _Invalid as exc:
+        if walk_crash is None or exc.crash:
+            raise
+        walk_crash.args = (
+            f"{walk_crash.args[0]} (in some runs only: Go's map order decides; the other runs reject the file: "
+            f"{exc.args[0]})",
+        )
+        raise walk_crash from None
+    if walk_crash is not None:  # the validation reaches every entry the walk does; never accept a panic
+        raise walk_crash
+
+
+def _validate_fields(spec: Spec, declared: str, known: str, required: str, reason: str, library: str) -> None:
+    """_validate after the minimum version is known: the version, names and edits checks."""
     if versions.version_key(required) > versions.version_key(known):
         raise _Invalid(f"the spec version must be at least v{required} ({reason}) but declares {declared}")
     vendor, device_class = names.parse_qualifier(spec.kind)
