@@ -784,73 +784,14 @@ def _edits_error(edits: ContainerEdits, where: str, library: str) -> str | None:
     return None
 
 
-def _version_checked_edits(spec: Spec) -> list[tuple[str, ContainerEdits]]:
-    """The edits specs-go/version.go requiresV050 and requiresV040 walk, in their order. They
-    collect `&d.ContainerEdits` of the range variable `d`, and specs-go declares go 1.19 (one
-    variable per loop), so every device's pointer is the last device's edits: only the last
-    device's and then the spec-level edits count."""
-    out = [("containerEdits", spec.edits)]
-    if spec.devices:
-        out.insert(0, (f"devices[{len(spec.devices) - 1}].containerEdits", spec.devices[-1].edits))
-    return out
-
-
-def _walk_checked(spec: Spec, field: str) -> tuple[bool, str | None]:
-    """requiresV050 (field "deviceNodes": a hostPath) or requiresV040 ("mounts": a type): True at
-    the first entry that has it; else where a null entry comes first (it panics there), or None."""
-    for where, edits in _version_checked_edits(spec):
-        entries = edits.device_nodes if field == "deviceNodes" else edits.mounts
-        for entry in entries:
-            if entry is None:
-                return False, f"{where}.{field}"
-            if entry.host_path if isinstance(entry, DeviceNode) else entry.type:
-                return True, None
-    return False, None
-
-
-def _digit_name(spec: Spec) -> bool:
-    """requiresV050 returns true at a device name starting with an ASCII digit, before it walks
-    any device node."""
-    return any(device.name[:1].isdigit() and device.name[0].isascii() for device in spec.devices)
-
-
-def minimum_version(spec: Spec) -> tuple[str, str]:
-    """The lowest cdiVersion the library computes for the spec's fields (specs-go/version.go,
-    with its quirks), and why (a clause such as "it uses deviceNodes[].hostPath")."""
-    all_edits = [device.edits for device in spec.devices] + [spec.edits]
-    for edits in all_edits:
-        rdt = edits.intel_rdt
-        if rdt is not None and (rdt.get("schemata") is not None or rdt.get("enableMonitoring")):
-            return "1.1.0", "it uses intelRdt.schemata or intelRdt.enableMonitoring"
-        if edits.net_devices:
-            return "1.1.0", "it uses netDevices"
-    for edits in all_edits:
-        if edits.intel_rdt is not None:
-            return "0.7.0", "it uses intelRdt"
-        if edits.additional_gids:
-            return "0.7.0", "it uses additionalGids"
-    if spec.annotations or any(device.annotations for device in spec.devices):
-        return "0.6.0", "it uses annotations"
-    if "." in spec.kind.partition("/")[2]:  # requiresV060 splits at "/" whatever the vendor
-        return "0.6.0", f"it uses a dot in the class of kind {names.excerpt(spec.kind)}"
-    for device in spec.devices:
-        if device.name[:1].isdigit() and device.name[0].isascii():
-            return "0.5.0", f"it uses device name {names.excerpt(device.name)}, which starts with a digit"
-    if _walk_checked(spec, "deviceNodes")[0]:
-        return "0.5.0", "it uses deviceNodes[].hostPath"
-    if _walk_checked(spec, "mounts")[0]:
-        return "0.4.0", "it uses mounts[].type"
-    return versions.EARLIEST, f"{versions.EARLIEST} is the earliest version the CDI library accepts"
-
-
 def _version_walk_crash(spec: Spec) -> _Invalid | None:
-    """The panic of requiresV050 or requiresV040 at a null entry they reach (_walk_checked), or
-    None."""
+    """The panic of requiresV050 or requiresV040 at a null entry they reach
+    (versions.version_walk), or None."""
     checks = [("mounts", "specs-go/version.go requiresV040")]
-    if not _digit_name(spec):
+    if not versions.digit_first_name(spec):
         checks.insert(0, ("deviceNodes", "specs-go/version.go requiresV050"))
     for field, reader in checks:
-        where = _walk_checked(spec, field)[1]
+        where = versions.version_walk(spec, field)[1]
         if where is not None:
             return _null_entry_crash(where, reader)
     return None
@@ -875,7 +816,7 @@ def _validate(spec: Spec, declared: str, library: str = versions.LIBRARY) -> Non
             f"invalid version {names.excerpt(declared)} (cdiVersion must be one of "
             f'{", ".join(versions.KNOWN_VERSIONS[2:])}, optionally with a leading "v")'
         )
-    required, reason = minimum_version(spec)
+    required, reason = versions.minimum_version(spec)
     walk_crash = _version_walk_crash(spec)
     if walk_crash is not None and required != "1.1.0":
         raise walk_crash  # the version check calls every requiresVxyz: it panics in every run
