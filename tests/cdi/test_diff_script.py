@@ -75,7 +75,7 @@ def test_the_mutations_reach_issue_25s_classes():
     assert any(len(case) > 1 and not isinstance(case[-1], str) for case in failing)  # W: a later dir to lose
 
 
-def test_the_mutations_reach_issue_34s_reader_classes():
+def test_the_mutations_reach_the_ar_n63_and_nz_classes():
     seeds = [data for case in diff_cdi.sample_cases() for _, data in case[0]]
     cases = diff_cdi.mutated_cases(seeds, 2000, seed=1)
     texts = [data for case in cases for files in case if not isinstance(files, str) for _, data in files]
