@@ -498,7 +498,7 @@ def _run(
         raise
     except Exception as exc:  # a bug in cgpu: still one report, never a traceback
         builder = ReportBuilder(backend)
-        builder.failed("cgpu", f"internal error, please report it: {type(exc).__name__}: {exc}")
+        builder.failed("cgpu", f"internal error, please report it: {type(exc).__name__}: {exc}", "internal-error")
         code = ExitCode.INTERNAL
     if code == ExitCode.USAGE:  # nothing was checked: no report that could pass for an answer
         from cgpu.terminal import escape

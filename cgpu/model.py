@@ -26,7 +26,12 @@ else:  # pydantic reads these at run time (the schema's enums): the Literals of 
     ContainerApi = Literal[CONTAINER_APIS]
     Api = Literal[API_ORDER]
 from cgpu.errors import CgpuValueError
-from cgpu.problem import Problem
+from cgpu.problem import KINDS, Problem
+
+if TYPE_CHECKING:
+    from cgpu.problem import Kind as ProblemKind
+else:  # the schema's enum: the Literal of the one list
+    ProblemKind = Literal[tuple(KINDS)]
 
 
 class ApiState(BaseModel):
@@ -65,6 +70,15 @@ def _problem_fields() -> type[BaseModel]:
         )
         source: str = Field(description="the file, command or device the problem concerns")
         message: str = Field(description="what is wrong and, where cgpu knows it, the fix; one or more sentences")
+        kind: ProblemKind = Field(
+            default="other",
+            description=(
+                "what the problem is, for a program to match on (the message is for a person and may be "
+                "reworded): "
+                + "; ".join(f"`{kind}`: {meaning}" for kind, meaning in KINDS.items())
+                + ". Absent in reports written before problems had a kind: read as `other`"
+            ),
+        )
 
     return Problem
 
@@ -73,7 +87,7 @@ _ProblemFields = _problem_fields()
 
 
 def _problem_core_schema(_source: Any, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
-    """`cgpu.problem.Problem` in a model: validated as the `{severity, source, message}` object
+    """`cgpu.problem.Problem` in a model: validated as the `{severity, source, message, kind}` object
     (a `Problem` given is taken as its fields), held as the `Problem` itself, dumped as the object."""
     fields = handler(_ProblemFields)
 
@@ -81,11 +95,11 @@ def _problem_core_schema(_source: Any, handler: GetCoreSchemaHandler) -> core_sc
         return value.as_dict() if isinstance(value, Problem) else value
 
     def to_problem(checked: Any) -> Problem:
-        return Problem(checked.severity, checked.source, checked.message)
+        return Problem(checked.severity, checked.source, checked.message, checked.kind)
 
     def to_fields(problem: Problem) -> Any:
         return _ProblemFields.model_construct(
-            None, severity=problem.severity, source=problem.source, message=problem.message
+            None, severity=problem.severity, source=problem.source, message=problem.message, kind=problem.kind
         )
 
     return core_schema.no_info_before_validator_function(

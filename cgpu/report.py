@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable, Iterable, Iterator
 
 from cgpu.apis import API_ORDER, IMAGE_NEEDS, METAL_EVIDENCE, State
-from cgpu.problem import Problem, Severity
+from cgpu.problem import Kind, Problem, Severity
 from cgpu.version import __version__
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time
@@ -78,10 +78,35 @@ def _escaped_surrogate(match: re.Match[str]) -> str:
 
 def to_yaml(data: Any) -> str:
     """The same data as YAML (PyYAML's safe dump, block style, keys in the report's order),
-    undecodable bytes written as in `to_json`."""
+    undecodable bytes written as in `to_json`. A text holding a character Python does not call
+    printable (a bidi override, a zero-width space) is written double-quoted with every
+    non-ASCII character escaped, as JSON writes it: PyYAML's own escaping stops at control
+    characters, so `allow_unicode` would print those raw, reordering or hiding what follows."""
     import yaml
 
-    return str(yaml.safe_dump(_no_surrogates(data), sort_keys=False, allow_unicode=True, width=1_000_000))
+    class Dumper(yaml.SafeDumper):
+        def analyze_scalar(self, scalar: str) -> Any:
+            analysis = super().analyze_scalar(scalar)
+            if _hidden_in_yaml(scalar):  # only double quotes can escape
+                analysis.allow_flow_plain = analysis.allow_block_plain = False
+                analysis.allow_single_quoted = analysis.allow_block = False
+            return analysis
+
+        def write_double_quoted(self, text: str, split: bool = True) -> None:
+            self.allow_unicode = not _hidden_in_yaml(text)
+            try:
+                super().write_double_quoted(text, split)
+            finally:
+                self.allow_unicode = True
+
+    dumped = yaml.dump(_no_surrogates(data), Dumper=Dumper, sort_keys=False, allow_unicode=True, width=1_000_000)
+    return str(dumped)
+
+
+def _hidden_in_yaml(text: str) -> bool:
+    """Whether `text` holds a character PyYAML would print raw though Python does not call it
+    printable (PyYAML escapes C0 and C1 controls itself)."""
+    return not text.isprintable() and any(ord(c) >= 0xA0 and not c.isprintable() for c in text)
 
 
 def _unsurrogate(match: re.Match[str]) -> str:
@@ -176,9 +201,9 @@ class ReportBuilder:
         self.devices.append(entry)
         return entry
 
-    def problem(self, severity: Severity, source: str, message: str) -> None:
-        """One problem found here; the same as `add(Problem(severity, source, message))`."""
-        self.add(Problem(severity, source, message))
+    def problem(self, severity: Severity, source: str, message: str, kind: Kind = "other") -> None:
+        """One problem found here; the same as `add(Problem(severity, source, message, kind))`."""
+        self.add(Problem(severity, source, message, kind))
 
     def add(self, *problems: Problem) -> None:
         """Problems found elsewhere (a scan, an engine's configuration, the probe's answer), in
@@ -188,13 +213,13 @@ class ReportBuilder:
                 raise TypeError(f"a report's problem is a cgpu.problem.Problem, not {type(problem).__name__}")
             source, message = problem.source, problem.message
             if len(source) > MAX_TEXT or len(message) > MAX_TEXT:
-                problem = Problem(problem.severity, cap(source), cap(message))
+                problem = Problem(problem.severity, cap(source), cap(message), problem.kind)
             self.problems.append(problem)
 
-    def failed(self, source: str, message: str) -> None:
+    def failed(self, source: str, message: str, kind: Kind = "could-not-run") -> None:
         """The backend could not answer: an error problem, and the CLI exits non-zero."""
         self.could_not_run = True
-        self.problem("error", source, message)
+        self.problem("error", source, message, kind)
 
     def usage_error(self, option: str | tuple[str, ...], message: str) -> None:
         """The options given cannot work (a malformed name, conflicting options): exit 2.
@@ -204,7 +229,7 @@ class ReportBuilder:
         (`usage()`: the library's `engine: ...`, the CLI's `argument --engine: ...`)."""
         options = (option,) if isinstance(option, str) else option
         self._usage.append((options, message))
-        self.failed(" and ".join(options), message)
+        self.failed(" and ".join(options), message, "usage")
         self.bad_usage = True
 
     def usage(self, name: Callable[[str], str] = str) -> list[str]:

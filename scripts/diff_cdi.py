@@ -21,9 +21,10 @@ spec dirs, and prints agreement counts and each disagreement with a minimal file
 Corpus: every spec file under cdi-samples/ (alone in a dir) and every sample dir; the spec
 texts in the checkout's test tables (Go raw strings holding a cdiVersion); and --mutations
 mutated specs (structural and textual mutations of the seeds, written as YAML or JSON, one to
-three files a dir). Compared per case: whether the library panics, the device names it
-resolves, and the files it reports errors for. Differences cgpu makes on purpose (a
-"cgpu cannot read this file" problem: the size cap, merge keys, the alias-node cap) are
+three files a dir; among them numbers an integer field reads through their JSON text, and one
+anchor name given to every device's edits). Compared per case: whether the library panics, the
+device names it resolves, and the files it reports errors for. Differences cgpu makes on
+purpose (an `unreadable-file` problem, "cgpu cannot read this file": the size cap, merge keys, the alias-node cap) are
 counted apart, as is a panic Go's map order makes random. Exit status: 0 when every case
 agrees or differs on purpose, 1 otherwise, 2 when the oracle cannot be built.
 """
@@ -52,7 +53,6 @@ from cgpu.cdi.scan import clear_parse_cache, scan_spec_dirs  # noqa: E402
 
 CDI_MODULE = "tags.cncf.io/container-device-interface"
 LIBRARY_PACKAGES = ("pkg/cdi", "pkg/parser", "internal/validation", "internal/validation/k8s", "specs-go")
-DELIBERATE = "cgpu cannot read this file"
 RANDOM_PANIC = "in some runs only"
 
 ORACLE_MAIN = """package main
@@ -204,7 +204,7 @@ def cgpu_verdict(dirs: list[str], library: str) -> tuple[Verdict, set[str], bool
     clear_parse_cache()
     result = scan_spec_dirs(dirs, library=library)
     errors = sorted({os.path.normpath(path) for severity, path, _ in result.problems if severity == "error"})
-    deliberate = {os.path.normpath(path) for _, path, message in result.problems if message.startswith(DELIBERATE)}
+    deliberate = {os.path.normpath(p.source) for p in result.problems if p.kind == "unreadable-file"}
     random_panic = any(RANDOM_PANIC in message for _, _, message in result.problems)
     crashed = bool(result.crashed)
     return Verdict(crashed, () if crashed else tuple(sorted(result.devices)), tuple(errors)), deliberate, random_panic
@@ -338,13 +338,23 @@ def test_table_cases(cdi: Path) -> list[list[list[tuple[str, bytes]]]]:
 NAMES = ["gpu0", "0", "-x", "x-", "a b", "aé", "é", "a:b", "", "x" * 70, "all", "a.b_c", "1a"]
 KINDS = ["vendor.com/gpu", "a/gpu", "vendor.com/g", "/gpu.mig", "vendor/gpu.mig", "nvidia", "v/c/d", "é/gpu", ""]
 VALUES: list[Any] = [None, "", 0, 1, True, "none", "rwm", "rwx", "/dev/x", [], {}, "A=1", "NOEQ", "x" * 100, "v0.5.0"]
+# Numbers for an integer field: go-yaml v2 makes a float64 of those beyond int64 and uint64 and of
+# any with a point or an exponent, and sigs.k8s.io/yaml writes it with json.Marshal, whose text
+# encoding/json then reads into the field: -2^63-1 is written -9223372036854776000 (N63), -0.0 as
+# -0, which no unsigned field takes (NZ).
+NUMBERS: list[Any] = [-(2**63) - 1, -(2**63), 2**63 - 1, 2**63, -0.0, 0.0, 1e3, 2.5, 4294967295.0, 4294967296.0]
+NODE_NUMBERS = ["major", "minor", "uid", "gid", "fileMode"]
 FIELDS = {
-    "deviceNodes": lambda r: {"path": "/dev/x", r.choice(["hostPath", "type", "permissions"]): r.choice(VALUES)},
+    "deviceNodes": lambda r: (
+        {"path": "/dev/x", r.choice(["hostPath", "type", "permissions"]): r.choice(VALUES)}
+        if r.random() < 0.7
+        else {"path": "/dev/x", r.choice(NODE_NUMBERS): r.choice(NUMBERS)}
+    ),
     "mounts": lambda r: {"hostPath": "/a", "containerPath": "/b", r.choice(["type", "options"]): r.choice(VALUES)},
     "hooks": lambda r: {"hookName": r.choice(["createContainer", "bad", ""]), "path": r.choice(["/bin/x", ""])},
     "env": lambda r: r.choice(["A=1", "NOEQ", "=x", "PATH=/usr/bin:", "A=\\/x"]),
     "netDevices": lambda r: {"hostInterfaceName": r.choice(["eth0", ""]), "name": r.choice(["n0", ""])},
-    "additionalGids": lambda r: r.choice([0, 44, -1]),
+    "additionalGids": lambda r: r.choice([0, 44, -1, -0.0, 44.0]),
 }
 
 
@@ -428,7 +438,7 @@ ESCAPES += [b"\\U0010FFFF", b"\\uFFFF", b"\\x41", b"\\u00e9", b"\\'", b"\\UFFFFF
 
 def _mutate_text(data: bytes, r: random.Random) -> bytes:
     lines = data.split(b"\n")
-    choice = r.randrange(9)
+    choice = r.randrange(10)
     index = r.randrange(len(lines)) if lines else 0
     if choice == 0 and len(lines) > 1:
         del lines[index]
@@ -450,6 +460,8 @@ def _mutate_text(data: bytes, r: random.Random) -> bytes:
         if b"{" in data and r.random() < 0.5:
             return data.replace(b"{", b"{" + key + b": x, ", 1)
         return data + b"\n" + r.choice([b"annotations", b"x"]) + b":\n  " + key + b": x\n"
+    elif choice == 9:  # every device's edits under one anchor name, as a template copying a block writes it (AR)
+        return re.sub(rb'("?containerEdits"?:)', rb"\1 &e", data)
     elif choice == 3 and lines:
         lines[index] = lines[index].replace(b"/", b"\\/", 1)
     elif choice == 4 and lines:

@@ -39,7 +39,7 @@ def test_problems_found_elsewhere_keep_their_order_and_are_capped_like_the_build
     report.problem("error", "nvidia-ctk", long)
     built = report.build()["problems"]
     assert [p["severity"] for p in built] == ["warning", "info", "error"]
-    assert built[0] == {"severity": "warning", "source": "/etc/cdi/a.yaml", "message": "first"}
+    assert built[0] == {"severity": "warning", "source": "/etc/cdi/a.yaml", "message": "first", "kind": "other"}
     assert all(len(p["source"]) <= MAX_TEXT and len(p["message"]) <= MAX_TEXT for p in built)
     assert built[1]["message"].endswith("…") and built[2]["message"] == built[1]["message"]
     assert all(type(p) is Problem for p in report.problems)
@@ -150,3 +150,104 @@ def test_the_check_sees_each_stray_shape():
     )
     found = _stray_problem_shapes(source, "cgpu/stray.py")
     assert sorted({int(shape.split(":")[1]) for shape in found}) == [1, 2, 3, 4], found
+
+
+# --- kinds: what a program reads of a problem ------------------------------------------------------
+
+
+def test_the_kind_literal_is_the_list_of_kinds():
+    import typing
+
+    from cgpu import problem as module
+    from cgpu.problem import KINDS
+
+    tree = ast.parse((PACKAGE / "problem.py").read_text())
+    [literal] = [
+        node.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Assign) and [ast.unparse(t) for t in node.targets] == ["Kind"]
+    ]
+    assert [e.value for e in literal.slice.elts] == list(KINDS)  # type: ignore[attr-defined]
+    assert module.Kind is str and not typing.TYPE_CHECKING  # at run time: no typing import
+
+
+def test_a_kind_rides_beside_the_three_texts():
+    import pickle
+
+    stale = Problem("error", "/etc/cdi/nvidia.yaml", "stale spec: ...", "stale-spec")
+    severity, source, message = stale  # still unpacks as three
+    assert (severity, source, message) == ("error", "/etc/cdi/nvidia.yaml", "stale spec: ...")
+    assert stale.kind == "stale-spec" and Problem("info", "a", "b").kind == "other"
+    assert pickle.loads(pickle.dumps(stale)).kind == "stale-spec"
+    assert stale.as_dict() == {**dict(zip(("severity", "source", "message"), stale)), "kind": "stale-spec"}
+    assert Problem.from_json(stale.as_dict()).kind == "stale-spec"
+    assert Problem.from_json({"severity": "info", "source": "s", "message": "m"}).kind == "other"  # written before
+    with pytest.raises(ValueError, match="kind"):
+        Problem.from_json({**stale.as_dict(), "kind": "stale"})
+    report = ReportBuilder("cdi")
+    report.add(Problem("error", "x" * (MAX_TEXT + 5), "m", "invalid-spec"))
+    report.usage_error("devices", "a malformed name")
+    report.failed("wsl.exe", "could not run")
+    assert [p["kind"] for p in report.build()["problems"]] == ["invalid-spec", "usage", "could-not-run"]
+
+
+def _kinds_made_in(source: str) -> set[str]:
+    """The kinds a module gives its problems: the 4th argument of `Problem(...)`, `.problem(...)`
+    and `.failed(...)` (3rd), and the constants of `Kind`-annotated assignments."""
+    made = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call):
+            name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            at = {"Problem": 3, "problem": 3, "failed": 2}.get(name)
+            if at is not None and len(node.args) > at:
+                made |= {c.value for c in ast.walk(node.args[at]) if isinstance(c, ast.Constant)}
+        if isinstance(node, ast.AnnAssign) and ast.unparse(node.annotation) == "Kind" and node.value is not None:
+            made |= {c.value for c in ast.walk(node.value) if isinstance(c, ast.Constant)}
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):  # a default: `kind: Kind = "usage"`
+            args = node.args.args[-len(node.args.defaults) :] if node.args.defaults else []
+            for arg, default in zip(args, node.args.defaults):
+                if arg.annotation is not None and ast.unparse(arg.annotation) == "Kind":
+                    made |= {default.value} if isinstance(default, ast.Constant) else set()
+    return made
+
+
+def test_every_kind_is_made_somewhere_and_none_is_made_that_is_not_listed():
+    from cgpu.problem import KINDS
+
+    made: set[str] = set()
+    for path in _modules():
+        made |= _kinds_made_in(path.read_text())
+    assert made <= set(KINDS), made - set(KINDS)
+    assert set(KINDS) - made == set()  # a kind listed and never made is a promise the code does not keep
+
+
+def _probe_kinds(spec_dirs, root="cdi-samples/hosts/nvidia-580", **options):
+    from cgpu.backends import run_backend
+
+    options.setdefault("engine", "none")
+    report = run_backend("cdi", {"spec_dirs": [str(d) for d in spec_dirs], "root": str(root), **options}).build()
+    return {(p["kind"], p["severity"]) for p in report["problems"]}, report
+
+
+SAMPLE = PACKAGE.parent / "cdi-samples" / "nvidia-current" / "spec" / "nvidia.yaml"
+
+
+def test_the_cdi_backends_problems_carry_their_kinds(tmp_path):
+    kinds, _ = _probe_kinds(["cdi-samples/nvidia-current/spec"], "cdi-samples/hosts/nvidia-575")
+    assert ("stale-spec", "error") in kinds
+    kinds, _ = _probe_kinds(["cdi-samples/nvidia-current/spec"], devices=["nvidia.com/gpu=9"])
+    assert ("unresolvable-device", "error") in kinds
+    kinds, _ = _probe_kinds(["cdi-samples/nvidia-current/spec"], engine="podman@4.3.1")  # reads 0.5.0 at most
+    assert ("spec-too-new", "error") in kinds and ("engine", "info") in kinds
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    (specs / "a.yaml").write_text(SAMPLE.read_text())
+    (specs / "b.yaml").write_text(SAMPLE.read_text())  # the same devices twice in one dir
+    (specs / "c.json").write_text("{not: [valid")
+    (specs / "notes.yml").write_text("")
+    kinds, _ = _probe_kinds([specs, tmp_path / "absent"])
+    assert {("duplicate-device", "error"), ("invalid-spec", "error"), ("skipped-file", "info")} <= kinds
+    assert ("spec-dir", "warning") in kinds
+    (specs / "b.yaml").unlink()
+    kinds, _ = _probe_kinds([specs], str(tmp_path))  # a host without the spec's files
+    assert ("missing-host-files", "error") in kinds

@@ -76,3 +76,14 @@ def test_a_device_that_is_not_its_backends_shape_is_rejected(device):
         validate_report(data)
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(data, report_schema())
+
+
+@pytest.mark.parametrize("what", ["report", "image-check"])
+def test_the_schema_lists_every_problem_kind_with_its_meaning(run_cli, what):
+    from cgpu.problem import KINDS
+
+    problem = json.loads(run_cli("schema", what)[1])["$defs"]["Problem"]
+    kind = problem["properties"]["kind"]
+    assert kind["enum"] == list(KINDS) and kind["default"] == "other"
+    assert all(f"`{name}`: {meaning}" in kind["description"] for name, meaning in KINDS.items())
+    assert problem["required"] == ["severity", "source", "message"]  # additive: older reports stay valid

@@ -94,6 +94,34 @@ def test_spec_values_and_file_names_reach_the_terminal_escaped(run_cli, tmp_path
     assert json.loads(run_cli("probe", "--engine", "none", "--spec-dir", str(specs), "--root", str(root), "--json")[1])
 
 
+def test_yaml_output_escapes_bidi_and_zero_width_characters_as_json_does(run_cli, tmp_path):
+    import yaml
+
+    specs = tmp_path / "spec"
+    specs.mkdir()
+    (specs / "gpu.json").write_text(
+        json.dumps(
+            {
+                "cdiVersion": "0.6.0",
+                "kind": "example.com/gpu",
+                "containerEdits": {"env": ["LD_PRELOAD=/x/\u202etxt.exe\u200b\u2066.so"]},
+                "devices": [{"name": "dev0", "containerEdits": {"deviceNodes": [{"path": "/dev/dri/renderD128"}]}}],
+            },
+            ensure_ascii=False,  # the characters themselves in the file
+        )
+    )
+    root = tmp_path / "root"
+    (root / "dev/dri").mkdir(parents=True)
+    (root / "dev/dri/renderD128").write_text("")
+    probe = ("probe", "--engine", "none", "--spec-dir", str(specs), "--root", str(root))
+    code, out, err = run_cli(*probe, "-o", "yaml")
+    assert code == 0, err
+    assert [c for c in out if not c.isprintable() and c != "\n"] == []
+    assert "\\u202Etxt.exe\\u200B\\u2066.so" in out  # shown escaped, as the JSON shows them
+    report, same = yaml.safe_load(out), json.loads(run_cli(*probe, "--json")[1])
+    assert {**report, "checked_at": None} == {**same, "checked_at": None}  # the same data
+
+
 def test_image_tags_os_release_and_icd_paths_reach_the_terminal_escaped(run_cli, tmp_path):
     root = fedora_tree(tmp_path / "rootfs")
     (root / "etc/os-release").write_text(f"PRETTY_NAME={json.dumps(HOSTILE)}\nID=fedora\n")

@@ -31,13 +31,13 @@ at most an excerpt of any value (names.excerpt).
 from __future__ import annotations
 
 import binascii
-import functools
 import gc
 import math
 import operator
 from collections.abc import Callable
 
 from cgpu.cdi import names, versions
+from cgpu.cdi.goyaml import PLAIN_TAG, STR_TAG, goyaml_loader_class, loader_class
 from cgpu.cdi.model import ContainerEdits, DeviceNode, Hook, Mount, Spec, SpecDevice
 from cgpu.errors import CgpuError
 from cgpu.patterns import lazy, lazy_bytes
@@ -92,8 +92,6 @@ def _null_entry_crash(where: str, reader: str) -> _Invalid:
 # ---------------------------------------------------------------------------------------------
 # YAML -> plain values, go-yaml v2 style
 
-_PLAIN: Final = "!cgpu-plain"  # tag our loader gives untagged plain scalars, resolved below
-_STR_TAG: Final = "tag:yaml.org,2002:str"
 
 _BOOL_NULL: Final[dict[str, Any]] = {
     **dict.fromkeys(("y", "Y", "yes", "Yes", "YES", "true", "True", "TRUE", "on", "On", "ON"), True),
@@ -270,9 +268,9 @@ class _Reader:
 
     def scalar(self, node: Any) -> Any:
         tag, text = node.tag, node.value
-        if tag == _PLAIN:
+        if tag == PLAIN_TAG:
             return resolve_plain(text)
-        if tag == _STR_TAG:
+        if tag == STR_TAG:
             return text
         if tag == "tag:yaml.org,2002:binary":
             import base64  # here: few specs hold a !!binary value
@@ -306,7 +304,7 @@ class _Reader:
         for key_node, value_node in node.value:
             if key_node.id != "scalar":
                 raise _Invalid(f"line {_line(key_node)}: a mapping key must be a plain value, not a list or mapping")
-            if key_node.tag == _PLAIN and key_node.value == "<<":
+            if key_node.tag == PLAIN_TAG and key_node.value == "<<":
                 raise _Invalid(
                     f"line {_line(key_node)}: YAML merge keys (<<) are not supported by cgpu; the CDI library "
                     "merges them (go-yaml v2 decode.go merge), so the engine reads this file",
@@ -341,199 +339,7 @@ class _Reader:
         return str(key)
 
 
-def _plain_tags(base: type) -> type:
-    """`base` whose untagged plain scalars keep their text under the _PLAIN tag, for
-    resolve_plain; quoted and block scalars are strings."""
-    import yaml
-
-    class Loader(base):  # type: ignore[misc]  # a loader class chosen at run time (C or pure Python)
-        def resolve(self, kind: Any, value: Any, implicit: Any) -> str:
-            if kind is yaml.ScalarNode and implicit[0]:
-                return _PLAIN
-            if kind is yaml.ScalarNode:
-                return _STR_TAG
-            tag: str = super().resolve(kind, value, implicit)
-            return tag
-
-    return Loader
-
-
-@functools.cache
-def _loader_class() -> type:
-    """The fast loader: CSafeLoader (SafeLoader without a safe libyaml). libyaml and go-yaml v2
-    disagree on a few inputs; _goyaml_loader_class reads those."""
-    import yaml
-
-    if getattr(yaml, "CSafeLoader", None) is not None and yaml._yaml.get_version() >= (0, 2, 6):
-        return _plain_tags(yaml.CSafeLoader)
-    # libyaml before 0.2.6 has no nesting limit (a deep spec crashes it); without libyaml, the
-    # pure-Python loader with go-yaml's rules
-    return _goyaml_loader_class()
-
-
-@functools.cache
-def _goyaml_loader_class() -> type:
-    """PyYAML's pure-Python loader with go-yaml v2's scanner rules where libyaml's differ
-    (scannerc.go): the escapes of double-quoted scalars (`\\'` yes, `\\/` no), and a plain scalar
-    ends at ":" only before a blank, also inside [] and {} (`[PATH=/usr/bin:]` is one scalar).
-    Where PyYAML is laxer than both libyaml and go-yaml it takes their rule: an escape of a
-    surrogate or above U+10FFFF, and a directive other than %YAML and %TAG, are errors."""
-    import yaml
-    from yaml.scanner import ScannerError
-    from yaml.tokens import ScalarToken
-
-    class GoScanner(yaml.SafeLoader):
-        ESCAPE_REPLACEMENTS = {  # type: ignore[misc]
-            key: value for key, value in yaml.SafeLoader.ESCAPE_REPLACEMENTS.items() if key != "/"
-        } | {"'": "'"}
-
-        def scan_to_next_token(self) -> None:
-            # yaml_parser_scan_to_next_token: a tab is a blank in flow context and where no simple
-            # key may start (after ":", "-", "?"), so tab-indented JSON reads; PyYAML eats spaces only
-            if self.index == 0 and self.peek() == "\ufeff":
-                self.forward()
-            while True:
-                while self.peek() == " " or (self.peek() == "\t" and (self.flow_level or not self.allow_simple_key)):
-                    self.forward()
-                if self.peek() == "#":
-                    while self.peek() not in "\0\r\n\x85\u2028\u2029":
-                        self.forward()
-                if not self.scan_line_break():
-                    return
-                if not self.flow_level:
-                    self.allow_simple_key = True
-
-        def scan_plain_spaces(self, indent: int, start_mark: Any) -> Any:
-            # yaml_parser_scan_plain_scalar's blanks: spaces and tabs alike (PyYAML: spaces), a tab
-            # among the leading blanks of a line left of the indentation an error
-            length = 0
-            while self.peek(length) in " \t":
-                length += 1
-            whitespaces = self.prefix(length)
-            self.forward(length)
-            if self.peek() not in "\r\n\x85\u2028\u2029":
-                return [whitespaces] if whitespaces else []
-            line_break = self.scan_line_break()
-            self.allow_simple_key = True
-            breaks = []
-            while True:
-                if (
-                    self.column == 0
-                    and self.prefix(3) in ("---", "...")
-                    and self.peek(3) in "\0 \t\r\n\x85\u2028\u2029"
-                ):
-                    return None  # a document marker ends the scalar
-                ch = self.peek()
-                if ch == "\t" and self.column < indent:
-                    raise ScannerError(
-                        "while scanning a plain scalar",
-                        start_mark,
-                        "found a tab character that violates indentation",
-                        self.get_mark(),
-                    )
-                if ch in " \t":
-                    self.forward()
-                elif ch in "\r\n\x85\u2028\u2029":
-                    breaks.append(self.scan_line_break())
-                else:
-                    break
-            chunks = [line_break] if line_break != "\n" else ([] if breaks else [" "])
-            return chunks + breaks
-
-        def scan_flow_scalar_non_spaces(self, double: bool, start_mark: Any) -> Any:
-            # yaml_parser_scan_flow_scalar: "found invalid Unicode character escape code" for
-            # \x, \u, \U of D800-DFFF or above 10FFFF. PyYAML's chr() makes the surrogate (the
-            # reader already refused raw ones, so any here came from an escape) or fails.
-            try:
-                chunks = super().scan_flow_scalar_non_spaces(double, start_mark)
-            except (ValueError, OverflowError):  # chr() above U+10FFFF
-                chunks = None
-            if chunks is None or (double and any(_SURROGATE.search(chunk) for chunk in chunks)):
-                raise ScannerError(
-                    "while parsing a quoted scalar",
-                    start_mark,
-                    "found invalid Unicode character escape code (a surrogate or above U+10FFFF)",
-                    self.get_mark(),
-                )
-            return chunks
-
-        def scan_directive_name(self, start_mark: Any) -> str:
-            # yaml_parser_scan_directive_name, then yaml_parser_scan_directive's name check:
-            # PyYAML ignores an unknown directive, go-yaml and libyaml reject the file
-            length = 0
-            while self.peek(length) in _DIRECTIVE_NAME:
-                length += 1
-            name: str = self.prefix(length)
-            self.forward(length)
-            if not name:
-                problem = "could not find expected directive name"
-            elif self.peek() not in "\0 \t\r\n\x85\u2028\u2029":
-                problem = "found unexpected non-alphabetical character"
-            elif name not in ("YAML", "TAG"):
-                problem = f"found unknown directive name {names.excerpt('%' + name)}"
-            else:
-                return name
-            raise ScannerError("while scanning a directive", start_mark, problem, self.get_mark())
-
-        def scan_yaml_directive_value(self, start_mark: Any) -> tuple[int, int]:
-            # yaml_parser_scan_version_directive_value: blanks are spaces and tabs (PyYAML: spaces);
-            # _check_yaml_directive has judged the numbers already
-            while self.peek() in " \t":
-                self.forward()
-            major = self.scan_yaml_directive_number(start_mark)
-            if self.peek() != ".":
-                raise ScannerError(
-                    "while scanning a %YAML directive",
-                    start_mark,
-                    "did not find expected digit or '.' character",
-                    self.get_mark(),
-                )
-            self.forward()
-            return major, self.scan_yaml_directive_number(start_mark)
-
-        def scan_directive_ignored_line(self, start_mark: Any) -> None:
-            while self.peek() in " \t":
-                self.forward()
-            super().scan_directive_ignored_line(start_mark)
-
-        def scan_plain(self) -> Any:  # PyYAML's scan_plain, with go-yaml's rule for ":"
-            chunks: list[str] = []
-            start_mark = self.get_mark()
-            end_mark = start_mark
-            indent = self.indent + 1
-            spaces: list[str] | None = []
-            breaks = "\0 \t\r\n\x85\u2028\u2029"
-            while True:
-                length = 0
-                if self.peek() == "#":
-                    break
-                while True:
-                    ch = self.peek(length)
-                    if (
-                        ch in breaks
-                        or (ch == ":" and self.peek(length + 1) in breaks)
-                        or (self.flow_level and ch in ",?[]{}")
-                    ):
-                        break
-                    length += 1
-                if length == 0:
-                    break
-                self.allow_simple_key = False
-                chunks.extend(spaces or ())
-                chunks.append(self.prefix(length))
-                self.forward(length)
-                end_mark = self.get_mark()
-                spaces = self.scan_plain_spaces(indent, start_mark)
-                if not spaces or self.peek() == "#" or (not self.flow_level and self.column < indent):
-                    break
-            return ScalarToken("".join(chunks), True, start_mark, end_mark)
-
-    return _plain_tags(GoScanner)
-
-
 _DIRECTIVE: Final = lazy_bytes(rb"%YAML[ \t]+([0-9]+)\.([0-9]+)")
-_DIRECTIVE_NAME: Final = frozenset("0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_-")  # is_alpha
-_SURROGATE: Final = lazy("[\ud800-\udfff]")
 
 
 def _check_yaml_directive(data: bytes) -> None:
@@ -570,18 +376,18 @@ def _first_document(data: bytes) -> Any:
     # ends the scalar and the `?` starts a key the flow sequence does not take
     if b"\\/" not in data and not (b"?" in data and (b"[" in data or b"{" in data)):
         try:
-            return _load_first(_loader_class(), data)
+            return _load_first(loader_class(), data)
         except _Invalid:
             pass  # also where libyaml's binding broke (a \U escape past 2^31): go-yaml's rules decide
-    return _load_first(_goyaml_loader_class(), data)
+    return _load_first(goyaml_loader_class(), data)
 
 
-def _load_first(loader_class: type, data: bytes) -> Any:
+def _load_first(loader_type: type, data: bytes) -> Any:
     import yaml
 
     loader = None
     try:
-        loader = loader_class(data)  # the pure-Python reader decodes here already
+        loader = loader_type(data)  # the pure-Python reader decodes here already
         return loader.get_node() if loader.check_node() else None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
@@ -648,21 +454,43 @@ def _as_string(value: Any, where: str, _: _Decode) -> str:
     raise _Invalid(f"{where}: expected a string, found {_describe(value)}")
 
 
+def _json_integer(value: float) -> str | None:
+    """The text encoding/json's json.Marshal writes for a float64 (floatEncoder: the shortest
+    digits that read back as the same float, 'f' format from 1e-6 to below 1e21) where that
+    text is an integer, else None. It is not the float's exact value: -2^63 is written
+    -9223372036854776000, and -0.0 keeps its sign."""
+    if not value.is_integer() or abs(value) >= 1e21:
+        return None  # a fraction, or 'e' format: no integer field takes it
+    if value == 0:
+        return "-0" if math.copysign(1, value) < 0 else "0"
+    from decimal import Decimal  # here: few specs hold a float where an integer belongs
+
+    return str(int(Decimal(repr(value))))  # repr: the same shortest digits as Go's
+
+
 def _integer(low: int, high: int, go_type: str) -> Decoder:
     def decode(value: Any, where: str, _: _Decode) -> int | None:
         if value is None:
             return None
-        number = value
-        if isinstance(value, float) and not isinstance(value, bool):
+        if isinstance(value, float):
+            # sigs.k8s.io/yaml hands go-yaml's float64 to json.Marshal, and encoding/json reads
+            # the field back from that text (ParseInt, or ParseUint: no sign at all, "-0" neither)
             if math.isnan(value) or math.isinf(value):
                 raise _Invalid(f"{where}: {_describe(value)} cannot be written as JSON")
-            if value.is_integer() and abs(value) < 1e21:  # json.Marshal writes it as an integer
-                number = int(value)
-        if isinstance(number, bool) or not isinstance(number, int):
+            text = _json_integer(value)
+            if text is None:
+                raise _Invalid(f"{where}: expected an integer ({go_type}), found {_describe(value)}")
+            if int(text) < low or int(text) > high or (low == 0 and text.startswith("-")):
+                raise _Invalid(
+                    f"{where}: {text} does not fit a {go_type} (the CDI library's YAML reader makes the float "
+                    f"{value!r} of it, and encoding/json writes that as {text} before reading the field)"
+                )
+            return int(text)
+        if isinstance(value, bool) or not isinstance(value, int):
             raise _Invalid(f"{where}: expected an integer ({go_type}), found {_describe(value)}")
-        if not low <= number <= high:
-            raise _Invalid(f"{where}: {number} does not fit a {go_type}")
-        return number
+        if not low <= value <= high:
+            raise _Invalid(f"{where}: {value} does not fit a {go_type}")
+        return value
 
     return decode
 
@@ -956,79 +784,17 @@ def _edits_error(edits: ContainerEdits, where: str, library: str) -> str | None:
     return None
 
 
-def _version_checked_edits(spec: Spec) -> list[tuple[str, ContainerEdits]]:
-    """The edits specs-go/version.go requiresV050 and requiresV040 walk, in their order. They
-    collect `&d.ContainerEdits` of the range variable `d`, and specs-go declares go 1.19 (one
-    variable per loop), so every device's pointer is the last device's edits: only the last
-    device's and then the spec-level edits count."""
-    out = [("containerEdits", spec.edits)]
-    if spec.devices:
-        out.insert(0, (f"devices[{len(spec.devices) - 1}].containerEdits", spec.devices[-1].edits))
-    return out
-
-
-def _walk_checked(spec: Spec, field: str) -> tuple[bool, str | None]:
-    """requiresV050 (field "deviceNodes": a hostPath) or requiresV040 ("mounts": a type): True at
-    the first entry that has it; else where a null entry comes first (it panics there), or None."""
-    for where, edits in _version_checked_edits(spec):
-        entries = edits.device_nodes if field == "deviceNodes" else edits.mounts
-        for entry in entries:
-            if entry is None:
-                return False, f"{where}.{field}"
-            if entry.host_path if isinstance(entry, DeviceNode) else entry.type:
-                return True, None
-    return False, None
-
-
-def _digit_name(spec: Spec) -> bool:
-    """requiresV050 returns true at a device name starting with an ASCII digit, before it walks
-    any device node."""
-    return any(device.name[:1].isdigit() and device.name[0].isascii() for device in spec.devices)
-
-
-def minimum_version(spec: Spec) -> tuple[str, str]:
-    """The lowest cdiVersion the library computes for the spec's fields (specs-go/version.go,
-    with its quirks), and why (a clause such as "it uses deviceNodes[].hostPath")."""
-    all_edits = [device.edits for device in spec.devices] + [spec.edits]
-    for edits in all_edits:
-        rdt = edits.intel_rdt
-        if rdt is not None and (rdt.get("schemata") is not None or rdt.get("enableMonitoring")):
-            return "1.1.0", "it uses intelRdt.schemata or intelRdt.enableMonitoring"
-        if edits.net_devices:
-            return "1.1.0", "it uses netDevices"
-    for edits in all_edits:
-        if edits.intel_rdt is not None:
-            return "0.7.0", "it uses intelRdt"
-        if edits.additional_gids:
-            return "0.7.0", "it uses additionalGids"
-    if spec.annotations or any(device.annotations for device in spec.devices):
-        return "0.6.0", "it uses annotations"
-    if "." in spec.kind.partition("/")[2]:  # requiresV060 splits at "/" whatever the vendor
-        return "0.6.0", f"it uses a dot in the class of kind {names.excerpt(spec.kind)}"
-    for device in spec.devices:
-        if device.name[:1].isdigit() and device.name[0].isascii():
-            return "0.5.0", f"it uses device name {names.excerpt(device.name)}, which starts with a digit"
-    if _walk_checked(spec, "deviceNodes")[0]:
-        return "0.5.0", "it uses deviceNodes[].hostPath"
-    if _walk_checked(spec, "mounts")[0]:
-        return "0.4.0", "it uses mounts[].type"
-    return versions.EARLIEST, f"{versions.EARLIEST} is the earliest version the CDI library accepts"
-
-
-def _version_check_crash(spec: Spec, required: str) -> None:
-    """A null entry requiresV050 or requiresV040 reaches panics (_walk_checked). v1.1.0 calls
-    the checks in Go's random map order and stops once it has found 1.1.0, so with a 1.1.0
-    feature the panic happens only in some runs."""
+def _version_walk_crash(spec: Spec) -> _Invalid | None:
+    """The panic of requiresV050 or requiresV040 at a null entry they reach
+    (versions.version_walk), or None."""
     checks = [("mounts", "specs-go/version.go requiresV040")]
-    if not _digit_name(spec):
+    if not versions.digit_first_name(spec):
         checks.insert(0, ("deviceNodes", "specs-go/version.go requiresV050"))
     for field, reader in checks:
-        where = _walk_checked(spec, field)[1]
+        where = versions.version_walk(spec, field)[1]
         if where is not None:
-            crash = _null_entry_crash(where, reader)
-            if required == "1.1.0":
-                crash.args = (f"{crash.args[0]} (in some runs only: Go's map order decides)",)
-            raise crash
+            return _null_entry_crash(where, reader)
+    return None
 
 
 def _name_crash(name: str, what: str, library: str) -> None:
@@ -1050,8 +816,30 @@ def _validate(spec: Spec, declared: str, library: str = versions.LIBRARY) -> Non
             f"invalid version {names.excerpt(declared)} (cdiVersion must be one of "
             f'{", ".join(versions.KNOWN_VERSIONS[2:])}, optionally with a leading "v")'
         )
-    required, reason = minimum_version(spec)
-    _version_check_crash(spec, required)
+    required, reason = versions.minimum_version(spec)
+    walk_crash = _version_walk_crash(spec)
+    if walk_crash is not None and required != "1.1.0":
+        raise walk_crash  # the version check calls every requiresVxyz: it panics in every run
+    # With a 1.1.0 feature, requiredVersion stops at requiresV110, and Go's random map order
+    # decides whether requiresV050 and requiresV040 ran before it. The validation below reaches
+    # the same null entry and panics too, so a run that skipped the walk panics all the same;
+    # only an error the validation meets first makes the walk's panic one of some runs only.
+    try:
+        _validate_fields(spec, declared, known, required, reason, library)
+    except _Invalid as exc:
+        if walk_crash is None or exc.crash:
+            raise
+        walk_crash.args = (
+            f"{walk_crash.args[0]} (in some runs only: Go's map order decides; the other runs reject the file: "
+            f"{exc.args[0]})",
+        )
+        raise walk_crash from None
+    if walk_crash is not None:  # the validation reaches every entry the walk does; never accept a panic
+        raise walk_crash
+
+
+def _validate_fields(spec: Spec, declared: str, known: str, required: str, reason: str, library: str) -> None:
+    """_validate after the minimum version is known: the version, names and edits checks."""
     if versions.version_key(required) > versions.version_key(known):
         raise _Invalid(f"the spec version must be at least v{required} ({reason}) but declares {declared}")
     vendor, device_class = names.parse_qualifier(spec.kind)

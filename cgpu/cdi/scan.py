@@ -40,7 +40,7 @@ from cgpu.cdi.parse import MAX_SPEC_BYTES, SpecError, parse_spec, too_big_messag
 from cgpu.errors import CgpuError, CgpuTypeError
 from cgpu.node.host import NodeFiles
 from cgpu.options import DEFAULT_ROOT, DEFAULT_SPEC_DIRS
-from cgpu.problem import Problem, Severity
+from cgpu.problem import Kind, Problem, Severity
 
 SPEC_EXTENSIONS = (".json", ".yaml")  # exactly these, case-sensitive: not .yml, not .YAML
 
@@ -455,11 +455,12 @@ def _spec_files(
                     "is <= 1.1.0 (podman, containerd, CRI-O) do not read a symlinked spec dir, so cgpu skips it "
                     "too; Docker resolves the link and would read it. Point the engine at the real dir"
                 ),
+                "spec-dir",
             )
         )
         return []
     if not stat.S_ISDIR(dir_info.st_mode):
-        problems.append(Problem("warning", directory, "this spec dir is not a directory; skipped"))
+        problems.append(Problem("warning", directory, "this spec dir is not a directory; skipped", "spec-dir"))
         return []
     try:
         entries = files.entries(directory)
@@ -471,7 +472,7 @@ def _spec_files(
         if main:
             unreadable.append(directory)
             raise _StopScan(directory, message) from None
-        problems.append(Problem("warning", directory, message))  # Walk ignores a dir it cannot list
+        problems.append(Problem("warning", directory, message, "spec-dir"))  # Walk ignores a dir it cannot list
         return []
     found: list[tuple[str, os.stat_result, bool]] = []
     for name in entries:
@@ -485,7 +486,9 @@ def _spec_files(
             continue  # removed since the listing: Walk skips it too
         except OSError as exc:
             if main:
-                problems.append(Problem("error", path, f"cannot read the file: {exc.strerror or exc}"))
+                problems.append(
+                    Problem("error", path, f"cannot read the file: {exc.strerror or exc}", "unreadable-file")
+                )
                 unreadable.append(path)
                 continue
             # Walk lstats every entry, whatever its name, before the scan's function sees the
@@ -518,17 +521,24 @@ def _spec_file(
         except FileNotFoundError:
             problems.append(
                 Problem(
-                    "error", path, "a symlink to a missing file; the CDI library reports it as a spec it cannot load"
+                    "error",
+                    path,
+                    "a symlink to a missing file; the CDI library reports it as a spec it cannot load",
+                    "invalid-spec",
                 )
             )
             return []
         except OSError as exc:
-            problems.append(Problem("error", path, f"cannot read the file: {exc.strerror or exc}"))
+            problems.append(Problem("error", path, f"cannot read the file: {exc.strerror or exc}", "unreadable-file"))
             unreadable.append(path)
             return []
         withhold = _leaves_open_dir(directory, path, dir_info, files)
     if stat.S_ISDIR(info.st_mode):
-        problems.append(Problem("error", path, "a symlink to a directory; the CDI library fails to read it as a spec"))
+        problems.append(
+            Problem(
+                "error", path, "a symlink to a directory; the CDI library fails to read it as a spec", "invalid-spec"
+            )
+        )
         return []
     if not stat.S_ISREG(info.st_mode):
         problems.append(
@@ -537,6 +547,7 @@ def _spec_file(
                 path,
                 "not a regular file (a FIFO, socket or device); cgpu does not "
                 "open it, and an engine reading it could block",
+                "unreadable-file",
             )
         )
         return []
@@ -588,9 +599,10 @@ def scan_spec_dirs(
                     crashes.append(path)
                 elif not exc.by_library:
                     unreadable.append(path)
-                problems.append(Problem("error", path, _rejection(exc, withhold)))
+                kind: Kind = "library-crash" if exc.crash else "invalid-spec" if exc.by_library else "unreadable-file"
+                problems.append(Problem("error", path, _rejection(exc, withhold), kind))
                 continue
-            problems.extend(Problem("warning", path, warning) for warning in spec.warnings)
+            problems.extend(Problem("warning", path, warning, "spec-warning") for warning in spec.warnings)
             if max_version is not None and (versions.version_key(spec.version) > versions.version_key(max_version)):
                 problems.append(
                     Problem(
@@ -601,6 +613,7 @@ def scan_spec_dirs(
                             f"{engine} ignores this file, so its devices are unresolvable there"
                             f"{_upgrade_fix(engine_label, spec.version, max_version)}"
                         ),
+                        "spec-too-new",
                     )
                 )
                 engine_dropped.append(spec)
@@ -616,8 +629,8 @@ def scan_spec_dirs(
                             f"{go_quote(other.spec.path)}): "
                             "two files in the same spec dir define it, so engines drop it entirely"
                         )
-                        problems.append(Problem("error", other.spec.path, message))
-                        problems.append(Problem("error", path, message))
+                        problems.append(Problem("error", other.spec.path, message, "duplicate-device"))
+                        problems.append(Problem("error", path, message, "duplicate-device"))
                         conflicts[qualified] = priority
                     continue
                 devices[qualified] = ResolvedDevice(qualified, spec, device)
@@ -636,7 +649,9 @@ def scan_spec_dirs(
                 root=root,
             )
             unreached = {name: found.spec for name, found in beyond.devices.items() if name not in devices}
-        problems.append(Problem(stop.severity, stop.path, _stop_message(stop, later, unreached, engine, library)))
+        problems.append(
+            Problem(stop.severity, stop.path, _stop_message(stop, later, unreached, engine, library), "spec-dir")
+        )
     if cache.stored and cache.directory is not None:
         spec_cache.prune(cache.directory, keep=cache.read)
     with _PARSE_CACHE_LOCK:
@@ -657,10 +672,11 @@ def scan_spec_dirs(
                         f"two files in {spec_dirs[conflict_priority]} conflict over it, and it removes conflicting "
                         "names after reading every dir. Remove one of the conflicting definitions"
                     ),
+                    "duplicate-device",
                 )
             )
     if crashes:
-        problems.append(Problem("error", crashes[0], _crash_loss(crashes, devices, engine)))
+        problems.append(Problem("error", crashes[0], _crash_loss(crashes, devices, engine), "library-crash"))
         devices = {}
     return ScanResult(
         devices=devices,

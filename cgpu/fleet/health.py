@@ -10,10 +10,16 @@ import sys
 import time
 from collections.abc import Sequence
 
+# How far in the future a file's time may be and still count as just written: a file system
+# whose clock runs a little ahead of this one (NFS, a VM's shared folder).
+FUTURE_SLACK_S = 2.0
+
 
 def check_age(paths: Sequence[str | None], max_age: float) -> int:
     """0 when every given path is a regular file last written at most `max_age` seconds ago,
-    else 1 with one line on stderr per file that is not."""
+    else 1 with one line on stderr per file that is not. A file dated in the future is stale:
+    its age says nothing of when the watch last wrote it (the clock was set back, or something
+    else set its time)."""
     import stat
 
     from cgpu.terminal import escape
@@ -31,7 +37,11 @@ def check_age(paths: Sequence[str | None], max_age: float) -> int:
             bad += 1
             continue
         age = time.time() - info.st_mtime
-        if age > max_age:
+        if age < -FUTURE_SLACK_S:
+            message = f"dated {-age:.0f} s in the future: the clock was set back or something else set its time"
+            print(f"cgpu watch: {escape(path)}: {message}", file=sys.stderr)
+            bad += 1
+        elif age > max_age:
             message = f"last written {age:.0f} s ago (more than {max_age:g} s)"
             print(f"cgpu watch: {escape(path)}: {message}", file=sys.stderr)
             bad += 1

@@ -13,7 +13,8 @@ Labels (stable; documented in docs/kubernetes.md):
   <ns>/backend=<name>, <ns>/version=<cgpu version>, <ns>/format=<report format_version>
   <ns>/devices=<n>     distinct devices containers can be given (alias names not counted)
   <ns>/problem=<kind>  only where devices are blocked: cdi-off, spec-too-new, stale-spec,
-                       missing-host-files (the first that applies, in that order)
+                       missing-host-files (the first that applies, in that order: the problems'
+                       `kind`, never their wording), else blocked
   <ns>/engine=<name>, <ns>/engine-version=<version>, <ns>/engine-max-cdi=<cdiVersion|off|none>
                        the engine that judged the specs (the report's `engines`, where it has one)
 """
@@ -79,27 +80,27 @@ def device_count(report: Mapping[str, Any]) -> int:
     return len(singles) if singles else len(usable)
 
 
-STALE_SPEC = "stale spec:"  # how the CDI backend's problem for a spec made for another driver begins
+# Problem kinds that keep a spec's devices from containers, in the order the label prefers them
+BLOCKING_KINDS: Final = ("spec-too-new", "stale-spec", "missing-host-files")
 
 
 def blocking_problem(report: Mapping[str, Any], judge: Mapping[str, Any] | None = None) -> str | None:
-    """What keeps devices from containers here, as a label value; None when no device is blocked."""
+    """What keeps devices from containers here, as a label value; None when no device is blocked.
+    Read from the problems' `kind` (never their wording): the first of `BLOCKING_KINDS` that an
+    error about a blocked device's spec has, else `blocked`."""
     devices = report.get("devices", [])
     blocked = [d for d in devices if d.get("status") == "blocked"]
     if judge is not None and judge.get("cdi_enabled") is False and (blocked or not report.get("containers")):
         return "cdi-off"
     if not blocked:
         return None
-    if any("reason" in d and "cdiVersion" in str(d["reason"]) for d in blocked):
-        return "spec-too-new"
     specs = {d.get("spec") for d in blocked}
-    for problem in report.get("problems", []):
-        stale = str(problem.get("message", "")).startswith(STALE_SPEC)
-        if stale and problem.get("severity") == "error" and problem.get("source") in specs:
-            return "stale-spec"
-    if any(d.get("missing") for d in blocked):
-        return "missing-host-files"
-    return "blocked"
+    kinds = {
+        problem.get("kind")
+        for problem in report.get("problems", [])
+        if problem.get("severity") == "error" and problem.get("source") in specs
+    }
+    return next((kind for kind in BLOCKING_KINDS if kind in kinds), "blocked")
 
 
 def label_value(text: str) -> str:

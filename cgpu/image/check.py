@@ -40,7 +40,9 @@ def check_image(
     result = _check(ref, machine=machine, timeout=timeout, progress=progress)
     result["reason"] = cap(result["reason"])
     result["checks"] = [{**c, "evidence": cap(c["evidence"]), "fix": cap(c["fix"])} for c in result["checks"]]
-    result["problems"] = [Problem(p.severity, cap(p.source), cap(p.message)).as_dict() for p in result["problems"]]
+    result["problems"] = [
+        Problem(p.severity, cap(p.source), cap(p.message), p.kind).as_dict() for p in result["problems"]
+    ]
     return result
 
 
@@ -72,18 +74,20 @@ def _check(
         deadline = Deadline(timeout or DEFAULT_TIMEOUT, start=limit_start())
         with open_image(ref, deadline=deadline, progress=progress) as image:
             result["source"] = image.source
-            problems += [Problem(severity, image.source, note) for severity, note in image.notes]
+            problems += [Problem(severity, image.source, note, "image") for severity, note in image.notes]
             checks, found, info = run_checks(image)
     except (ImageReadError, DeadlineExceeded) as exc:
         result["reason"] = f"could not read the image: {exc}"
-        problems.append(Problem("error", ref, str(exc)))
+        problems.append(Problem("error", ref, str(exc), "image"))
         result["status"] = "unreadable"
         return result
     except KeyboardInterrupt:
         raise
     except Exception as exc:  # a bug in cgpu: still one answer, never a traceback
         result["reason"] = "internal error"
-        problems.append(Problem("error", "cgpu", f"internal error, please report it: {type(exc).__name__}: {exc}"))
+        problems.append(
+            Problem("error", "cgpu", f"internal error, please report it: {type(exc).__name__}: {exc}", "internal-error")
+        )
         result["status"] = "internal_error"
         return result
     problems += found
@@ -107,6 +111,7 @@ def _probe_in_machine(
                 source,
                 "the probe runs the image from the machine's podman storage: give the image's name there "
                 f"(`podman load -i ...` it first), not {ref}",
+                "probe",
             )
         )
         return False
@@ -119,11 +124,14 @@ def _probe_in_machine(
 def merge_machine_probe(result: dict[str, Any], builder: Any, source: str) -> bool:
     """Fold the krunkit backend's report into the answer: a probe that ran decides the verdict."""
     report = builder.build()
-    result["problems"] += [Problem(p.severity, f"{source}: {p.source}", p.message) for p in builder.problems]
+    result["problems"] += [Problem(p.severity, f"{source}: {p.source}", p.message, p.kind) for p in builder.problems]
     if builder.could_not_run:
         result["problems"].append(
             Problem(
-                "error", source, "the probe did not run in the VM; the verdict above is from the image's files only"
+                "error",
+                source,
+                "the probe did not run in the VM; the verdict above is from the image's files only",
+                "probe",
             )
         )
         return False
@@ -136,6 +144,7 @@ def merge_machine_probe(result: dict[str, Any], builder: Any, source: str) -> bo
                 source,
                 f"the image's files said {result['verdict']}, the probe in the VM says {'yes' if got else 'no'}; "
                 "the probe decides",
+                "probe",
             )
         )
     result["verdict"] = "yes" if got else "no"

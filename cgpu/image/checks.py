@@ -117,7 +117,7 @@ class Facts:
         self._nevras: dict[str, str] | None = None
 
     def problem(self, severity: Severity, source: str, message: str) -> None:
-        self.problems.append(Problem(severity, source, message))
+        self.problems.append(Problem(severity, source, message, "image"))
 
     def _lib_dirs(self) -> list[str]:
         dirs = [d.strip("/") for d in self.env.get("LD_LIBRARY_PATH", "").split(":") if d.strip("/")]

@@ -75,6 +75,24 @@ def test_the_mutations_reach_issue_25s_classes():
     assert any(len(case) > 1 and not isinstance(case[-1], str) for case in failing)  # W: a later dir to lose
 
 
+def test_the_mutations_reach_the_ar_n63_and_nz_classes():
+    seeds = [data for case in diff_cdi.sample_cases() for _, data in case[0]]
+    cases = diff_cdi.mutated_cases(seeds, 2000, seed=1)
+    texts = [data for case in cases for files in case if not isinstance(files, str) for _, data in files]
+    assert any(t.count(b"&e") >= 2 for t in texts)  # AR: one anchor name defined twice
+    assert any(str(-(2**63) - 1).encode() in t for t in texts)  # N63: a float of -2^63 in an int64 field
+    assert any(b"-0.0" in t for t in texts)  # NZ: -0.0 in a uint32 field
+
+
+def test_what_cgpu_declines_is_read_from_the_problems_kind(tmp_path):
+    oversized = [[("a.yaml", b"x" * (5 * 1024 * 1024))]]
+    verdict, deliberate, _ = diff_cdi.cgpu_verdict(diff_cdi.write_case(tmp_path / "c", oversized), "v1.1.0")
+    assert deliberate == set(verdict.error_files) and len(deliberate) == 1
+    rejected = [[("a.yaml", b"kind: [")]]
+    verdict, deliberate, _ = diff_cdi.cgpu_verdict(diff_cdi.write_case(tmp_path / "d", rejected), "v1.1.0")
+    assert deliberate == set() and len(verdict.error_files) == 1
+
+
 def test_a_failing_dir_of_a_case_fails_as_named(tmp_path):
     dirs = diff_cdi.write_case(tmp_path / "c", ["ENOTDIR", "ELOOP", "ENAMETOOLONG", "ENOENT", [("a.yaml", b"x")]])
     errors = []

@@ -278,16 +278,16 @@ def test_s_the_fallback_loader_alone_rejects_them(monkeypatch):
     # libyaml rejects the escape itself; the file the fallback reads after a `\'` must fail as well
     text = one_device(r'{env: ["B=it\'s", "A=\ud83d\ude00"]}')
     assert "invalid Unicode character escape" in rejection(text).message
-    import cgpu.cdi.parse as parse_module
+    from cgpu.cdi import goyaml
 
-    parse_module._loader_class.cache_clear()
+    goyaml.loader_class.cache_clear()
     monkeypatch.delattr(yaml, "CSafeLoader")  # no libyaml: the pure-Python loader reads everything
     try:
         assert "invalid Unicode character escape" in rejection(one_device(r'{env: ["A=\ud83d"]}')).message
         assert "unknown directive" in rejection("%FOO bar\n---\n" + minimal()).message
     finally:
         monkeypatch.undo()
-        parse_module._loader_class.cache_clear()
+        goyaml.loader_class.cache_clear()
 
 
 @pytest.mark.parametrize(
@@ -509,3 +509,103 @@ def test_the_fallback_takes_tabs_where_go_yaml_does():
     text = one_device('{env: ["A=it\\\'s",\t"B=1"],\tdeviceNodes:\t[{path:\t/dev/x}]}')
     assert parse(text).devices[0].edits.env == ("A=it's", "B=1")
     assert "violates indentation" in rejection("kind: a\n  b\n\tc\n" + minimal()).message
+
+
+# AR: go-yaml v2 decode.go (*parser).anchor keeps anchors in a map, so a name defined again (each
+# device with its own `containerEdits: &e {...}`, as a template copying a block writes it) names
+# the later node from there on; libyaml's and PyYAML's composers reject "found duplicate anchor".
+def test_ar_an_anchor_defined_twice_is_read_the_later_one_winning():
+    text = (
+        'cdiVersion: "0.3.0"\nkind: vendor.com/gpu\ndevices:\n'
+        "- name: gpu0\n  containerEdits: &e {env: [A=0]}\n"
+        "- name: gpu1\n  containerEdits: *e\n"  # before the second definition: the first
+        "- name: gpu2\n  containerEdits: &e {env: [A=2]}\n"
+        "- name: gpu3\n  containerEdits: *e\n"  # after it: the second
+    )
+    envs = [(device.name, device.edits.env) for device in parse(text).devices]
+    assert envs == [("gpu0", ("A=0",)), ("gpu1", ("A=0",)), ("gpu2", ("A=2",)), ("gpu3", ("A=2",))]
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [  # neighbours: what the library still rejects around a redefined anchor
+        (one_device("&e {env: [A=1]}") + "x: &e 1\ny: *f\n", "found undefined alias"),
+        (one_device("&e {env: [A=1]}") + "x: &e 1\n", 'unknown field "x"'),
+        (one_device("*e") + "x: &e {env: [A=1]}\n", "found undefined alias"),  # an alias before any definition
+    ],
+)
+def test_ar_neighbours(text, says):
+    error = rejection(text)
+    assert says in error.message and error.by_library and "duplicate anchor" not in error.message
+
+
+def test_ar_a_redefined_anchor_in_a_scan(tmp_path):
+    etc = tmp_path / "etc"
+    text = (
+        'cdiVersion: "0.3.0"\nkind: vendor.com/gpu\ndevices:\n'
+        "- name: gpu0\n  containerEdits: &e {env: [A=0]}\n- name: gpu1\n  containerEdits: &e {env: [A=1]}\n"
+    )
+    write(etc, "a.yaml", text)
+    result = scan_spec_dirs([str(etc)])
+    assert sorted(result.devices) == ["vendor.com/gpu=gpu0", "vendor.com/gpu=gpu1"] and result.problems == []
+
+
+# N63 and NZ: go-yaml v2 resolves a number beyond int64 and uint64, or any float, to a float64;
+# sigs.k8s.io/yaml (v1.4.0, yaml.go yamlToJSON) hands it to json.Marshal, which writes the float's
+# shortest digits ('f' format), and encoding/json reads the field back from that text: ParseInt for
+# int64, ParseUint (no sign, "-0" neither) for uint32.
+@pytest.mark.parametrize(
+    ("field", "value", "text", "go_type"),
+    [
+        ("major", "-9223372036854775809", "-9223372036854776000", "int64"),  # N63: the float is -2^63
+        ("minor", "-9223372036854775808.0", "-9223372036854776000", "int64"),
+        ("major", "9223372036854775807.0", "9223372036854776000", "int64"),  # 2^63 as a float
+        ("uid", "-0.0", "-0", "uint32"),  # NZ
+        ("gid", "-0.0", "-0", "uint32"),
+        ("fileMode", "-.0", "-0", "uint32"),
+        ("uid", "-0e5", "-0", "uint32"),
+    ],
+)
+def test_n63_nz_a_float_goes_through_its_json_text(field, value, text, go_type):
+    error = rejection(one_device(f"{{deviceNodes: [{{path: /dev/x, {field}: {value}}}]}}"))
+    assert error.by_library and not error.crash
+    assert f"deviceNodes[0].{field}: {text} does not fit a {go_type}" in error.message
+
+
+def test_nz_additional_gids_take_no_negative_zero():
+    error = rejection(one_device("{additionalGids: [5, -0.0]}", version="0.7.0"))
+    assert "additionalGids[1]: -0 does not fit a uint32" in error.message
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "read"),
+    [  # neighbours the library reads
+        ("major", "-9223372036854775808", -(2**63)),  # an int64: no float on the way
+        ("major", "-0.0", 0),  # ParseInt takes "-0"
+        ("uid", "-0", 0),  # an integer: go-yaml resolves "-0" to the int 0
+        ("uid", "0.0", 0),
+        ("uid", "4294967295.0", 2**32 - 1),
+        ("major", "1e3", 1000),
+        ("major", "9.2e18", 9_200_000_000_000_000_000),
+    ],
+)
+def test_n63_nz_neighbours_the_library_reads(field, value, read):
+    node = parse(one_device(f"{{deviceNodes: [{{path: /dev/x, {field}: {value}}}]}}")).devices[0].edits.device_nodes[0]
+    assert (getattr(node, {"fileMode": "file_mode"}.get(field, field)) or 0) == read
+
+
+# The null-entry panic with a 1.1.0 feature: requiredVersion stops at requiresV110, so Go's map
+# order decides whether requiresV050 runs; but the validation dereferences the same entry, so the
+# library panics in every run (30 of 30 measured) unless an error comes first.
+def test_c_a_null_device_node_beside_net_devices_panics_in_every_run():
+    text = one_device("{deviceNodes: [~], netDevices: [{hostInterfaceName: eth0, name: n0}]}", version="1.1.0")
+    error = rejection(text)
+    assert error.crash and "some runs" not in error.message and "(*DeviceNode).Validate" in error.message
+
+
+def test_c_only_an_earlier_error_makes_the_version_walks_panic_one_of_some_runs():
+    text = one_device("{env: [BAD], deviceNodes: [~], netDevices: [{hostInterfaceName: eth0, name: n0}]}", "1.1.0")
+    error = rejection(text)
+    assert error.crash and "requiresV050" in error.message
+    assert "in some runs only: Go's map order decides; the other runs reject the file: " in error.message
+    assert "invalid environment variable" in error.message

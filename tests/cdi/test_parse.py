@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from cgpu.cdi import parse as parse_module
+from cgpu.cdi import goyaml
 from cgpu.cdi.parse import MAX_SPEC_BYTES, SpecError, parse_spec, resolve_plain
 
 from .conftest import ALL_FIELDS, minimal, parse, rejection
@@ -521,14 +521,14 @@ def test_deep_nesting_is_a_spec_error(text):
 def test_deep_nesting_without_libyaml(monkeypatch):
     import yaml
 
-    parse_module._loader_class.cache_clear()
+    goyaml.loader_class.cache_clear()
     monkeypatch.delattr(yaml, "CSafeLoader")
     try:
         assert "nested too deeply" in rejection(("[" * 5000 + "]" * 5000).encode())
         assert parse(minimal()).kind == "example.com/gpu"
     finally:
         monkeypatch.undo()
-        parse_module._loader_class.cache_clear()
+        goyaml.loader_class.cache_clear()
 
 
 @pytest.mark.parametrize("data", [b"kind: caf\xe9\n", b"\xff\xfe\xfd"])
@@ -562,3 +562,34 @@ def test_garbage_collection_is_restored_after_a_parse():
     parse(minimal())
     rejection("kind: [")
     assert gc.isenabled()
+
+
+# --- the reader's last three classes (AR, N63, NZ): minimal files ---------------------------------
+
+
+def test_an_anchor_defined_again_names_the_later_node():
+    text = device_spec("    &e {env: [A=1]}\n", name="a") + "- name: b\n  containerEdits: &e {env: [B=1]}\n"
+    text += "- name: c\n  containerEdits: *e\n"
+    assert [d.edits.env for d in parse(text).devices] == [("A=1",), ("B=1",), ("B=1",)]
+
+
+@pytest.mark.parametrize(
+    ("node", "says"),
+    [
+        ("major: -9223372036854775809", "major: -9223372036854776000 does not fit a int64"),
+        ("uid: -0.0", "uid: -0 does not fit a uint32"),
+        ("gid: -0.0", "gid: -0 does not fit a uint32"),
+        ("fileMode: -0.0", "fileMode: -0 does not fit a uint32"),
+        ("major: 1.5", "major: expected an integer (int64), found the number 1.5"),
+    ],
+)
+def test_a_float_is_read_through_the_json_text_the_library_makes_of_it(node, says):
+    assert says in rejection(device_spec(f"    deviceNodes: [{{path: /dev/x, {node}}}]\n"))
+
+
+@pytest.mark.parametrize(("node", "value"), [("major: -9223372036854775808", -(2**63)), ("major: 2.0", 2)])
+def test_an_integer_field_takes_what_its_json_text_fits(node, value):
+    assert (
+        parse(device_spec(f"    deviceNodes: [{{path: /dev/x, {node}}}]\n")).devices[0].edits.device_nodes[0].major
+        == value
+    )

@@ -289,3 +289,60 @@ def test_the_fallback_never_takes_what_libyaml_rejects_for_a_rule_go_yaml_shares
                 raise AssertionError(f"read {text!r}, which libyaml rejects: {exc}") from None
     except Exception:  # libyaml's binding has raised odd errors on bad input
         pass
+
+
+def go_json_number(value: float) -> str:
+    """encoding/json's floatEncoder text for a float64, written from its source: the shortest
+    digits that read back, 'f' format from 1e-6 to below 1e21, 'e' format outside."""
+    import decimal
+
+    if value == 0:
+        return "-0" if str(value).startswith("-") else "0"
+    if not 1e-6 <= abs(value) < 1e21:
+        return f"{value:e}"  # an exponent: never an integer for encoding/json
+    return format(decimal.Decimal(repr(value)).normalize(), "f")
+
+
+@SETTINGS
+@given(
+    st.floats(allow_nan=False, allow_infinity=False)
+    | st.integers(-(2**64), 2**65).map(float)
+    | st.sampled_from([-0.0, 0.0, -(2.0**63), 2.0**63, 2.0**32 - 1, 2.0**32]),
+    st.sampled_from([("major", "int64"), ("minor", "int64"), ("uid", "uint32"), ("fileMode", "uint32")]),
+)
+def test_a_float_in_an_integer_field_is_read_exactly_where_its_json_text_fits(value, field):
+    # N63, NZ: sigs.k8s.io/yaml writes go-yaml's float64 with json.Marshal; encoding/json then
+    # reads the field from that text (ParseInt for int64, ParseUint for uint32: no sign at all)
+    name, go_type = field
+    text = ONE_DEVICE % '"A=1"'
+    text = text.replace("env: [", f"deviceNodes: [{{path: /dev/x, {name}: {value!r}}}], env: [")
+    written = go_json_number(value)
+    low, high = (-(2**63), 2**63 - 1) if go_type == "int64" else (0, 2**32 - 1)
+    fits = written.lstrip("-").isdigit() and low <= int(written) <= high
+    fits = fits and not (go_type == "uint32" and written.startswith("-"))
+    try:
+        spec = parse_spec(text.encode(), path="/etc/cdi/x.yaml", priority=0)
+    except SpecError as exc:
+        assert not fits, exc.message
+    else:
+        assert fits, written
+        node = spec.devices[0].edits.device_nodes[0]
+        assert (getattr(node, {"fileMode": "file_mode"}.get(name, name)) or 0) == int(written)
+
+
+@SETTINGS
+@given(st.lists(st.tuples(st.sampled_from("ab"), st.booleans()), min_size=1, max_size=8))
+def test_an_anchor_names_its_latest_definition_as_go_yaml_reads_it(steps):
+    # AR: each device defines an anchor (&a, &b) or uses one (*a, *b); go-yaml v2 keeps anchors in a
+    # map, so an alias names the latest definition before it, and one before any is an error
+    lines, defined, expected = [], {}, []
+    for index, (anchor, define) in enumerate(steps):
+        if define or anchor not in defined:
+            defined[anchor] = f"A={index}"
+            lines.append(f"- name: d{index}\n  containerEdits: &{anchor} {{env: [A={index}]}}\n")
+        else:
+            lines.append(f"- name: d{index}\n  containerEdits: *{anchor}\n")
+        expected.append((defined[anchor],))
+    text = 'cdiVersion: "0.3.0"\nkind: vendor.com/gpu\ndevices:\n' + "".join(lines)
+    spec = parse_spec(text.encode(), path="/etc/cdi/x.yaml", priority=0)
+    assert [device.edits.env for device in spec.devices] == expected

@@ -146,3 +146,12 @@ def test_library_max_version(library, reads):
 )
 def test_first_release_reading_is_the_one_from_which_every_later_release_reads_it(engine, spec_version, first):
     assert versions.first_release_reading(engine, spec_version) == first
+
+
+def test_the_minimum_version_is_a_table_of_the_library_versions_above_the_earliest():
+    # specs-go/version.go (v1.1.0) validSpecVersions: a requiresVxyz for every version from 0.4.0
+    assert [version for version, _ in versions.REQUIRES] == list(reversed(versions.KNOWN_VERSIONS[3:]))
+    requires = dict(versions.REQUIRES)
+    assert requires["1.0.0"] is None and requires["0.8.0"] is None  # no field of their own
+    for version, requires in versions.REQUIRES:
+        assert requires is None or requires.__name__ == f"_requires_v{version.replace('.', '')}"

@@ -196,7 +196,7 @@ def test_case12_fresh_dynamic_spec_wins_but_an_old_uuid_drags_the_stale_spec_in(
     assert device(report, "nvidia.com/gpu=0")["spec"].endswith("run-cdi/nvidia.yaml")
     stale_device = device(report, "nvidia.com/gpu=GPU-0ld00000-0000-0000-0000-000000000000")
     assert stale_device["status"] == "blocked" and stale_device["spec"].endswith("etc-cdi/nvidia.yaml")
-    [stale] = [p for p in report["problems"] if p["message"].startswith("stale spec")]
+    [stale] = [p for p in report["problems"] if p["kind"] == "stale-spec"]
     assert stale["source"].endswith("etc-cdi/nvidia.yaml") and "GPU-0ld00000" in stale["message"]
 
 

@@ -21,7 +21,7 @@ def test_each_devices_live_check_goes_in_its_entry(monkeypatch):
     def verify_devices(report, devices, static, **options):
         assert report.devices == []  # nothing built yet: the entries come after, with these results
         asked.append((devices, static))
-        report.problem("error", devices[1], "the container did not start")
+        report.problem("error", devices[1], "the container did not start", "verify")
         return [
             LiveCheck(devices[0], "disagrees", 1.25, apis=["cuda"], evidence={"cuda": "cuInit ok"}, devices=[]),
             LiveCheck(devices[1], "failed", 0.5, reason="the container did not start"),
@@ -45,7 +45,8 @@ def test_each_devices_live_check_goes_in_its_entry(monkeypatch):
     assert list(first)[-5:] == ["live_seconds", "live_apis", "live_evidence", "live_devices", "live_status"]
     assert second == {**static["devices"][1], "live_status": "failed", "live_seconds": 0.5}
     assert third == static["devices"][2]  # not checked: the static answer alone
-    assert {"severity": "error", "source": DEVICES[1], "message": "the container did not start"} in report["problems"]
+    failed = {"severity": "error", "source": DEVICES[1], "message": "the container did not start", "kind": "verify"}
+    assert failed in report["problems"]
 
 
 def test_blocked_devices_are_not_verified_and_keep_their_entries(monkeypatch, tmp_path):

@@ -99,6 +99,7 @@ def test_an_unreadable_spec_is_named(cli, nobody):
         "severity": "error",
         "source": str(secret),
         "message": "cgpu cannot read this file: Permission denied",
+        "kind": "unreadable-file",
     } in report["problems"]
 
 

@@ -90,3 +90,16 @@ def test_the_metrics_file_is_a_node_exporter_textfile_written_like_the_others(tm
     assert samples['cgpu_write_ok{file="answer"}'] == 1
     assert os.listdir(out) == ["cgpu.prom"] or sorted(os.listdir(out)) == [".cgpu-tmp", "cgpu.prom"]
     assert os.stat(metrics).st_mode & 0o777 == 0o644  # node_exporter runs as another user
+
+
+def test_check_age_takes_a_file_dated_in_the_future_as_stale(run_cli, tmp_path):
+    answer = tmp_path / "answer.json"
+    answer.write_text("{}\n")
+    future = time.time() + 3600
+    os.utime(answer, (future, future))
+    code, _, err = run_cli("watch", "--answer-file", str(answer), "--check-age", "60")
+    # its age says nothing of when the watch last wrote it: not alive, however fresh it looks
+    assert code == 1 and re.search(r"dated 3\d{3} s in the future: the clock was set back", err), err
+    soon = time.time() + 1  # a file system clock a second ahead is still just written
+    os.utime(answer, (soon, soon))
+    assert run_cli("watch", "--answer-file", str(answer), "--check-age", "60")[0] == 0

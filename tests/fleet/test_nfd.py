@@ -178,6 +178,25 @@ def test_a_stale_spec_is_a_problem_label_naming_it_unlike_a_node_without_gpu(tmp
         assert kubernetes_label_ok(key, value)
 
 
+def test_the_problem_label_reads_the_problems_kind_not_its_wording():
+    report = _probed("nvidia-current", "nvidia-575")
+    [stale] = [p for p in report["problems"] if p["kind"] == "stale-spec"]
+    assert labels(report)[f"{NS}/problem"] == "stale-spec"
+    stale["message"] = "reworded: the spec was made for another driver"
+    assert labels(report)[f"{NS}/problem"] == "stale-spec"  # the wording may change, the kind does not
+    stale["message"], stale["kind"] = "stale spec: said so, but of another kind", "other"
+    assert labels(report)[f"{NS}/problem"] == "blocked"  # a message's prefix means nothing to the label
+    for device in report["devices"]:
+        device["reason"] = "cdiVersion 9.9.9 is above what it accepts"  # no longer read: the kind is
+    assert labels(report)[f"{NS}/problem"] == "blocked"
+    stale["kind"] = "missing-host-files"
+    assert labels(report)[f"{NS}/problem"] == "missing-host-files"
+    report["problems"].append({**stale, "kind": "spec-too-new"})
+    assert labels(report)[f"{NS}/problem"] == "spec-too-new"  # the first in BLOCKING_KINDS' order
+    report["problems"][-1]["severity"] = "warning"
+    assert labels(report)[f"{NS}/problem"] == "missing-host-files"  # only errors block
+
+
 def _engine(name: str, version: str, *, judged: bool, max_cdi: str | None, enabled: bool | None = True) -> dict:
     return {
         "name": name, "version": version, "cdi_library": "v0.6.2", "max_cdi_version": max_cdi,

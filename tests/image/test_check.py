@@ -397,6 +397,7 @@ def test_machine_that_cannot_probe_keeps_the_file_verdict_and_exits_1(run_cli, r
         "severity": "error",
         "source": "--machine cgpu-test-no-such-vm",
         "message": "the probe did not run in the VM; the verdict above is from the image's files only",
+        "kind": "probe",
     }
 
 
@@ -488,6 +489,7 @@ def test_oci_layout_dir_and_multi_platform_index(roots, tmp_path):
         "severity": "info",
         "source": f"OCI layout {layout}",
         "message": "the index lists 2 manifests; checked linux/arm64",
+        "kind": "image",
     } in result["problems"]
 
 

@@ -191,6 +191,7 @@ def test_no_device_to_verify():
             "severity": "info",
             "source": "--verify",
             "message": "no CDI device that can start a container, so none was started",
+            "kind": "verify",
         }
     ]
 

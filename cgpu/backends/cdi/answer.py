@@ -32,7 +32,7 @@ def _cdi_off(report: ReportBuilder, entry: dict[str, Any], label: str | None, qu
         f"for one {'is refused' if entry['name'] == 'docker' else 'starts without it'}: set {setting}"
     )
     if not quiet:
-        report.problem("error", entry.get("cdi_file") or entry["name"], why)
+        report.problem("error", entry.get("cdi_file") or entry["name"], why, "cdi-off")
     for api in APIS:
         report.absent(api, f"not provided: {why}")
     return None, []
@@ -69,7 +69,7 @@ def _answer(
     if label is not None and max_version is None:
         why = f"{label} reads no CDI specs at all, so no container there gets a CDI device"
         if not quiet:
-            report.problem("error", "--engine", why)
+            report.problem("error", "--engine", why, "cdi-off")
         scan = ScanResult(devices={}, specs=[], problems=[])
     elif entry is not None and entry["cdi_enabled"] is False:
         return _cdi_off(report, entry, label, quiet)
@@ -83,7 +83,9 @@ def _answer(
     answers = _scan_answers(report, scan, host, devices=devices, dirs=dirs, engine_label=label)
     if not quiet:
         for path, why in host.refused_files():
-            report.problem("warning", host.display(path), f"this host file {why}; cgpu did not open it")
+            report.problem(
+                "warning", host.display(path), f"this host file {why}; cgpu did not open it", "unreadable-file"
+            )
     return answers, [api for api in APIS if report.state(api) == "provided"]
 
 

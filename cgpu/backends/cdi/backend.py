@@ -31,7 +31,9 @@ def probe(
     timeout: float | None = None,
 ) -> None:
     for missing in [d for d in spec_dirs or () if _not_found(d)]:  # the defaults may well be absent
-        report.problem("warning", missing, f"the spec dir {missing} does not exist: nothing was read from it")
+        report.problem(
+            "warning", missing, f"the spec dir {missing} does not exist: nothing was read from it", "spec-dir"
+        )
     root = root or DEFAULT_ROOT
     if not os.path.isdir(root):
         report.usage_error("root", f"{root!r} is not a directory")
@@ -113,6 +115,7 @@ def _verify(
             "--verify",
             f"the engine reads its own spec dirs ({', '.join(engine_dirs)}), not {', '.join(own)}: a device "
             f"defined only there is unresolvable to it",
+            "verify",
         )
     runnable = [a for a in answers if not a.blocked]
     checks = verify_devices(

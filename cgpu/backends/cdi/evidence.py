@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from cgpu.backends.cdi.device import APIS, DeviceAnswer
-from cgpu.backends.cdi.problems import _drivers_without_spec, _names, _stale
+from cgpu.backends.cdi.problems import _drivers_without_spec, _names, stale_spec
 from cgpu.backends.cdi.rules import PARTIAL, PROVIDED
 from cgpu.cdi.model import ScanResult
 from cgpu.node.host import HostFS
@@ -42,13 +42,8 @@ def _evidence(
         short = [a for a in blocked if a.findings[api].state == PARTIAL]
         if stopped or short:
             first = (stopped or short)[0]
-            stale = _stale(stopped or short, host)
-            cause = (
-                f"its spec is stale (written for NVIDIA driver {stale[0]}, the host runs {stale[1]}): "
-                f"regenerate it with `nvidia-ctk cdi generate`"
-                if stale
-                else first.missing[0][1]
-            )
+            stale = stale_spec(stopped or short, host)
+            cause = stale.cause() if stale else first.missing[0][1]
             if stopped:
                 report.absent(
                     api,
@@ -103,4 +98,5 @@ def _evidence(
                 ", ".join(dirs),
                 f"the host has {driver} loaded but no CDI spec defines its devices, so a container asking for "
                 f"one is refused: generate a spec with {command}",
+                "no-spec",
             )

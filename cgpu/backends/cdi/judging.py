@@ -82,6 +82,7 @@ def _engine_rules(
                 f"--engine {option}",
                 f"{wanted} {'answered' if on_host else 'is installed'} {where}{why}, so specs are judged by the "
                 f"newest CDI rules; name the engine that will run the containers with --engine NAME@VERSION",
+                "engine",
             )
             _report_engine_problems(report, engines)
             return _Judge(option, None, engines)
@@ -94,6 +95,7 @@ def _engine_rules(
                 f"the kubelet runs pods through {missed['endpoint']}, but cgpu found no "
                 f"{missed['engine'] or 'engine behind that socket'} installed under {root}: {entry['name']} judged "
                 f"instead; name the runtime with --engine NAME@VERSION",
+                "engine",
             )
         if option.mode != AUTO:
             how = f"the {'host' if on_host else 'node'}'s engine, --engine {option}"
@@ -108,6 +110,7 @@ def _engine_rules(
             f"{entry['name']} is installed ({', '.join(entry['sources']) or entry.get('binary')}) but cgpu could "
             f"not learn its version or CDI library from its files, so specs are judged by the newest CDI rules; "
             f"name it with --engine {entry['name']}@VERSION",
+            "engine",
         )
         return judge
     _unknown_setting(report, entry)
@@ -121,7 +124,9 @@ def _engine_rules(
     }.get(entry["learned_from"])
     sources = f" ({', '.join(entry['sources'])})" if entry["sources"] else ""
     learned = f", learned from {evidence}{sources}" if evidence else ""
-    report.problem("info", "--engine", f"{judge.label} judged the specs ({how}): it reads {accepts}{library}{learned}")
+    report.problem(
+        "info", "--engine", f"{judge.label} judged the specs ({how}): it reads {accepts}{library}{learned}", "engine"
+    )
     return judge
 
 
@@ -208,6 +213,7 @@ def _unknown_setting(report: ReportBuilder, entry: dict[str, Any]) -> None:
             f"--engine {entry['name']}",
             f"{entry['name']} {entry['version']} has CDI off unless its configuration sets {setting}; cgpu did not "
             f"read that configuration, so the specs are judged as if it were on",
+            "engine",
         )
 
 
@@ -227,6 +233,7 @@ def _nvidia_runtime_note(report: ReportBuilder, entry: dict[str, Any]) -> None:
         f"injects from the host's driver, not what these spec files define, limited by NVIDIA_DRIVER_CAPABILITIES "
         f"(default compute,utility: cuda and opencl, no vulkan, which needs graphics); this report judges "
         f"containers that ask for CDI devices",
+        "engine",
     )
 
 

@@ -38,15 +38,49 @@ def _spec_driver_version(spec: Spec, missing: list[tuple[str, str]]) -> str | No
     return None
 
 
-def _stale(answers: list[DeviceAnswer], host: HostFS) -> tuple[str, str, str, list[str]] | None:
-    """(spec's driver, host's driver, file it was read from, versioned missing paths) when a spec is stale."""
+class StaleSpec:
+    """A spec generated for another NVIDIA driver than the host runs: both things said of it, the
+    problem (`report`) and the evidence's clause (`cause`), are built here."""
+
+    __slots__ = ("host_version", "source", "spec_version", "versioned")
+
+    def __init__(self, spec_version: str, host_version: str, source: str, versioned: list[str]) -> None:
+        self.spec_version = spec_version
+        self.host_version = host_version
+        self.source = source  # the host file the driver version was read from
+        self.versioned = versioned  # the spec's missing paths that name its driver version
+
+    def report(self, report: ReportBuilder, spec_path: str, blocked: list[DeviceAnswer], host: HostFS) -> None:
+        report.problem(
+            "error",
+            spec_path,
+            (
+                f"stale spec: it was generated for NVIDIA driver {self.spec_version} but the host runs "
+                f"{self.host_version} ({host.display(self.source)}), so {len(self.versioned)} of its paths such as "
+                f"{self.versioned[0]} no longer exist and no container with {_names([a.name for a in blocked])} can "
+                f"start; regenerate it with `nvidia-ctk cdi generate --output={spec_path}` (or `systemctl restart "
+                f"nvidia-cdi-refresh.service` where the toolkit keeps /var/run/cdi/nvidia.yaml current)"
+            ),
+            "stale-spec",
+        )
+
+    def cause(self) -> str:
+        """Why a device gives nothing, as the node answer's evidence says it."""
+        return (
+            f"its spec is stale (written for NVIDIA driver {self.spec_version}, the host runs {self.host_version}): "
+            f"regenerate it with `nvidia-ctk cdi generate`"
+        )
+
+
+def stale_spec(answers: list[DeviceAnswer], host: HostFS) -> StaleSpec | None:
+    """What makes the spec of these blocked devices stale, or None when it is not."""
     host_version, source = host.nvidia_driver_version()
     missing = [item for answer in answers for item in answer.missing]
     spec_version = _spec_driver_version(answers[0].device.spec, missing)
     if host_version is None or source is None or spec_version is None or spec_version == host_version:
         return None
     versioned = list(dict.fromkeys(p for p, _ in missing if spec_version in p))
-    return (spec_version, host_version, source, versioned) if versioned else None
+    return StaleSpec(spec_version, host_version, source, versioned) if versioned else None
 
 
 _RISKY = ByIdentity()  # risky_edits per parsed spec-level edits object: the last probe's (a device's are its answer's)
@@ -92,25 +126,14 @@ def _report_problems(report: ReportBuilder, answers: list[DeviceAnswer], host: H
         for message in risky[spec_path]:
             if message not in seen:
                 seen.add(message)
-                report.problem("warning", spec_path, message)
+                report.problem("warning", spec_path, message, "risky-edit")
         _report_mismatch(report, spec_path, [a for a in group if not a.blocked], host)
         blocked = [a for a in group if a.blocked]
         if not blocked:
             continue
-        stale = _stale(blocked, host)
+        stale = stale_spec(blocked, host)
         if stale is not None:
-            spec_version, host_version, source, versioned = stale
-            report.problem(
-                "error",
-                spec_path,
-                (
-                    f"stale spec: it was generated for NVIDIA driver {spec_version} but the host runs {host_version} "
-                    f"({host.display(source)}), so {len(versioned)} of its paths such as {versioned[0]} no longer "
-                    f"exist and no container with {_names([a.name for a in blocked])} can start; regenerate it with "
-                    f"`nvidia-ctk cdi generate --output={spec_path}` (or `systemctl restart "
-                    f"nvidia-cdi-refresh.service` where the toolkit keeps /var/run/cdi/nvidia.yaml current)"
-                ),
-            )
+            stale.report(report, spec_path, blocked, host)
             continue
         by_cause: dict[tuple[str, str], list[DeviceAnswer]] = {}
         for answer in blocked:
@@ -130,6 +153,7 @@ def _report_problems(report: ReportBuilder, answers: list[DeviceAnswer], host: H
                 spec_path,
                 f"{_names([a.name for a in causing])} cannot start: {what}{extra}, so the engine refuses the "
                 f"container; {fix}",
+                "missing-host-files",
             )
 
 
@@ -145,6 +169,7 @@ def _report_mismatch(report: ReportBuilder, spec_path: str, runnable: list[Devic
         f"NVIDIA driver mismatch: a container with {_names([a.name for a in found])} gets the user-space driver "
         f"{user} but the host's kernel module is {kernel} ({host.display(source)}), so NVML fails with "
         f"'driver/library version mismatch' and CUDA with error 803; {mismatch_fix(user, kernel)}",
+        "driver-mismatch",
     )
 
 
@@ -224,7 +249,7 @@ def _spec_dir_hints(report: ReportBuilder, dirs: list[str]) -> None:
             (other, "not *.json or *.yaml: engines skip them, and so does cgpu"),
         ):
             if group:
-                report.problem("info", folder, f"skipped {_names(group, 5)}: {why}")
+                report.problem("info", folder, f"skipped {_names(group, 5)}: {why}", "skipped-file")
         if not any(n.endswith(SPEC_EXTENSIONS) for n in names):
             report.problem(
                 "info",
@@ -232,4 +257,5 @@ def _spec_dir_hints(report: ReportBuilder, dirs: list[str]) -> None:
                 "this spec dir holds no *.json or *.yaml spec, so it defines no device: generate one with "
                 "`nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml` (NVIDIA), `amd-ctk cdi generate` (AMD) "
                 "or your vendor's CDI generator, or point --spec-dir at the dir that has them",
+                "no-spec",
             )

@@ -30,6 +30,7 @@ def _select(
             _names(unknown, 5),
             f"unresolvable CDI devices {_names(unknown, 5)}: no valid spec in {', '.join(dirs)} "
             f"defines them, so an engine refuses a container that requests them{_did_you_mean(unknown, scan)}",
+            "unresolvable-device",
         )
     return [scan.devices[name] for name in wanted if name in scan.devices]
 

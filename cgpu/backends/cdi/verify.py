@@ -71,7 +71,7 @@ def verify_devices(
     order), with the problems in `report`. Fewer results than devices when it could not run at all."""
     checks: list[LiveCheck] = []
     if not devices:
-        report.problem("info", SOURCE, "no CDI device that can start a container, so none was started")
+        report.problem("info", SOURCE, "no CDI device that can start a container, so none was started", "verify")
         return checks
     container_timeout = timeout or DEFAULT_TIMEOUT
     # The whole of --verify fits in the timeout per device: connecting to the engine counts
@@ -81,7 +81,7 @@ def verify_devices(
     try:
         probe_source = _probe_source()
     except (OSError, ImportError) as exc:
-        report.problem("error", SOURCE, f"cannot read the probe script: {exc}")
+        report.problem("error", SOURCE, f"cannot read the probe script: {exc}", "verify")
         return checks
     option = parse_engine(engine)
     choice = option.live_engine
@@ -91,6 +91,7 @@ def verify_devices(
             SOURCE,
             f"did not run: the live check runs containers through podman or Docker, and cgpu has no client for "
             f"{choice}'s CRI; the static answer stands (--engine auto, podman or docker to verify through those)",
+            "verify",
         )
         return checks
     report.progress(f"verify: connecting to {choice or 'the container engine'}")
@@ -102,7 +103,7 @@ def verify_devices(
                 report, eng, devices, static, probe_source, probe_image, container_timeout, option, deadline, checks
             )
     except EngineError as exc:
-        report.problem("error", SOURCE, f"could not run: {exc}")
+        report.problem("error", SOURCE, f"could not run: {exc}", "verify")
     return checks
 
 
@@ -121,10 +122,10 @@ def _verify_with(
     """Each device's check into `checks` as it ends, so those done stay when the engine fails."""
     refusal = eng.cdi_refusal()
     if refusal:
-        report.problem("error", SOURCE, f"did not run: {refusal}")
+        report.problem("error", SOURCE, f"did not run: {refusal}", "verify")
         return
     for note in eng.notes:
-        report.problem("warning", SOURCE, note)
+        report.problem("warning", SOURCE, note, "verify")
     _note_engine_mismatch(report, eng, engine_option)
     image, how, building = _image(report, eng, probe_image, timeout)
     deadline += building
@@ -139,7 +140,7 @@ def _verify_with(
             continue
         report.progress(f"verify [{index}/{len(devices)}]: running the probe in a {eng.name} container with {name}")
         checks.append(_verify_device(report, eng, image, name, static.get(name, []), probe_source, budget))
-    report.problem("info", SOURCE, _summary(eng, image, how, [check.outcome for check in checks]))
+    report.problem("info", SOURCE, _summary(eng, image, how, [check.outcome for check in checks]), "verify")
 
 
 def _summary(eng: Engine, image: str, how: str, outcomes: list[Outcome]) -> str:
@@ -167,6 +168,7 @@ def _note_engine_mismatch(report: ReportBuilder, eng: Engine, engine_option: Eng
             SOURCE,
             f"the static answer judged the specs as {engine_option.name} {engine_option.version} would (--engine); "
             f"the live run used {eng.describe()}, the engine on this host",
+            "verify",
         )
 
 
@@ -233,6 +235,7 @@ def _verify_device(
             name,
             f"{api}: the static answer from the spec {said_static}, but a {eng.name} container with this device "
             f"{said_live}: {live_evidence.get(api, '')}{hint}",
+            "verify",
         )
     return LiveCheck(
         name,
@@ -283,7 +286,7 @@ def _read_probe(
 
 
 def _failed(report: ReportBuilder, name: str, message: str, started: float) -> LiveCheck:
-    report.problem("error", name, message)
+    report.problem("error", name, message, "verify")
     return LiveCheck(name, "failed", round(time.monotonic() - started, 2), reason=message)
 
 

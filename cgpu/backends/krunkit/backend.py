@@ -42,7 +42,7 @@ def probe(
         try:
             version = krunkit_version(exe, timeout=quick)
         except VMError as exc:
-            report.problem("error", exc.source, exc.message)
+            report.problem("error", exc.source, exc.message, "probe")
     elif vm_image:  # a podman machine finds krunkit itself; booting needs it here
         krunkit_missing(report)
         return
@@ -71,10 +71,12 @@ def _note_platform(report: ReportBuilder) -> None:
             "cgpu",
             f"krunkit exists only for macOS 14+ on Apple silicon and this is {here}: "
             "checking anyway because --backend krunkit was asked for",
+            "probe",
         )
     elif platform.machine().lower() not in ("arm64", "aarch64"):
         report.problem(
             "warning",
             "cgpu",
             f"this Mac is {here}: libkrun (krunkit) needs Apple silicon, so containers here get no GPU",
+            "probe",
         )

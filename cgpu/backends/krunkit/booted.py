@@ -60,7 +60,7 @@ def probe_booted_vm(
             progress=report.progress,
         )
         found = judge(result, where=f"the krunkit VM booted from {disk}", image=probe_image or DEFAULT_PROBE_IMAGE)
-        logs = Problem("info", str(run_dir), "the probe VM's logs (krunkit.log, console.log) are kept here")
+        logs = Problem("info", str(run_dir), "the probe VM's logs (krunkit.log, console.log) are kept here", "probe")
         return replace(found, problems=(*found.problems, logs))
 
     answer(report, key, compute, refresh=refresh, lock_timeout=(timeout or BOOT_TIMEOUT_S) + 30)
@@ -97,6 +97,7 @@ def _vm_run_dir(report: ReportBuilder, key: dict[str, Any]) -> Path:
             "warning",
             str(preferred),
             f"cannot write the VM's folder in the cache ({exc.strerror or exc}); using {fallback} instead",
+            "probe",
         )
         return fallback
     _prune_vm_folders(folders)

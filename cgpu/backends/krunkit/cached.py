@@ -29,7 +29,7 @@ def answer(
     lock_timeout: float,
 ) -> None:
     cache = AnswerCache(
-        "krunkit", ttl=CACHE_TTL_S, warn=lambda source, message: report.problem("warning", source, message)
+        "krunkit", ttl=CACHE_TTL_S, warn=lambda source, message: report.problem("warning", source, message, "probe")
     )
     with cache.locked(key, timeout=lock_timeout):
         cached = None if refresh else cache.get(key)
@@ -38,7 +38,10 @@ def answer(
             answer = from_cache(cached[0])
             if answer is None:
                 report.problem(
-                    "warning", str(cache.path(key)), "the cached answer has an unexpected shape; checking afresh"
+                    "warning",
+                    str(cache.path(key)),
+                    "the cached answer has an unexpected shape; checking afresh",
+                    "probe",
                 )
             else:
                 when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(cached[1]))
@@ -46,6 +49,7 @@ def answer(
                     "info",
                     str(cache.path(key)),
                     f"answer cached at {when} (kept {CACHE_TTL_S // 3600} h); --refresh checks again",
+                    "probe",
                 )
         if answer is None:
             answer = compute()

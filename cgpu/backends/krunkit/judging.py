@@ -155,7 +155,7 @@ def judge(result: Completed, *, where: str, image: str) -> ProbeAnswer:
 
 
 def _problem(source: str, message: str) -> Problem:
-    return Problem("error", source, message)
+    return Problem("error", source, message, "probe")
 
 
 def _out(source: str, evidence: str, problems: list[Problem], devices: tuple[Device, ...] = ()) -> ProbeAnswer:

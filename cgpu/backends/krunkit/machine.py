@@ -60,6 +60,7 @@ def probe_machine(
             f"podman machine {chosen.name}",
             f"the machine runs on the {chosen.vm_type or 'unknown'} provider, which gives containers no GPU; "
             f"only libkrun does: recreate it with {LIBKRUN_MACHINE_INIT}",
+            "probe",
         )
         report.absent(
             "vulkan",
@@ -73,6 +74,7 @@ def probe_machine(
             "krunkit",
             "krunkit not found on PATH or in podman's helper directories, "
             f"though machine {chosen.name} uses libkrun; if it does not start: {BREW_INSTALL}",
+            "probe",
         )
     if not chosen.running:
         raise ProbeFailed(

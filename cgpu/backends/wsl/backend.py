@@ -74,7 +74,7 @@ def probe(report: ReportBuilder, *, distro: str | None = None, timeout: float | 
         _could_not_run(report, source, f"the probe's output was not understood: {exc}")
         return
     if done.stdout[:start].strip():
-        report.problem("info", source, f"text before the probe's output: {excerpt(done.stdout[:start])}")
+        report.problem("info", source, f"text before the probe's output: {excerpt(done.stdout[:start])}", "probe")
     judge(report, session, distro or session.text("wsl_distro_name") or "default", local_probe is not None)
 
 
@@ -135,6 +135,7 @@ def _local_probe_source(report: ReportBuilder) -> bytes | None:
             str(PROBE_SCRIPT),
             f"{len(source)} bytes is too big to pass to the session's python3 "
             f"(limit {MAX_LOCAL_PROBE}); adapters are not enumerated",
+            "probe",
         )
         return None
     return source

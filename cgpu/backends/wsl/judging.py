@@ -50,6 +50,7 @@ def judge(report: ReportBuilder, session: Session, distro: str, sent_local_probe
             "info",
             f"{source}: /dev/dri",
             f"/dev/dri ({', '.join(dri)}) is WSL's VGEM device, not the GPU; it counts for nothing",
+            "probe",
         )
     libc = _libc(session)
     details = _session_details(session, libc)
@@ -58,7 +59,7 @@ def judge(report: ReportBuilder, session: Session, distro: str, sent_local_probe
         why = gpu_missing + "."
         report.absent("directml", f"not provided: {why}")
         report.absent("cuda", f"not provided: {why}")
-        report.problem("warning", source, f"no GPU in this WSL session: {why}")
+        report.problem("warning", source, f"no GPU in this WSL session: {why}", "probe")
         return
 
     musl = libc == "musl"
@@ -69,6 +70,7 @@ def judge(report: ReportBuilder, session: Session, distro: str, sent_local_probe
             "the session's libc is musl: NVIDIA's and Microsoft's WSL libraries "
             "are glibc binaries, so this session cannot load them itself (its failures to do so are "
             "not counted); containers with glibc images can, musl images cannot",
+            "probe",
         )
     libs = set(session.names("wsl_lib") or [])
     stores = _driver_stores(session)
@@ -104,7 +106,10 @@ def _judge_directml(
         return False
     if "libd3d12core.so" not in libs:
         report.problem(
-            "warning", f"{source}: /usr/lib/wsl/lib", "libd3d12core.so is missing; D3D12 needs it (`wsl.exe --update`)"
+            "warning",
+            f"{source}: /usr/lib/wsl/lib",
+            "libd3d12core.so is missing; D3D12 needs it (`wsl.exe --update`)",
+            "probe",
         )
     vendors = sorted(set(stores.values()))
     if local is not None:
@@ -146,6 +151,7 @@ def _judge_directml(
             "adapters were not enumerated, so DirectML rests on the vendor driver "
             "files (an old driver package can linger); install python3 in the distro so the local "
             "probe can tell hardware adapters from WARP",
+            "probe",
         )
         return True
     report.absent(
@@ -227,7 +233,9 @@ def _local_result(
             "no-timeout": "the session has no `timeout` command",
             "0": "its output was not a probe answer",
         }.get(rc or "", f"exit {rc}")
-        report.problem("warning", f"{source}: {python}", f"the local probe's {api} check gave no answer ({why})")
+        report.problem(
+            "warning", f"{source}: {python}", f"the local probe's {api} check gave no answer ({why})", "probe"
+        )
         return None
     return read
 
