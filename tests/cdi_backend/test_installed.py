@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cgpu.engines import buildinfo
+from cgpu.engines import buildinfo, containerd, crio, docker, podman
 from cgpu.engines import config as engine_config
 from cgpu.engines.buildinfo import BuildInfoError, parse_blob, read_build_info
 from tests.cdi_backend import engine_files as ef
@@ -447,10 +447,10 @@ def test_any_config_text_gives_problems_never_an_exception(text: str):
         return text, None, path
 
     for config in (
-        engine_config.containerd(read, lambda _: ["a.toml"], "/etc/containerd/config.toml", 2),
-        engine_config.crio(read, lambda _: ["a.conf"], "/etc/crio/crio.conf", "/etc/crio/crio.conf.d"),
-        engine_config.podman(read, lambda _: [], ["/etc/containers/containers.conf"], []),
-        engine_config.docker(read, "/etc/docker/daemon.json"),
+        containerd.read_config(read, lambda _: ["a.toml"], "/etc/containerd/config.toml", 2),
+        crio.read_config(read, lambda _: ["a.conf"], "/etc/crio/crio.conf", "/etc/crio/crio.conf.d"),
+        podman.read_config(read, lambda _: [], ["/etc/containers/containers.conf"], []),
+        docker.read_config(read, "/etc/docker/daemon.json"),
     ):
         assert config.enabled in (True, False, None)
         assert config.spec_dirs is None or all(isinstance(d, str) for d in config.spec_dirs)
@@ -471,7 +471,7 @@ def test_any_cri_table_is_judged_by_its_types(table: dict):
     def read(path: str) -> tuple[str | None, str | None, str]:
         return text, None, path
 
-    config = engine_config.containerd(read, lambda _: [], "/etc/containerd/config.toml", 1)
+    config = containerd.read_config(read, lambda _: [], "/etc/containerd/config.toml", 1)
     value = table.get("enable_cdi")
     if isinstance(value, bool):
         assert config.enabled is value

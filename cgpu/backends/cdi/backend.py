@@ -3,19 +3,17 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from cgpu.backends.cdi.answer import _answer
 from cgpu.backends.cdi.device import APIS, DeviceAnswer
-from cgpu.backends.cdi.judging import _engine_rules, engine_entry
+from cgpu.backends.cdi.judging import engine_rules
 from cgpu.engines.option import EngineOption
 from cgpu.options import DEFAULT_ROOT, DEFAULT_SPEC_DIRS
 from cgpu.report import ReportBuilder
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time
 if TYPE_CHECKING:
-    from typing import Any
-
     from cgpu.backends.cdi.verify import LiveCheck
 
 
@@ -36,23 +34,24 @@ def probe(
     if not os.path.isdir(root):
         report.usage_error("root", f"{root!r} is not a directory")
         return
-    judge = _engine_rules(report, engine, timeout, root)
+    judge = engine_rules(report, engine, timeout, root)
     if judge is None:
         return
-    dirs = spec_dirs_read(spec_dirs, root, judge.entry)
+    dirs = spec_dirs_read(spec_dirs, root, judge.entry.spec_dirs if judge.entry is not None else None)
     entries = _answer(report, judge.entry, dirs, root, devices)[0]
-    for entry in judge.engines:
-        if entry is not judge.entry:  # each other engine's answer, as data
-            own = list(spec_dirs) if spec_dirs else [_under(root, d) for d in entry["spec_dirs"]]
-            entry["containers"] = _answer(ReportBuilder("cdi"), entry, own, root, devices, quiet=True)[1]
-    if judge.entry is not None:
-        judge.entry["containers"] = [api for api in APIS if report.state(api) == "provided"]
-    report.engines = [engine_entry(e) for e in judge.engines]
+    containers: dict[int, list[str]] = {}
+    for index, entry in enumerate(judge.engines):
+        if entry is judge.entry:
+            containers[index] = [api for api in APIS if report.state(api) == "provided"]
+        else:  # each other engine's answer, as data
+            own = list(spec_dirs) if spec_dirs else [_under(root, d) for d in entry.spec_dirs]
+            containers[index] = _answer(ReportBuilder("cdi"), entry, own, root, devices, quiet=True)[1]
+    report.engines = judge.report_entries(containers)
     if entries is None:
         return
     live: dict[str, LiveCheck] = {}
     if verify:
-        engine_dirs = judge.entry["spec_dirs"] if judge.entry is not None else list(DEFAULT_SPEC_DIRS)
+        engine_dirs = list(judge.entry.spec_dirs) if judge.entry is not None else list(DEFAULT_SPEC_DIRS)
         live = _verify(
             report,
             entries.answers,
@@ -65,13 +64,13 @@ def probe(
     entries.put(report, live)
 
 
-def spec_dirs_read(spec_dirs: Sequence[str] | None, root: str, judging: Mapping[str, Any] | None) -> list[str]:
-    """The spec dirs the answer reads: those given, else what the judging engine (its entry) reads,
+def spec_dirs_read(spec_dirs: Sequence[str] | None, root: str, judging_dirs: Sequence[str] | None) -> list[str]:
+    """The spec dirs the answer reads: those given, else what the judging engine reads (`judging_dirs`),
     inside the root under --root, else (no engine judges) the CDI defaults."""
     if spec_dirs:
         return list(spec_dirs)
-    if judging is not None:
-        return [_under(root, d) for d in judging["spec_dirs"]]
+    if judging_dirs is not None:
+        return [_under(root, d) for d in judging_dirs]
     return list(DEFAULT_SPEC_DIRS)
 
 
