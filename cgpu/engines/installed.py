@@ -295,6 +295,7 @@ class InstalledEngine:
     def as_json(self) -> dict[str, Any]:
         """Every fact, as JSON keeps it (`from_json` reads it back)."""
         facts = {key: getattr(self, key) for key in self.__slots__}
+        facts.update(spec_dirs=list(self.spec_dirs), sources=list(self.sources), problems=list(self.problems))
         facts["nvidia_runtime"] = None if self.nvidia_runtime is None else dict(self.nvidia_runtime)
         return facts
 

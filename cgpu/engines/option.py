@@ -170,11 +170,13 @@ def learn_engines(
     (`cgpu.engines.installed`), and the node's facts (the kubelet's runtime). Remembered by the identity
     (size, mtime, inode, mode) of every file consulted, absent ones included, and the environment:
     a repeat call stats those files and reads one small file."""
+    from cgpu.engines.registry import REGISTRY
     from cgpu.node.cache import default_cache_dir_text, private_directory, read_private, write_private
 
     where = os.path.abspath(root or DEFAULT_ROOT)
     key = {
         "root": where,
+        "engines": list(REGISTRY.names),  # an engine added since is looked for
         "env": [os.environ.get(k) for k in (*ENGINE_ENV, "XDG_CONFIG_HOME", "HOME")],
         "path": None if root else os.get_exec_path(),
     }

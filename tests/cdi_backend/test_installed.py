@@ -703,3 +703,52 @@ def test_verify_through_a_cri_runtime_says_it_cannot(tmp_path: Path):
     report = probe([SAMPLES / "nvidia-current/spec"], HOSTS / "nvidia-580", engine="containerd@2.1.4", verify=True)
     assert report["containers"] == ALL  # the static answer stands
     assert any("no client for containerd's CRI" in p["message"] for p in report["problems"])
+
+
+# --- the engine as learned: typed, frozen, kept in the cache as JSON -------------------------------------
+
+
+def test_an_installed_engine_is_frozen_and_changed_by_replace(tmp_path: Path):
+    from cgpu.engines.installed import InstalledEngine, learn
+
+    [engine], _ = learn(str(containerd_node(tmp_path)), run_allowed=False, timeout=5)
+    with pytest.raises(AttributeError, match="frozen"):
+        engine.version = "9.9"  # type: ignore[misc]
+    changed = engine.replace(sources=[*engine.sources, "containerd version"])
+    assert (
+        engine.sources == (str(tmp_path / "node/usr/bin/containerd"),) and changed.sources[-1] == "containerd version"
+    )
+    assert changed.version == engine.version == "1.7.27" and changed != engine
+    assert InstalledEngine.from_json(json.loads(json.dumps(engine.as_json()))) == engine
+    entry = engine.report_entry(judged=True, containers=["cuda"])
+    assert list(entry) == ["name", "version", "cdi_library", "max_cdi_version", "cdi_enabled", "spec_dirs"] + [
+        "learned_from",
+        "sources",
+        "judged",
+        "containers",
+        "nvidia_runtime",
+    ]
+    assert entry["spec_dirs"] == ["/etc/cdi", "/var/run/cdi"] and entry["containers"] == ["cuda"]
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(st.sampled_from(["version", "spec_dirs", "problems", "cdi_enabled", "nvidia_runtime"]), JSON))
+def test_a_cached_engine_of_any_content_is_read_back_or_refused_never_an_exception(changes: dict):
+    from cgpu.engines.installed import InstalledEngine
+
+    facts = {**InstalledEngine("containerd", version="2.0.5").as_json(), **changes}
+    if not changes:
+        assert InstalledEngine.from_json(facts).version == "2.0.5"
+    try:
+        engine = InstalledEngine.from_json(facts)
+    except ValueError:
+        return
+    assert InstalledEngine.from_json(engine.as_json()) == engine
+    assert all(isinstance(d, str) for d in engine.spec_dirs) and engine.version == facts["version"]
