@@ -123,6 +123,7 @@ class Containerd(ContainerEngine):
     example = "1.7.27"
     daemon = "containerd"
     packages = ("containerd", "containerd.io", "containerd2")
+    cri_sockets = ("containerd.sock",)  # k3s's and RKE2's own containerd too
     rows = (
         ((1, 7), "0.5.0", "v0.5.4"),
         ((1, 7, 12), "0.6.0", "v0.6.1/v0.6.2"),

@@ -46,6 +46,7 @@ class Crio(ContainerEngine):
     example = "1.31.0"
     daemon = "crio"
     packages = ("cri-o", "crio")
+    cri_sockets = ("crio.sock",)
     rows = (
         ((1, 24), "0.3.0", "v0.3.2"),
         ((1, 25), "0.5.0", "v0.5.x"),

@@ -39,8 +39,6 @@ MAX_RPMDB_BYTES = 512 << 20
 KUBELET_CONFIG = "/var/lib/kubelet/config.yaml"
 KUBEADM_FLAGS = "/var/lib/kubelet/kubeadm-flags.env"
 KUBELET_DROP_INS = ("/etc/systemd/system/kubelet.service.d", "/usr/lib/systemd/system/kubelet.service.d")
-# A CRI socket's name -> the engine behind it (k3s and RKE2 run their own containerd)
-SOCKETS = (("crio.sock", "crio"), ("containerd.sock", "containerd"), ("cri-dockerd.sock", "docker"))
 # Debian's package of the CDI library, in Built-Using / Static-Built-Using
 _DEB_CDI = lazy(
     r"golang-(?:tags\.cncf|github-container-orchestrated-devices)-container-device-interface(?:-dev)?"
@@ -625,8 +623,10 @@ def kubelet_runtime(files: Files) -> dict[str, str] | None:
         if match is None:
             continue
         endpoint = match.group(1)
-        for socket, engine in SOCKETS:
-            if endpoint.rstrip("/").endswith(socket):
-                return {"engine": engine, "endpoint": endpoint, "source": shown}
+        from cgpu.engines.registry import REGISTRY
+
+        for engine in REGISTRY.engines():
+            if any(endpoint.rstrip("/").endswith(socket) for socket in engine.cri_sockets):
+                return {"engine": engine.name, "endpoint": endpoint, "source": shown}
         return {"engine": "", "endpoint": endpoint, "source": shown}
     return None

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 
-from cgpu.engines.installed import InstalledEngine
 from cgpu.engines.option import EngineOption, host_engine_details
 from cgpu.report import ReportBuilder
 
@@ -13,6 +12,8 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run ti
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
     from typing import Any
+
+    from cgpu.engines.installed import InstalledEngine
 
 
 class Judge:
