@@ -1,5 +1,7 @@
-"""podman: CDI always on (from 3.2); its release rows, its containers.conf files and their .d dirs.
-On the host it counts as it answers cgpu's client (`podman version`, `cgpu.engines.client`)."""
+"""podman: CDI always on (from 3.2); its release rows, its containers.conf files and their .d dirs (and,
+run rootless on this host, the user's own: containers/common `docs/containers.conf.5.md`, "when running in
+rootless mode, they also read $HOME/.config/containers/containers.conf"; rootful podman reads none). On the
+host it counts as it answers cgpu's client (`podman version`, `cgpu.engines.client`)."""
 
 from __future__ import annotations
 
@@ -63,7 +65,7 @@ class Podman(ContainerEngine):
         self, read: Reader, listdir: Lister, *, major: int | None, flavour: str, on_host: bool
     ) -> Config:
         conf_files, drop_in_dirs = list(CONF_FILES), list(DROP_IN_DIRS)
-        if on_host:  # this user's own files, read by a rootless podman run here
+        if on_host and os.geteuid() != 0:  # this user's own files, read by a rootless podman run here (not by root's)
             user_dir = user_config_dir()
             conf_files.append(f"{user_dir}/containers.conf")
             drop_in_dirs.append(f"{user_dir}/containers.conf.d")

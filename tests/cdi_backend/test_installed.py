@@ -752,3 +752,26 @@ def test_a_cached_engine_of_any_content_is_read_back_or_refused_never_an_excepti
         return
     assert InstalledEngine.from_json(engine.as_json()) == engine
     assert all(isinstance(d, str) for d in engine.spec_dirs) and engine.version == facts["version"]
+
+
+@pytest.mark.parametrize(("euid", "reads_user"), [(0, False), (1000, True)], ids=["root", "user"])
+def test_podman_on_the_host_reads_the_users_own_configuration_only_when_rootless(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, euid: int, reads_user: bool
+):
+    """Rootful podman reads no user's containers.conf (containers/common `docs/containers.conf.5.md`: "when
+    running in rootless mode, they also read $HOME/.config/containers/containers.conf"): root with another
+    user's XDG_CONFIG_HOME kept (`sudo -E`) is not judged by that user's spec dirs."""
+    user = tmp_path / "someone/.config"
+    (user / "containers").mkdir(parents=True)
+    (user / "containers/containers.conf").write_text("[engine]\ncdi_spec_dirs = ['/home/someone/cdi']\n")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(user))
+    monkeypatch.setattr(os, "geteuid", lambda: euid)
+    asked: list[str] = []
+
+    def read(path: str) -> tuple[str | None, str | None, str]:
+        asked.append(path)
+        return (Path(path).read_text(), None, path) if path.startswith(str(user)) else (None, None, path)
+
+    config = podman.ENGINE.read_configuration(read, lambda _: [], major=5, flavour="", on_host=True)
+    assert (str(user / "containers/containers.conf") in asked) is reads_user
+    assert config.spec_dirs == (["/home/someone/cdi"] if reads_user else None)
