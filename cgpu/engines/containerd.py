@@ -5,6 +5,7 @@ host, where its files tell no version, `containerd --version` is asked."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import posixpath
 import re
@@ -14,6 +15,7 @@ from cgpu.problem import Problem
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time
 if TYPE_CHECKING:
+    from collections.abc import Iterator
     from typing import Any
 
     from cgpu.engines.buildinfo import BuildInfo
@@ -29,25 +31,24 @@ FLAVOUR_CONFIGS = {
 }
 
 
-def imported_files(read: Reader, listdir: Lister, path: str, document: dict[str, Any], config: Config) -> list[str]:
-    """The files a containerd config imports: paths relative to its folder, globs expanded in name order."""
+def imported_files(read: Reader, listed: Lister, path: str, document: dict[str, Any], config: Config) -> Iterator[str]:
+    """The files a containerd config imports, in order: paths relative to its folder, globs expanded in
+    name order (`listed`: a folder's names, sorted)."""
     import fnmatch
 
     imports = document.get("imports", [])
     if not isinstance(imports, list):
         config.problems.append(Problem("error", read(path)[2], "imports is not a list of paths"))
-        return []
-    found = []
+        return
     for pattern in imports[:MAX_IMPORTS]:
         if not isinstance(pattern, str):
             continue
         pattern = pattern if pattern.startswith("/") else posixpath.join(posixpath.dirname(path), pattern)
         folder, name = posixpath.split(pattern)
         if any(c in name for c in "*?["):
-            found += [posixpath.join(folder, n) for n in sorted(listdir(folder)) if fnmatch.fnmatchcase(n, name)]
+            yield from (posixpath.join(folder, n) for n in listed(folder) if fnmatch.fnmatchcase(n, name))
         else:
-            found.append(pattern)
-    return found
+            yield pattern
 
 
 def read_config(read: Reader, listdir: Lister, path: str, major: int | None) -> Config:
@@ -70,13 +71,25 @@ def read_config(read: Reader, listdir: Lister, path: str, major: int | None) -> 
             )
         return config
     documents = [(path, main)]
-    pending = imported_files(read, listdir, path, main, config)
-    loaded = {path}
-    while pending and len(loaded) <= MAX_IMPORTS:  # imports of imports too, each file once, in order
-        target = pending.pop(0)
-        if target in loaded:
-            continue
-        loaded.add(target)
+    # Imports of imports too, in containerd's order: it queues every import and skips a file loaded
+    # before, so each file is queued here once, where it first appears; at most MAX_IMPORTS of them.
+    queue = [path]
+    listings: dict[str, list[str]] = {}
+
+    def listed(folder: str) -> list[str]:
+        if folder not in listings:
+            listings[folder] = sorted(listdir(folder))
+        return listings[folder]
+
+    def enqueue(source: str, document: dict[str, Any]) -> None:
+        for found in imported_files(read, listed, source, document, config):
+            if len(queue) > MAX_IMPORTS:
+                return  # no room: what is left of the imports is not read
+            if found not in queue:
+                queue.append(found)
+
+    enqueue(path, main)
+    for target in itertools.islice(queue, 1, None):  # the queue grows while it is walked
         text, why, shown = read(target)
         if text is None and why is None:
             config.problems.append(Problem("error", shown, "this imported config file does not exist"))
@@ -84,7 +97,7 @@ def read_config(read: Reader, listdir: Lister, path: str, major: int | None) -> 
         document = toml_file(read, target, config)
         if document is not None:
             documents.append((target, document))
-            pending += imported_files(read, listdir, target, document, config)
+            enqueue(target, document)
     if any(severity == "error" for severity, _, _ in config.problems):
         config.problems.append(
             Problem("error", config.file, "containerd refuses to start with a config file it cannot load")

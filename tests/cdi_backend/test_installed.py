@@ -775,3 +775,30 @@ def test_podman_on_the_host_reads_the_users_own_configuration_only_when_rootless
     config = podman.ENGINE.read_configuration(read, lambda _: [], major=5, flavour="", on_host=True)
     assert (str(user / "containers/containers.conf") in asked) is reads_user
     assert config.spec_dirs == (["/home/someone/cdi"] if reads_user else None)
+
+
+def test_containerd_imports_are_queued_once_each_and_bounded():
+    """Every file's `imports` globbing the same folder of many files: each file is queued once (containerd's
+    loop skips one loaded before, so the order is the same), no more than MAX_IMPORTS are read, and the
+    folder is listed once, not once per pattern of every file read (was: 443 MB and 44 s for 1,000 files)."""
+    folder = "/etc/containerd/conf.d"
+    names = [f"{n:03}.toml" for n in range(100)]
+    patterns = [f"{folder}/{prefix}*.toml" for prefix in ("", "0", "00", "0?", "[0-9]", "*", "?", "[!x]")]
+    imports = "imports = [" + ", ".join(json.dumps(p) for p in patterns) + "]\n"
+    files = {"/etc/containerd/config.toml": imports, **{f"{folder}/{n}": imports for n in names}}
+    reads: list[str] = []
+    listings: list[str] = []
+
+    def read(path: str) -> tuple[str | None, str | None, str]:
+        reads.append(path)
+        return files.get(path), None, path
+
+    def listdir(path: str) -> list[str]:
+        listings.append(path)
+        return list(names) if path == folder else []
+
+    config = containerd.read_config(read, listdir, "/etc/containerd/config.toml", 2)
+    assert config.problems == []
+    read_once = list(dict.fromkeys(reads))
+    assert read_once == ["/etc/containerd/config.toml", *(f"{folder}/{n}" for n in names[: containerd.MAX_IMPORTS])]
+    assert len(reads) <= 3 * len(read_once) and listings == [folder]
