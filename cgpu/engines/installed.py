@@ -17,6 +17,7 @@ import os
 import re
 import shutil
 import stat
+import time
 
 from cgpu.cdi.versions import CDI_MODULES, library_max_version
 from cgpu.engines.config import MAX_CONFIG_BYTES
@@ -32,6 +33,8 @@ if TYPE_CHECKING:
 
     from cgpu.engines.base import ContainerEngine
 
+# All of a node's engine configuration files together: tens of KB where an engine was given them
+MAX_CONFIG_TOTAL = 2 << 20
 DPKG_STATUS = "/var/lib/dpkg/status"
 RPMDBS = ("/usr/lib/sysimage/rpm/rpmdb.sqlite", "/var/lib/rpm/rpmdb.sqlite")
 MAX_STATUS_BYTES = 64 << 20
@@ -52,12 +55,17 @@ _YAML_ENDPOINT = lazy(r"^containerRuntimeEndpoint:\s*[\"']?([^\s\"'#]+)", re.MUL
 
 
 class Files:
-    """The node's files as the engine sees them, under `root`: each read's identity recorded."""
+    """The node's files as the engine sees them, under `root`: each read's identity recorded. Engine
+    configuration (`read_config`) is read within MAX_CONFIG_TOTAL in all and before `deadline`
+    (time.monotonic()): a configuration parses slowly, and many files of it must not hold up the probe."""
 
-    def __init__(self, root: str) -> None:
+    def __init__(self, root: str, deadline: float | None = None) -> None:
         self.root = root
         self.host = HostFS(root)
         self.identity: dict[str, list[Any] | None] = {}  # node path (or which:NAME) -> identity
+        self.deadline = deadline
+        self.config_sizes: dict[str, int] = {}  # each configuration file read, counted once
+        self.cut_short = False  # a file was not read for the deadline: what was learned is not to be kept
 
     def shown(self, path: str) -> str:
         return path if self.host.real_root else os.path.join(self.host.root, path.lstrip("/"))
@@ -94,6 +102,20 @@ class Files:
             return None, None, shown
         data, why = read_capped(real, limit)
         return (data.decode("utf-8", errors="replace") if data is not None else None), why, shown
+
+    def read_config(self, path: str) -> tuple[str | None, str | None, str]:
+        """An engine configuration file, as `read` gives it, within the total cap and the deadline."""
+        text, why, shown = self.read(path)
+        if text is None or path in self.config_sizes:
+            return text, why, shown
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            self.cut_short = True
+            return None, "the probe's time limit (--timeout) passed before cgpu read it", shown
+        size = len(text)
+        if sum(self.config_sizes.values()) + size > MAX_CONFIG_TOTAL:
+            return None, f"cgpu reads at most {MAX_CONFIG_TOTAL} bytes of engine configuration in all", shown
+        self.config_sizes[path] = size
+        return text, why, shown
 
     def listdir(self, path: str) -> list[str]:
         real = self.real(path)
@@ -379,14 +401,14 @@ def learn(root: str, *, run_allowed: bool, timeout: float) -> tuple[list[Install
     identity of each file read, for the cache."""
     from cgpu.engines.registry import REGISTRY
 
-    files = Files(root)
+    files = Files(root, deadline=time.monotonic() + timeout)
     packages = _Packages(files)
     engines = []
     for engine in REGISTRY.engines():
         found = _learn_one(files, packages, engine, run_allowed=run_allowed, timeout=timeout)
         if found is not None:
             engines.append(found.replace(problems=(*found.problems, *packages.problems)))
-    node = {"kubelet_runtime": kubelet_runtime(files), "identity": files.identity}
+    node = {"kubelet_runtime": kubelet_runtime(files), "identity": files.identity, "cut_short": files.cut_short}
     return engines, node
 
 
@@ -571,13 +593,13 @@ def _configure(
     from cgpu.engines.config import nvidia_runtime
 
     config = engine.read_configuration(
-        files.read, files.listdir, major=_major(learning.version), flavour=flavour, on_host=files.host.real_root
+        files.read_config, files.listdir, major=_major(learning.version), flavour=flavour, on_host=files.host.real_root
     )
     problems = learning.problems
     enabled = config.enabled if config.enabled is not None else engine.cdi_on_by_default(learning.version)
     facts = None
     if config.default_runtime is not None and config.default_runtime.startswith("nvidia"):
-        facts, runtime_problems = nvidia_runtime(files.read, config.default_runtime, config.runtime_file)
+        facts, runtime_problems = nvidia_runtime(files.read_config, config.default_runtime, config.runtime_file)
         problems += runtime_problems
     problems += config.problems
     broken = [f"{source}: {message}" for severity, source, message in config.problems if severity == "error"]

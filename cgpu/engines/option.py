@@ -191,6 +191,8 @@ def learn_engines(
     except (OSError, ValueError, KeyError, TypeError, RecursionError):
         pass  # absent, unreadable, unsafe or stale: learn again
     engines, node = learn(where, run_allowed=root is None, timeout=timeout)
+    if node.get("cut_short"):
+        return engines, node  # learnt in a hurry: not kept
     try:
         facts = [engine.as_json() for engine in engines]
         write_private(cache_file, json.dumps({"key": key, "engines": facts, "node": node}).encode())

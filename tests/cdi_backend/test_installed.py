@@ -802,3 +802,40 @@ def test_containerd_imports_are_queued_once_each_and_bounded():
     read_once = list(dict.fromkeys(reads))
     assert read_once == ["/etc/containerd/config.toml", *(f"{folder}/{n}" for n in names[: containerd.MAX_IMPORTS])]
     assert len(reads) <= 3 * len(read_once) and listings == [folder]
+
+
+def crio_node_with_drop_ins(tmp_path: Path, count: int, size: int) -> Path:
+    """A node with CRI-O and `count` drop-ins of valid TOML, about `size` bytes each (slow to parse)."""
+    root = tmp_path / "node"
+    (root / "usr/bin").mkdir(parents=True)
+    (root / "usr/bin/crio").write_bytes(b"not a Go binary")
+    (root / "etc/crio/crio.conf.d").mkdir(parents=True)
+    body = "[crio.runtime]\n" + "".join(f'k{n} = [1, 2, "x"]\n' for n in range(size // 20))
+    for n in range(count):
+        (root / f"etc/crio/crio.conf.d/{n:02}.conf").write_text(body)
+    return root
+
+
+def test_engine_configuration_is_read_within_a_total_cap(tmp_path: Path):
+    """Many large drop-ins (each under the 1 MiB cap of one file) stop at the cap on all of an engine's
+    configuration, with the files past it named: 20 of 1 MiB took 120 s under --timeout 5."""
+    from cgpu.engines import installed
+
+    root = crio_node_with_drop_ins(tmp_path, 6, 600_000)
+    [crio_entry], _ = installed.learn(str(root), run_allowed=False, timeout=60)
+    refused = [p for p in crio_entry.problems if "of engine configuration in all" in p.message]
+    read = 6 - len(refused)
+    assert 0 < read * 600_000 <= installed.MAX_CONFIG_TOTAL < (read + 1) * 600_000
+    assert refused[0].source == str(root / f"etc/crio/crio.conf.d/{read:02}.conf")
+    assert crio_entry.config_broken is not None and crio_entry.cdi_enabled is None  # what it reads is not known
+
+
+def test_engine_configuration_is_read_within_the_probes_time_limit(tmp_path: Path):
+    from cgpu.engines import installed
+
+    root = crio_node_with_drop_ins(tmp_path, 2, 1000)
+    [crio_entry], node = installed.learn(str(root), run_allowed=False, timeout=0.0)
+    assert any("time limit" in p.message for p in crio_entry.problems)
+    assert node["cut_short"] is True  # not remembered: the next probe reads it again
+    [crio_entry], node = installed.learn(str(root), run_allowed=False, timeout=60)
+    assert crio_entry.problems == () and node["cut_short"] is False
