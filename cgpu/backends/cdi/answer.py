@@ -38,7 +38,7 @@ def _cdi_off(report: ReportBuilder, entry: InstalledEngine, label: str | None, q
     return None, []
 
 
-def _answer(
+def engine_answer(
     report: ReportBuilder,
     entry: InstalledEngine | None,
     dirs: list[str],

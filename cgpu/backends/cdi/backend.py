@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-from cgpu.backends.cdi.answer import _answer
+from cgpu.backends.cdi.answer import engine_answer
 from cgpu.backends.cdi.device import APIS, DeviceAnswer
 from cgpu.backends.cdi.judging import engine_rules
 from cgpu.engines.option import EngineOption
@@ -38,14 +38,14 @@ def probe(
     if judge is None:
         return
     dirs = spec_dirs_read(spec_dirs, root, judge.entry.spec_dirs if judge.entry is not None else None)
-    entries = _answer(report, judge.entry, dirs, root, devices)[0]
+    entries = engine_answer(report, judge.entry, dirs, root, devices)[0]
     containers: dict[int, list[str]] = {}
     for index, entry in enumerate(judge.engines):
         if entry is judge.entry:
             containers[index] = [api for api in APIS if report.state(api) == "provided"]
         else:  # each other engine's answer, as data
-            own = list(spec_dirs) if spec_dirs else [_under(root, d) for d in entry.spec_dirs]
-            containers[index] = _answer(ReportBuilder("cdi"), entry, own, root, devices, quiet=True)[1]
+            own = list(spec_dirs) if spec_dirs else [under_root(root, d) for d in entry.spec_dirs]
+            containers[index] = engine_answer(ReportBuilder("cdi"), entry, own, root, devices, quiet=True)[1]
     report.engines = judge.report_entries(containers)
     if entries is None:
         return
@@ -70,11 +70,11 @@ def spec_dirs_read(spec_dirs: Sequence[str] | None, root: str, judging_dirs: Seq
     if spec_dirs:
         return list(spec_dirs)
     if judging_dirs is not None:
-        return [_under(root, d) for d in judging_dirs]
+        return [under_root(root, d) for d in judging_dirs]
     return list(DEFAULT_SPEC_DIRS)
 
 
-def _under(root: str, path: str) -> str:
+def under_root(root: str, path: str) -> str:
     if os.path.abspath(root) == os.path.abspath(os.sep):
         return path
     return os.path.join(os.path.abspath(root), path.lstrip("/"))

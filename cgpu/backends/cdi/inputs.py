@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 
-from cgpu.backends.cdi.backend import _under, spec_dirs_read
+from cgpu.backends.cdi.backend import spec_dirs_read, under_root
 from cgpu.engines.option import ENGINE_CONFIGS, EngineOption
 from cgpu.node.host import DRIVER_VERSION_FILES
 from cgpu.options import DEFAULT_ROOT
@@ -78,7 +78,7 @@ def _judged_dirs(report: Mapping[str, Any] | None, root: str, option: EngineOpti
 
     if report is None:
         dirs = spec_dirs_read(None, root, None)
-        return dirs if option.mode == NONE else [_under(root, d) for d in dirs]
+        return dirs if option.mode == NONE else [under_root(root, d) for d in dirs]
     engines = report.get("engines")
     judging = (
         next((e for e in engines if isinstance(e, Mapping) and e.get("judged") is True), None)
