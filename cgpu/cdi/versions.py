@@ -68,12 +68,3 @@ def library_max_version(library: str) -> str | None:
         return LIBRARY_MAX_VERSION[key]
     newest = max(LIBRARY_MAX_VERSION)
     return LIBRARY_MAX_VERSION[newest] if key > newest else None
-
-
-def first_release_reading(engine: str, cdi_version: str) -> str | None:
-    """The release of `engine` from which every later release reads `cdi_version` ("podman",
-    "0.7.0" -> "5.1"): asked of the engine (`cgpu.engines`, which holds each engine's release
-    rows), for the scan's fix of a spec too new for it. None for an engine cgpu does not know."""
-    from cgpu.engines.registry import first_release_reading as engine_first_release
-
-    return engine_first_release(engine, cdi_version)

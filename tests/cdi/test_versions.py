@@ -147,4 +147,3 @@ def test_library_max_version(library, reads):
 )
 def test_first_release_reading_is_the_one_from_which_every_later_release_reads_it(engine, spec_version, first):
     assert registry.first_release_reading(engine, spec_version) == first
-    assert versions.first_release_reading(engine, spec_version) == first  # the scan's fix asks it there
