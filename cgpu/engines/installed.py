@@ -162,22 +162,6 @@ def read_capped(path: str, limit: int) -> tuple[bytes | None, str | None]:
     return data, None
 
 
-# The report's fields of an engine, in the report's order (cgpu.model.Engine)
-REPORT_FIELDS = (
-    "name",
-    "version",
-    "cdi_library",
-    "max_cdi_version",
-    "cdi_enabled",
-    "spec_dirs",
-    "learned_from",
-    "sources",
-    "judged",
-    "containers",
-    "nvidia_runtime",
-)
-
-
 class InstalledEngine:
     """An engine as cgpu learned it (from its files, its answer or `--engine NAME@VERSION`): what the
     report says of it, and what decides its answer. Frozen: a changed fact is a new one (`replace`)."""
