@@ -1,5 +1,5 @@
 """podman: CDI always on (from 3.2); its release rows, its containers.conf files and their .d dirs (and,
-run rootless on this host, the user's own: containers/common `docs/containers.conf.5.md`, "when running in
+run rootless on this host, the user's own: containers/common containers.conf(5), "when running in
 rootless mode, they also read $HOME/.config/containers/containers.conf"; rootful podman reads none). On the
 host it counts as it answers cgpu's client (`podman version`, `cgpu.engines.client`)."""
 

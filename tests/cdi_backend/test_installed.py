@@ -758,7 +758,7 @@ def test_a_cached_engine_of_any_content_is_read_back_or_refused_never_an_excepti
 def test_podman_on_the_host_reads_the_users_own_configuration_only_when_rootless(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, euid: int, reads_user: bool
 ):
-    """Rootful podman reads no user's containers.conf (containers/common `docs/containers.conf.5.md`: "when
+    """Rootful podman reads no user's containers.conf (containers/common containers.conf(5): "when
     running in rootless mode, they also read $HOME/.config/containers/containers.conf"): root with another
     user's XDG_CONFIG_HOME kept (`sudo -E`) is not judged by that user's spec dirs."""
     user = tmp_path / "someone/.config"
