@@ -19,12 +19,16 @@ from pydantic import (
 from pydantic_core import core_schema
 
 from cgpu.apis import API_ORDER, CONTAINER_APIS, IMAGE_NEEDS
+from cgpu.engines.registry import REGISTRY
 
 if TYPE_CHECKING:
     from cgpu.apis import Api, ContainerApi
+
+    EngineName = str  # one of the registry's names
 else:  # pydantic reads these at run time (the schema's enums): the Literals of the one list
     ContainerApi = Literal[CONTAINER_APIS]
     Api = Literal[API_ORDER]
+    EngineName = Literal[REGISTRY.names]
 from cgpu.errors import CgpuValueError
 from cgpu.problem import KINDS, Problem
 
@@ -203,7 +207,7 @@ class Engine(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: Literal["podman", "docker", "containerd", "crio"] = Field(description="the engine")
+    name: EngineName = Field(description="the engine")
     version: str | None = Field(
         description="its upstream version as learned (1.7.24 for Debian's 1.7.24~ds1-6); null: unknown"
     )

@@ -8,14 +8,16 @@ spells its keywords for type checkers; tests/test_options.py holds them equal to
 defaults the options fall back on live here too: the CDI spec dirs, the host root and the range
 of a number of seconds.
 
-Imported by the CLI on every start and by the library: it imports `os`, `typing` and `cgpu.errors`
-only, and `check_keywords` raises KeyError for a keyword the table does not hold (a bug).
+Imported by the CLI on every start and by the library: it imports `os`, `cgpu.errors` and the
+engines' names (`cgpu.engines.registry`, for `--engine`'s help) only, and `check_keywords` raises
+KeyError for a keyword the table does not hold (a bug).
 """
 
 from __future__ import annotations
 
 import os
 
+from cgpu.engines.registry import REGISTRY
 from cgpu.errors import CgpuTypeError, CgpuValueError
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time
@@ -110,7 +112,7 @@ OPTIONS: Final = (
         short="-e",
         metavar="ENGINE@VERSION|auto|none",
         help="whose CDI rules judge the specs: auto (default) the engine installed here or under --root (the "
-        "kubelet's runtime first); podman, docker, crio or containerd: that one as installed; NAME@VERSION: that "
+        f"kubelet's runtime first); {REGISTRY.spoken()}: that one as installed; NAME@VERSION: that "
         "release; none: the newest rules",
     ),
     Option(

@@ -1,15 +1,20 @@
 """`cgpu/engines/client.py` is the one door to podman and Docker: no other module imports podman-py or
 docker-py, or runs the `podman` or `docker` CLI. A caller asks an `Engine` instead, so that an
-engine's quirks (its flags, its errors, its time limits) live in one place."""
+engine's quirks (its flags, its errors, its time limits) live in one place. That holds inside the
+`cgpu.engines` package too: an engine's own module (`podman.py`, `docker.py`) says what cgpu knows
+of it, and reaches it only through the client."""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
+from cgpu.engines.registry import REGISTRY
+
 PACKAGE = Path(__file__).resolve().parent.parent / "cgpu"
 DOOR = PACKAGE / "engines" / "client.py"
-ENGINES = frozenset({"podman", "docker"})
+# The engines cgpu's client reaches, as the registry says
+ENGINES = frozenset(engine.name for engine in REGISTRY.engines() if engine.reached_by_client)
 # What starts a process from an argv (cgpu.run's, subprocess's, os's)
 SPAWNERS = frozenset(
     {"run", "Popen", "call", "check_call", "check_output", "Helper", "_spawn", "spawnv", "spawnvp", "execv", "execvp"}
@@ -59,6 +64,18 @@ def test_no_module_but_engines_reaches_podman_or_docker():
     assert len(modules) > 40
     found = [f"{p.relative_to(PACKAGE.parent)}:{where}" for p in modules for where in engine_calls(p)]
     assert found == [], "call podman and Docker through cgpu/engines/client.py (an Engine method):\n" + "\n".join(found)
+
+
+def test_the_engines_the_client_reaches_are_podman_and_docker():
+    assert {"podman", "docker"} == ENGINES
+
+
+def test_every_module_of_the_engines_package_but_the_client_is_checked_and_keeps_to_the_door():
+    package = sorted((PACKAGE / "engines").glob("*.py"))
+    engine_modules = {PACKAGE / "engines" / f"{name}.py" for name in REGISTRY.names}
+    assert engine_modules <= set(package) and DOOR in package
+    found = [f"{p.name}:{where}" for p in package if p != DOOR for where in engine_calls(p)]
+    assert found == []
 
 
 def test_the_door_itself_is_seen():

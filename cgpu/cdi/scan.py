@@ -742,8 +742,10 @@ def _crash_loss(crashes: list[str], devices: dict[str, ResolvedDevice], engine: 
 
 def _upgrade_fix(engine_label: str | None, spec_version: str, max_version: str) -> str:
     """The fix for a spec too new for the engine: the release that reads it, or an older spec."""
+    from cgpu.engines.registry import first_release_reading  # the engine's release rows
+
     name = (engine_label or "").partition(" ")[0]
-    first = versions.first_release_reading(name, spec_version)
+    first = first_release_reading(name, spec_version)
     older = f"a spec written for cdiVersion {max_version} or older"
     if first is None:
         return f": use {older}"

@@ -1,9 +1,9 @@
 """CDI spec versions: the ones the reference library knows, the minimum a spec's fields
-require, and the newest one each container engine's vendored library accepts."""
+require, and the newest one each CDI library release reads. What each container engine's
+release reads is the engine's (`cgpu.engines`, its module's release rows)."""
 
 from __future__ import annotations
 
-from cgpu.errors import CgpuValueError
 from cgpu.patterns import lazy
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time
@@ -19,7 +19,7 @@ KNOWN_VERSIONS: Final = ("0.1.0", "0.2.0", "0.3.0", "0.4.0", "0.5.0", "0.6.0", "
 EARLIEST: Final = "0.3.0"
 
 # The library release whose behaviour (quirks and crashes included) cgpu models: every engine
-# in ENGINE_MAX_VERSION vendors a release up to it, and the quirks modelled are those of every
+# release row (`cgpu.engines`) vendors a release up to it, and the quirks modelled are those of every
 # release up to it. LIBRARY_MAIN: the library's main branch (no engine ships it yet), for the
 # differential check against it; it takes `permissions: none` and one-character vendors and
 # classes, and reads a symlinked spec dir.
@@ -169,123 +169,3 @@ def library_max_version(library: str) -> str | None:
         return LIBRARY_MAX_VERSION[key]
     newest = max(LIBRARY_MAX_VERSION)
     return LIBRARY_MAX_VERSION[newest] if key > newest else None
-
-
-# Highest cdiVersion each engine release reads, from the CDI library it vendors at that tag
-# (docs/cdi.md names each row's source): (first engine version of the row, max cdiVersion,
-# library), oldest first. A version between rows takes the last row at or below it.
-ENGINE_ROWS: Final[dict[str, tuple[tuple[tuple[int, ...], str, str], ...]]] = {
-    "podman": (
-        ((4, 3, 1), "0.5.0", "v0.5.x"),  # observed on Debian 12's podman 4.3.1
-        ((4, 7), "0.6.0", "v0.6.1/v0.6.2"),
-        ((5, 1), "0.7.0", "v0.7.2"),
-        ((5, 2), "0.8.0", "v0.8.0"),
-        ((5, 5), "1.0.0", "v1.0.x"),
-        ((6, 0), "1.1.0", "v1.1.0"),
-    ),
-    "docker": (
-        ((25, 0), "0.6.0", "v0.6.x"),  # CDI support (opt-in) starts with Docker Engine 25.0
-        ((25, 0, 17), "0.8.0", "v0.8.1"),  # a late 25.0 patch release vendors v0.8.1
-        ((26, 0), "0.6.0", "v0.6.x"),
-        ((26, 1), "0.7.0", "v0.7.1/v0.7.2"),
-        ((27, 4), "0.8.0", "v0.8.0"),
-        ((28, 1), "1.0.0", "v1.0.1"),
-        ((29, 2), "1.1.0", "v1.1.0"),
-    ),
-    "containerd": (
-        ((1, 7), "0.5.0", "v0.5.4"),
-        ((1, 7, 12), "0.6.0", "v0.6.1/v0.6.2"),
-        ((1, 7, 16), "0.7.0", "v0.7.2"),
-        ((1, 7, 27), "0.8.0", "v0.8.1"),
-        ((2, 0), "0.8.0", "v0.8.0/v0.8.1"),
-        ((2, 0, 5), "1.0.0", "v1.0.0"),
-        ((2, 1), "1.0.0", "v1.0.1"),
-        ((2, 2, 1), "1.1.0", "v1.1.0"),
-    ),
-    "crio": (
-        ((1, 24), "0.3.0", "v0.3.2"),
-        ((1, 25), "0.5.0", "v0.5.x"),
-        ((1, 28), "0.6.0", "v0.6.0/v0.6.2"),
-        ((1, 30), "0.7.0", "v0.7.2"),
-        ((1, 31), "0.8.0", "v0.8.0/v0.8.1"),
-        ((1, 33), "1.0.0", "v1.0.1"),
-        ((1, 35), "1.1.0", "v1.1.0"),
-    ),
-}
-ENGINE_MAX_VERSION: Final = {
-    name: tuple((first, max_version) for first, max_version, _ in rows) for name, rows in ENGINE_ROWS.items()
-}
-# Engine versions without any CDI support: None from max_cdi_version.
-_NO_CDI_BELOW: Final = {"podman": (3, 2), "docker": (25, 0), "containerd": (1, 7), "crio": (1, 23)}
-_VERSION = lazy(r"v?(\d+)(?:\.(\d+))?(?:\.(\d+))?(?:[-+~][0-9A-Za-z.+~-]*)?")
-
-
-def _parse_engine_version(version: str) -> tuple[int, ...]:
-    match = _VERSION.fullmatch(version.strip())
-    if match is None:
-        raise CgpuValueError(f"engine version {version!r} is not a version number like 4.3.1 or 28.2.0")
-    return tuple(int(part) for part in match.groups() if part is not None)
-
-
-def same_version(a: str | None, b: str | None) -> bool:
-    """Two engine version texts name the same release ("4.3.1+ds1" and "4.3.1")."""
-    if a is None or b is None:
-        return False
-    try:
-        return _parse_engine_version(a) == _parse_engine_version(b)
-    except ValueError:
-        return False
-
-
-def cdi_on_by_default(engine: str, version: str | None) -> bool | None:
-    """Whether CDI is on when the engine's configuration does not say: containerd 1.7 off, 2.x on;
-    Docker off before 28.2, on from it; CRI-O and podman always. None: the version is not known."""
-    if engine in ("crio", "podman"):
-        return True
-    if version is None:
-        return None
-    try:
-        parsed = _parse_engine_version(version)
-    except ValueError:
-        return None
-    return parsed >= ((2,) if engine == "containerd" else (28, 2))
-
-
-def first_release_reading(engine: str, cdi_version: str) -> str | None:
-    """The release of `engine` from which every later release reads `cdi_version` ("podman",
-    "0.7.0" -> "5.1"), by the rows; None for an engine cgpu has no rows for or no release reads it.
-    Not simply the first row that reads it: Docker 25.0.17 reads 0.8.0 and 26.0 again only 0.6.0."""
-    rows = ENGINE_MAX_VERSION.get(engine)
-    if rows is None:
-        return None
-    wanted = version_key(cdi_version)
-    first: tuple[int, ...] | None = None
-    for start, max_version in rows:
-        if version_key(max_version) < wanted:
-            first = None
-        elif first is None:
-            first = start
-    return ".".join(map(str, first)) if first is not None else None
-
-
-def max_cdi_version(engine: str, version: str) -> str | None:
-    """The newest cdiVersion `engine` at `version` accepts; None when that version reads no
-    CDI specs at all. Raises ValueError for an engine or version cgpu has no figure for."""
-    rows = ENGINE_MAX_VERSION.get(engine)
-    if rows is None:
-        known = ", ".join(ENGINE_MAX_VERSION)
-        raise CgpuValueError(f"unknown engine {engine!r}; cgpu knows the CDI limits of {known}")
-    wanted = _parse_engine_version(version)
-    if wanted < _NO_CDI_BELOW[engine]:
-        return None
-    best = None
-    for first, max_version in rows:
-        if wanted >= first:
-            best = max_version
-    if best is None:
-        oldest = ".".join(map(str, rows[0][0]))
-        raise CgpuValueError(
-            f"cgpu does not know which cdiVersion {engine} {version} accepts "
-            f"(its table starts at {engine} {oldest}); pick --engine none or a newer engine"
-        )
-    return best

@@ -4,9 +4,11 @@ in its configuration and which spec dirs it reads; and the kubelet's CRI runtime
 
 Under `--root R` only R's files are read (symlinks resolved inside R, never a FIFO, size-capped),
 and nothing runs. On the host (no `--root`) an engine whose files tell no version is asked
-(`containerd --version`, `crio version`; podman and Docker are asked by `engine_option.host_engines`).
-What is learned, and the identity of every file it was learned from, is what
-`engine_option.learn_engines` remembers.
+(`containerd --version`, `crio version`; podman and Docker are asked by `option.host_engines`).
+What each engine's files are, and how its configuration reads, is its module's (`cgpu.engines.registry`);
+what they share is here: the binary's Go build info, the package databases, the engine as learned
+(`InstalledEngine`, and its report entry). What is learned, and the identity of every file it was
+learned from, is what `option.learn_engines` remembers.
 """
 
 from __future__ import annotations
@@ -15,9 +17,10 @@ import os
 import re
 import shutil
 import stat
+import time
 
-from cgpu.cdi.versions import CDI_MODULES, library_max_version, max_cdi_version
-from cgpu.engines.config import MAX_CONFIG_BYTES, Config
+from cgpu.cdi.versions import CDI_MODULES, library_max_version
+from cgpu.engines.config import MAX_CONFIG_BYTES
 from cgpu.node.host import HostFS
 from cgpu.options import DEFAULT_SPEC_DIRS
 from cgpu.patterns import lazy
@@ -25,19 +28,13 @@ from cgpu.problem import Problem
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time
 if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
     from typing import Any
 
-BIN_DIRS = ("/usr/bin", "/usr/local/bin", "/usr/sbin", "/bin")
-DAEMONS = {"podman": "podman", "docker": "dockerd", "crio": "crio", "containerd": "containerd"}
-K3S = "/usr/local/bin/k3s"
-RKE2_CONTAINERD = "/var/lib/rancher/rke2/bin/containerd"
-# Packages that install each engine (Debian, Docker's and Fedora's repositories, openSUSE, OBS)
-PACKAGES = {
-    "podman": ("podman",),
-    "docker": ("docker.io", "docker-ce", "moby-engine", "docker"),
-    "crio": ("cri-o", "crio"),
-    "containerd": ("containerd", "containerd.io", "containerd2"),
-}
+    from cgpu.engines.base import ContainerEngine
+
+# All of a node's engine configuration files together: tens of KB where an engine was given them
+MAX_CONFIG_TOTAL = 2 << 20
 DPKG_STATUS = "/var/lib/dpkg/status"
 RPMDBS = ("/usr/lib/sysimage/rpm/rpmdb.sqlite", "/var/lib/rpm/rpmdb.sqlite")
 MAX_STATUS_BYTES = 64 << 20
@@ -45,8 +42,6 @@ MAX_RPMDB_BYTES = 512 << 20
 KUBELET_CONFIG = "/var/lib/kubelet/config.yaml"
 KUBEADM_FLAGS = "/var/lib/kubelet/kubeadm-flags.env"
 KUBELET_DROP_INS = ("/etc/systemd/system/kubelet.service.d", "/usr/lib/systemd/system/kubelet.service.d")
-# A CRI socket's name -> the engine behind it (k3s and RKE2 run their own containerd)
-SOCKETS = (("crio.sock", "crio"), ("containerd.sock", "containerd"), ("cri-dockerd.sock", "docker"))
 # Debian's package of the CDI library, in Built-Using / Static-Built-Using
 _DEB_CDI = lazy(
     r"golang-(?:tags\.cncf|github-container-orchestrated-devices)-container-device-interface(?:-dev)?"
@@ -60,12 +55,17 @@ _YAML_ENDPOINT = lazy(r"^containerRuntimeEndpoint:\s*[\"']?([^\s\"'#]+)", re.MUL
 
 
 class Files:
-    """The node's files as the engine sees them, under `root`: each read's identity recorded."""
+    """The node's files as the engine sees them, under `root`: each read's identity recorded. Engine
+    configuration (`read_config`) is read within MAX_CONFIG_TOTAL in all and before `deadline`
+    (time.monotonic()): a configuration parses slowly, and many files of it must not hold up the probe."""
 
-    def __init__(self, root: str) -> None:
+    def __init__(self, root: str, deadline: float | None = None) -> None:
         self.root = root
         self.host = HostFS(root)
         self.identity: dict[str, list[Any] | None] = {}  # node path (or which:NAME) -> identity
+        self.deadline = deadline
+        self.config_sizes: dict[str, int] = {}  # each configuration file read, counted once
+        self.cut_short = False  # a file was not read for the deadline: what was learned is not to be kept
 
     def shown(self, path: str) -> str:
         return path if self.host.real_root else os.path.join(self.host.root, path.lstrip("/"))
@@ -102,6 +102,20 @@ class Files:
             return None, None, shown
         data, why = read_capped(real, limit)
         return (data.decode("utf-8", errors="replace") if data is not None else None), why, shown
+
+    def read_config(self, path: str) -> tuple[str | None, str | None, str]:
+        """An engine configuration file, as `read` gives it, within the total cap and the deadline."""
+        text, why, shown = self.read(path)
+        if text is None or path in self.config_sizes:
+            return text, why, shown
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            self.cut_short = True
+            return None, "the probe's time limit (--timeout) passed before cgpu read it", shown
+        size = len(text)
+        if sum(self.config_sizes.values()) + size > MAX_CONFIG_TOTAL:
+            return None, f"cgpu reads at most {MAX_CONFIG_TOTAL} bytes of engine configuration in all", shown
+        self.config_sizes[path] = size
+        return text, why, shown
 
     def listdir(self, path: str) -> list[str]:
         real = self.real(path)
@@ -148,131 +162,296 @@ def read_capped(path: str, limit: int) -> tuple[bytes | None, str | None]:
     return data, None
 
 
-def new_entry(name: str) -> dict[str, Any]:
-    return {
-        "name": name,
-        "version": None,
-        "cdi_library": None,
-        "max_cdi_version": None,
-        "cdi_enabled": None,
-        "spec_dirs": list(DEFAULT_SPEC_DIRS),
-        "learned_from": "version",
-        "sources": [],
-        "judged": False,
-        "containers": [],
-        "nvidia_runtime": None,
-        "problems": [],  # internal: Problems; not in the report's entry
-        "cdi_setting": "",  # internal: the setting and file that turn CDI on
-        "cdi_file": "",  # internal: the file holding (or to hold) that setting
-        "cdi_explicit": None,  # internal: what the configuration says of CDI (None: nothing)
-        "config_broken": None,  # internal: why the engine would not start with its configuration
-        "rules_unknown": False,  # internal: cgpu has no release row for its version
-        "binary": None,  # internal
-    }
+class InstalledEngine:
+    """An engine as cgpu learned it (from its files, its answer or `--engine NAME@VERSION`): what the
+    report says of it, and what decides its answer. Frozen: a changed fact is a new one (`replace`)."""
+
+    __slots__ = (
+        "binary",
+        "cdi_enabled",
+        "cdi_explicit",
+        "cdi_file",
+        "cdi_library",
+        "cdi_setting",
+        "config_broken",
+        "learned_from",
+        "max_cdi_version",
+        "name",
+        "nvidia_runtime",
+        "problems",
+        "rules_unknown",
+        "sources",
+        "spec_dirs",
+        "version",
+    )
+
+    name: str
+    version: str | None  # as learned (1.7.24 for Debian's 1.7.24~ds1-6); None: unknown
+    cdi_library: str | None  # the exact CDI library release it links, where its files name it
+    max_cdi_version: str | None  # the newest cdiVersion it reads; None: none at all, or unknown
+    cdi_enabled: bool | None  # None: cgpu cannot tell (a daemon elsewhere, a broken configuration)
+    spec_dirs: tuple[str, ...]  # as its configuration names them, on its node
+    learned_from: str  # build-info, package, version or option
+    sources: tuple[str, ...]  # the files and commands it was learned from
+    nvidia_runtime: Mapping[str, Any] | None  # NVIDIA's runtime as its default runtime (`config.nvidia_runtime`)
+    problems: tuple[Problem, ...]  # what is wrong with its files, for the report
+    cdi_setting: str  # the setting and file that turn CDI on
+    cdi_file: str  # the file holding (or to hold) that setting
+    cdi_explicit: bool | None  # what the configuration says of CDI (None: nothing)
+    config_broken: str | None  # why the engine would not start with its configuration
+    rules_unknown: bool  # cgpu has no release row for its version
+    binary: str | None  # where its binary is on the node
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        version: str | None = None,
+        cdi_library: str | None = None,
+        max_cdi_version: str | None = None,
+        cdi_enabled: bool | None = None,
+        spec_dirs: Iterable[str] = DEFAULT_SPEC_DIRS,
+        learned_from: str = "version",
+        sources: Iterable[str] = (),
+        nvidia_runtime: Mapping[str, Any] | None = None,
+        problems: Iterable[Problem] = (),
+        cdi_setting: str = "",
+        cdi_file: str = "",
+        cdi_explicit: bool | None = None,
+        config_broken: str | None = None,
+        rules_unknown: bool = False,
+        binary: str | None = None,
+    ) -> None:
+        fields = {
+            "name": name,
+            "version": version,
+            "cdi_library": cdi_library,
+            "max_cdi_version": max_cdi_version,
+            "cdi_enabled": cdi_enabled,
+            "spec_dirs": tuple(spec_dirs),
+            "learned_from": learned_from,
+            "sources": tuple(sources),
+            "nvidia_runtime": nvidia_runtime,
+            "problems": tuple(problems),
+            "cdi_setting": cdi_setting,
+            "cdi_file": cdi_file,
+            "cdi_explicit": cdi_explicit,
+            "config_broken": config_broken,
+            "rules_unknown": rules_unknown,
+            "binary": binary,
+        }
+        for key, value in fields.items():
+            object.__setattr__(self, key, value)
+
+    def __setattr__(self, key: str, value: object) -> None:
+        raise AttributeError(f"an InstalledEngine is frozen: replace(..., {key}=...) makes a changed one")
+
+    def __delattr__(self, key: str) -> None:
+        raise AttributeError("an InstalledEngine is frozen")
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, InstalledEngine) and self.as_json() == other.as_json()
+
+    __hash__ = None  # type: ignore[assignment]  # equal by value, holds a mapping: not hashable
+
+    def __repr__(self) -> str:
+        return f"InstalledEngine({self.label!r}, learned_from={self.learned_from!r})"
+
+    def replace(self, **changes: Any) -> InstalledEngine:
+        """This engine with some facts changed."""
+        fields = {key: getattr(self, key) for key in self.__slots__}
+        fields.update(changes)
+        return InstalledEngine(**fields)
+
+    @property
+    def engine(self) -> ContainerEngine:
+        """What cgpu knows of this engine (its module in `cgpu.engines`)."""
+        from cgpu.engines.registry import engine
+
+        return engine(self.name)
+
+    @property
+    def label(self) -> str:
+        """ "containerd 1.7.24", or the bare name where its version is not known."""
+        return f"{self.name} {self.version}" if self.version else self.name
+
+    @property
+    def unlearned(self) -> bool:
+        """Installed, but neither its version nor its library could be learned: the newest rules judge."""
+        return self.version is None and self.learned_from == "version"
+
+    def report_entry(self, *, judged: bool, containers: Iterable[str]) -> dict[str, Any]:
+        """Its entry in the report (cgpu.model.Engine): whether its rules judged, what its containers get."""
+        return {
+            "name": self.name,
+            "version": self.version,
+            "cdi_library": self.cdi_library,
+            "max_cdi_version": self.max_cdi_version,
+            "cdi_enabled": self.cdi_enabled,
+            "spec_dirs": list(self.spec_dirs),
+            "learned_from": self.learned_from,
+            "sources": list(self.sources),
+            "judged": judged,
+            "containers": list(containers),
+            "nvidia_runtime": None if self.nvidia_runtime is None else dict(self.nvidia_runtime),
+        }
+
+    def as_json(self) -> dict[str, Any]:
+        """Every fact, as JSON keeps it (`from_json` reads it back)."""
+        facts = {key: getattr(self, key) for key in self.__slots__}
+        facts.update(spec_dirs=list(self.spec_dirs), sources=list(self.sources), problems=list(self.problems))
+        facts["nvidia_runtime"] = None if self.nvidia_runtime is None else dict(self.nvidia_runtime)
+        return facts
+
+    @classmethod
+    def from_json(cls, data: object) -> InstalledEngine:
+        """An engine from what `as_json` gave, read back from a file (a cache: it can hold anything).
+        CgpuValueError (a ValueError) for anything else."""
+        from cgpu.errors import CgpuValueError
+
+        if not isinstance(data, dict) or set(data) != set(cls.__slots__):
+            raise CgpuValueError("not an engine's facts")
+        texts = ("name", "learned_from", "cdi_setting", "cdi_file")
+        optional_texts = ("version", "cdi_library", "max_cdi_version", "config_broken", "binary")
+        if not all(isinstance(data[key], str) for key in texts) or not all(
+            data[key] is None or isinstance(data[key], str) for key in optional_texts
+        ):
+            raise CgpuValueError("an engine's facts are malformed")
+        for key in ("spec_dirs", "sources"):
+            if not isinstance(data[key], list) or not all(isinstance(item, str) for item in data[key]):
+                raise CgpuValueError(f"an engine's {key} are malformed")
+        flags = (data["cdi_enabled"], data["cdi_explicit"])
+        if not all(flag is None or isinstance(flag, bool) for flag in flags) or not isinstance(
+            data["rules_unknown"], bool
+        ):
+            raise CgpuValueError("an engine's flags are malformed")
+        if not (data["nvidia_runtime"] is None or isinstance(data["nvidia_runtime"], dict)):
+            raise CgpuValueError("an engine's NVIDIA runtime is malformed")
+        if not isinstance(data["problems"], list):
+            raise CgpuValueError("an engine's problems are malformed")
+        return cls(**{**data, "problems": [Problem.from_json(problem) for problem in data["problems"]]})
 
 
-def with_version(installed: dict[str, Any] | None, name: str, version: str, learned_from: str) -> dict[str, Any]:
+def with_version(installed: InstalledEngine | None, name: str, version: str, learned_from: str) -> InstalledEngine:
     """A fresh entry for `name` at `version` judged by the release rows, keeping what the installed
     engine's configuration says (its spec dirs, whether CDI is on)."""
-    from cgpu.cdi.versions import cdi_on_by_default
+    from cgpu.engines.registry import engine as engine_named
 
-    entry = new_entry(name)
-    entry["version"] = version
-    entry["learned_from"] = learned_from
+    engine = engine_named(name)
+    kept: dict[str, Any] = {}
     if installed is not None:
-        for key in (
-            "spec_dirs",
-            "cdi_setting",
-            "cdi_file",
-            "cdi_explicit",
-            "config_broken",
-            "nvidia_runtime",
-            "problems",
-        ):
-            entry[key] = installed[key]
+        kept = {
+            key: getattr(installed, key)
+            for key in (
+                "spec_dirs",
+                "cdi_setting",
+                "cdi_file",
+                "cdi_explicit",
+                "config_broken",
+                "nvidia_runtime",
+                "problems",
+            )
+        }
+    problems = list(kept.pop("problems", ()))
+    max_version, rules_unknown = _release_limit(engine, version, problems)
+    explicit = kept.get("cdi_explicit")
+    enabled = explicit if explicit is not None else engine.cdi_on_by_default(version)
+    if installed is None and engine.on_by_default_from is not None:
+        enabled = None  # a daemon whose configuration cgpu did not read (another host, DOCKER_HOST)
+    return InstalledEngine(
+        name,
+        version=version,
+        learned_from=learned_from,
+        max_cdi_version=max_version,
+        rules_unknown=rules_unknown,
+        cdi_enabled=enabled,
+        problems=problems,
+        **kept,
+    )
+
+
+def _release_limit(engine: ContainerEngine, version: str, problems: list[Problem]) -> tuple[str | None, bool]:
+    """The newest cdiVersion that release reads by the engine's rows, and whether the rows do not know
+    it (then the newest rules judge, and a warning in `problems` says so)."""
     try:
-        entry["max_cdi_version"] = max_cdi_version(name, version)
+        return engine.max_cdi_version(version), False
     except ValueError as exc:
-        entry["rules_unknown"] = True
-        entry["problems"] = [
-            *entry["problems"],
-            Problem("warning", f"{name} {version}", f"{exc}; judged by the newest rules"),
-        ]
-    explicit = entry["cdi_explicit"]
-    entry["cdi_enabled"] = explicit if explicit is not None else cdi_on_by_default(name, version)
-    if installed is None and name in ("docker", "containerd"):
-        entry["cdi_enabled"] = None  # a daemon whose configuration cgpu did not read (another host, DOCKER_HOST)
-    return entry
+        problems.append(Problem("warning", f"{engine.name} {version}", f"{exc}; judged by the newest rules"))
+        return None, True
 
 
-def learn(root: str, *, run_allowed: bool, timeout: float) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def learn(root: str, *, run_allowed: bool, timeout: float) -> tuple[list[InstalledEngine], dict[str, Any]]:
     """Every engine installed under `root`, and the node facts (the kubelet's runtime); with the
     identity of each file read, for the cache."""
-    files = Files(root)
+    from cgpu.engines.registry import REGISTRY
+
+    files = Files(root, deadline=time.monotonic() + timeout)
     packages = _Packages(files)
     engines = []
-    for name in DAEMONS:
-        entry = _learn_one(files, packages, name, run_allowed=run_allowed, timeout=timeout)
-        if entry is not None:
-            entry["problems"] += packages.problems
-            engines.append(entry)
-    node = {"kubelet_runtime": kubelet_runtime(files), "identity": files.identity}
+    for engine in REGISTRY.engines():
+        found = _learn_one(files, packages, engine, run_allowed=run_allowed, timeout=timeout)
+        if found is not None:
+            engines.append(found.replace(problems=(*found.problems, *packages.problems)))
+    node = {"kubelet_runtime": kubelet_runtime(files), "identity": files.identity, "cut_short": files.cut_short}
     return engines, node
 
 
-def _binary(files: Files, name: str, run_allowed: bool) -> str | None:
+def _binary(files: Files, engine: ContainerEngine, run_allowed: bool) -> str | None:
     """The engine's binary: under a root, in the usual places; on the host, on PATH (podman's and
     Docker's also in the usual places: they count only as they answer, their files add the library)."""
-    daemon = DAEMONS[name]
     if run_allowed:
-        found = shutil.which(daemon)
-        files.identity[f"which:{daemon}"] = [found] if found else None
+        found = shutil.which(engine.daemon)
+        files.identity[f"which:{engine.daemon}"] = [found] if found else None
         if found:
             files.real(found)
             return found
-        if name in ("crio", "containerd"):
+        if not engine.reached_by_client:
             return None
-    candidates = [f"{d}/{daemon}" for d in BIN_DIRS]
-    if name == "containerd":
-        candidates += [K3S, RKE2_CONTAINERD]
-    for path in candidates:
+    for path in engine.binaries():
         if files.is_file(path):
             return path
     return None
 
 
+class _Learning:
+    """What is learned of one engine's release, fact by fact, before its configuration is read."""
+
+    __slots__ = ("cdi_library", "learned_from", "max_cdi_version", "problems", "rules_unknown", "sources", "version")
+
+    def __init__(self) -> None:
+        self.version: str | None = None
+        self.cdi_library: str | None = None
+        self.max_cdi_version: str | None = None
+        self.learned_from = "version"
+        self.sources: list[str] = []
+        self.problems: list[Problem] = []
+        self.rules_unknown = False
+
+
 def _learn_one(
-    files: Files, packages: _Packages, name: str, *, run_allowed: bool, timeout: float
-) -> dict[str, Any] | None:
-    entry = new_entry(name)
-    binary = _binary(files, name, run_allowed)
+    files: Files, packages: _Packages, engine: ContainerEngine, *, run_allowed: bool, timeout: float
+) -> InstalledEngine | None:
+    binary = _binary(files, engine, run_allowed)
     if binary is None and run_allowed:
         return None  # on the host an engine is a binary that can run
-    package = packages.find(name)
+    package = packages.find(engine.packages)
     if binary is None and package is None:
         return None
-    entry["binary"] = binary
-    flavour = "k3s" if binary == K3S else "rke2" if binary == RKE2_CONTAINERD else ""
+    learning = _Learning()
+    flavour = engine.flavour(binary) if binary is not None else ""
     if binary is not None:
-        _from_build_info(files, entry, binary, flavour)
-    if entry["learned_from"] != "build-info" and package is not None:
-        _from_package(entry, package)
-    if entry["version"] is None and binary is not None and run_allowed and name in ("containerd", "crio"):
-        _from_running(entry, binary, timeout)
-    if entry["version"] is not None and entry["learned_from"] == "version":
-        try:
-            entry["max_cdi_version"] = max_cdi_version(name, entry["version"])
-        except ValueError as exc:
-            entry["rules_unknown"] = True
-            entry["problems"].append(
-                Problem("warning", f"{name} {entry['version']}", f"{exc}; judged by the newest rules")
-            )
-    _configure(files, entry, flavour)
-    return entry
+        _from_build_info(files, learning, engine, binary, flavour)
+    if learning.learned_from != "build-info" and package is not None:
+        _from_package(learning, package)
+    if learning.version is None and binary is not None and run_allowed:
+        _from_running(learning, engine, binary, timeout)
+    if learning.version is not None and learning.learned_from == "version":
+        learning.max_cdi_version, learning.rules_unknown = _release_limit(engine, learning.version, learning.problems)
+    return _configure(files, engine, learning, binary, flavour)
 
 
-def _from_build_info(files: Files, entry: dict[str, Any], binary: str, flavour: str) -> None:
-    """Fill `entry` from the binary's Go build info (k3s: the version of the containerd inside it)."""
+def _from_build_info(files: Files, learning: _Learning, engine: ContainerEngine, binary: str, flavour: str) -> None:
+    """Learn from the binary's Go build info (k3s: the version of the containerd inside it)."""
     from cgpu.engines.buildinfo import BuildInfoError, read_build_info
 
     shown = files.shown(binary)
@@ -282,35 +461,29 @@ def _from_build_info(files: Files, entry: dict[str, Any], binary: str, flavour: 
     try:
         info = read_build_info(real)
     except (OSError, BuildInfoError) as exc:
-        entry["problems"].append(Problem("warning", shown, f"cgpu could not read this engine's Go build info: {exc}"))
+        learning.problems.append(Problem("warning", shown, f"cgpu could not read this engine's Go build info: {exc}"))
         return
     if info is None:
         return
-    version = None
-    if flavour == "k3s":
-        version = info.dep("github.com/containerd/containerd/v2", "github.com/containerd/containerd")
-    if version is None:
-        version = info.version_flag()
-    if version is None and info.main is not None and info.main[1] not in ("", "(devel)"):
-        version = info.main[1]
+    version = engine.version_from_build_info(info, flavour)
     if version is not None:
-        entry["version"] = version.lstrip("v")
+        learning.version = version.lstrip("v")
     if not info.module_mode:
         return  # built outside module mode: no module list, so no library named
     library = info.dep(*CDI_MODULES)
-    entry["learned_from"] = "build-info"
-    entry["sources"].append(shown)
-    entry["cdi_library"] = library
-    entry["max_cdi_version"] = library_max_version(library) if library else None
-    if library is not None and entry["max_cdi_version"] is None:
-        entry["problems"].append(Problem("warning", shown, f"its CDI library {library} is older than any cgpu knows"))
+    learning.learned_from = "build-info"
+    learning.sources.append(shown)
+    learning.cdi_library = library
+    learning.max_cdi_version = library_max_version(library) if library else None
+    if library is not None and learning.max_cdi_version is None:
+        learning.problems.append(Problem("warning", shown, f"its CDI library {library} is older than any cgpu knows"))
 
 
-def _from_package(entry: dict[str, Any], package: tuple[Any, str]) -> None:
+def _from_package(learning: _Learning, package: tuple[Any, str]) -> None:
     found, shown = package
     version = _REPACK.sub("", found.version.split(":", 1)[-1])
-    if entry["version"] is None:
-        entry["version"] = version
+    if learning.version is None:
+        learning.version = version
     library = None
     match = _DEB_CDI.search(found.built_using)
     if match:
@@ -318,29 +491,29 @@ def _from_package(entry: dict[str, Any], package: tuple[Any, str]) -> None:
     for provided, provided_version in found.provides:
         if provided in _RPM_CDI and provided_version:
             library = "v" + provided_version.lstrip("v")
-    entry["sources"].append(shown)
+    learning.sources.append(shown)
     if library is not None:
-        entry["learned_from"] = "package"
-        entry["cdi_library"] = library
-        entry["max_cdi_version"] = library_max_version(library)
+        learning.learned_from = "package"
+        learning.cdi_library = library
+        learning.max_cdi_version = library_max_version(library)
 
 
-def _from_running(entry: dict[str, Any], binary: str, timeout: float) -> None:
+def _from_running(learning: _Learning, engine: ContainerEngine, binary: str, timeout: float) -> None:
+    """Ask the engine's binary its version, where the engine is asked that way (containerd, CRI-O)."""
+    argv = engine.version_argv(binary)
+    if argv is None:
+        return
     from cgpu.run import CommandError, decode, run
 
-    argv = [binary, "--version"] if entry["name"] == "containerd" else [binary, "version"]
     try:
         done = run(argv, timeout=timeout)
     except CommandError as exc:
-        entry["problems"].append(Problem("warning", " ".join(argv), str(exc)))
+        learning.problems.append(Problem("warning", " ".join(argv), str(exc)))
         return
-    text = decode(done.stdout)
-    if entry["name"] == "containerd":
-        text = re.sub(r"github\.com/\S+", "", text)  # "containerd github.com/containerd/containerd/v2 v2.1.4 …"
-    match = _VERSION_WORD.search(text)
+    match = _VERSION_WORD.search(engine.version_text(decode(done.stdout)))
     if done.returncode == 0 and match:
-        entry["version"] = match.group(1)
-        entry["sources"].append(" ".join(argv))
+        learning.version = match.group(1)
+        learning.sources.append(" ".join(argv))
 
 
 class _Packages:
@@ -352,11 +525,12 @@ class _Packages:
         self._packages: dict[str, tuple[Any, str]] = {}
         self.problems: list[Problem] = []
 
-    def find(self, engine: str) -> tuple[Any, str] | None:
+    def find(self, names: tuple[str, ...]) -> tuple[Any, str] | None:
+        """The first of these packages installed, with the database it was read from."""
         if not self._read:
             self._read = True
             self._load()
-        for name in PACKAGES[engine]:
+        for name in names:
             if name in self._packages:
                 return self._packages[name]
         return None
@@ -397,48 +571,43 @@ class _Packages:
             self._packages.setdefault(package.name, (package, shown))
 
 
-def _configure(files: Files, entry: dict[str, Any], flavour: str) -> None:
-    """Whether CDI is on and which spec dirs the engine reads, from its configuration files."""
-    from cgpu.engines import config as engine_config
+def _configure(
+    files: Files, engine: ContainerEngine, learning: _Learning, binary: str | None, flavour: str
+) -> InstalledEngine:
+    """The engine as learned, with whether CDI is on and which spec dirs it reads from its configuration files."""
+    from cgpu.engines.config import nvidia_runtime
 
-    name = entry["name"]
-    major = _major(entry["version"])
-    config: Config
-    if name == "containerd":
-        path = {
-            "k3s": "/var/lib/rancher/k3s/agent/etc/containerd/config.toml",
-            "rke2": "/var/lib/rancher/rke2/agent/etc/containerd/config.toml",
-        }.get(flavour, "/etc/containerd/config.toml")
-        config = engine_config.containerd(files.read, files.listdir, path, major)
-    elif name == "crio":
-        config = engine_config.crio(files.read, files.listdir, "/etc/crio/crio.conf", "/etc/crio/crio.conf.d")
-    elif name == "podman":
-        conf_files = ["/usr/share/containers/containers.conf", "/etc/containers/containers.conf"]
-        drop_ins = ["/usr/share/containers/containers.conf.d", "/etc/containers/containers.conf.d"]
-        if files.host.real_root:  # this user's own files, read by a rootless podman run here
-            user = os.path.join(os.environ.get("XDG_CONFIG_HOME") or os.path.expanduser("~/.config"), "containers")
-            conf_files.append(f"{user}/containers.conf")
-            drop_ins.append(f"{user}/containers.conf.d")
-        config = engine_config.podman(files.read, files.listdir, conf_files, drop_ins)
-    else:
-        config = engine_config.docker(files.read, "/etc/docker/daemon.json")
-    from cgpu.cdi.versions import cdi_on_by_default
-
-    entry["cdi_explicit"] = config.enabled
-    entry["cdi_enabled"] = config.enabled if config.enabled is not None else cdi_on_by_default(name, entry["version"])
-    if config.spec_dirs is not None:
-        entry["spec_dirs"] = config.spec_dirs
-    entry["cdi_setting"] = config.setting
-    entry["cdi_file"] = config.file
+    config = engine.read_configuration(
+        files.read_config, files.listdir, major=_major(learning.version), flavour=flavour, on_host=files.host.real_root
+    )
+    problems = learning.problems
+    enabled = config.enabled if config.enabled is not None else engine.cdi_on_by_default(learning.version)
+    facts = None
     if config.default_runtime is not None and config.default_runtime.startswith("nvidia"):
-        facts, problems = engine_config.nvidia_runtime(files.read, config.default_runtime, config.runtime_file)
-        entry["nvidia_runtime"] = facts
-        entry["problems"] += problems
-    entry["problems"] += config.problems
+        facts, runtime_problems = nvidia_runtime(files.read_config, config.default_runtime, config.runtime_file)
+        problems += runtime_problems
+    problems += config.problems
     broken = [f"{source}: {message}" for severity, source, message in config.problems if severity == "error"]
     if broken:
-        entry["config_broken"] = broken[0]
-        entry["cdi_enabled"] = None
+        enabled = None
+    return InstalledEngine(
+        engine.name,
+        version=learning.version,
+        cdi_library=learning.cdi_library,
+        max_cdi_version=learning.max_cdi_version,
+        cdi_enabled=enabled,
+        spec_dirs=config.spec_dirs if config.spec_dirs is not None else DEFAULT_SPEC_DIRS,
+        learned_from=learning.learned_from,
+        sources=learning.sources,
+        nvidia_runtime=facts,
+        problems=problems,
+        cdi_setting=config.setting,
+        cdi_file=config.file,
+        cdi_explicit=config.enabled,
+        config_broken=broken[0] if broken else None,
+        rules_unknown=learning.rules_unknown,
+        binary=binary,
+    )
 
 
 def _major(version: str | None) -> int | None:
@@ -461,8 +630,10 @@ def kubelet_runtime(files: Files) -> dict[str, str] | None:
         if match is None:
             continue
         endpoint = match.group(1)
-        for socket, engine in SOCKETS:
-            if endpoint.rstrip("/").endswith(socket):
-                return {"engine": engine, "endpoint": endpoint, "source": shown}
+        from cgpu.engines.registry import REGISTRY
+
+        for engine in REGISTRY.engines():
+            if any(endpoint.rstrip("/").endswith(socket) for socket in engine.cri_sockets):
+                return {"engine": engine.name, "endpoint": endpoint, "source": shown}
         return {"engine": "", "endpoint": endpoint, "source": shown}
     return None

@@ -19,12 +19,9 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run ti
 if TYPE_CHECKING:
     from typing import Any
 
+    from cgpu.engines.installed import InstalledEngine
+
 AUTO, NONE, NAMED = "auto", "none", "named"
-# Every engine cgpu judges by, in the order `auto` prefers where no kubelet names one (docs/cdi.md):
-# the engines people run containers with by hand first, containerd last (it is installed beside
-# Docker as its back end, and judges only where nothing else runs containers).
-ENGINE_NAMES = ("podman", "docker", "crio", "containerd")
-_ALIASES = {"cri-o": "crio"}
 # `podman version` costs about 100 ms: its answer is reused while the engine binaries are the
 # same files (path, size, mtime) and for at most this long (a Docker daemon can be upgraded or
 # stopped while its CLI stays the same).
@@ -77,19 +74,20 @@ def parse_engine(value: str | EngineOption | None) -> EngineOption:
         return EngineOption(AUTO)
     if text.lower() == NONE:
         return EngineOption(NONE)
+    from cgpu.engines.registry import REGISTRY, max_cdi_version
+
     name, sep, version = text.partition("@")
     name, version = name.strip().lower(), version.strip()
-    name = _ALIASES.get(name, name)
-    if not sep and name in ENGINE_NAMES:
+    found = REGISTRY.find(name) if name else None
+    name = found.name if found is not None else name
+    if not sep and found is not None:
         return EngineOption(NAMED, name)
     if not sep or not name or not version:
+        *first, last = [f"{engine.name}@{engine.example}" for engine in REGISTRY.engines()]
         raise CgpuValueError(
-            f"{value!r} is not an engine: expected NAME@VERSION such as podman@4.3.1, docker@28.2.0, "
-            f"containerd@1.7.27 or crio@1.31.0, a bare {', '.join(ENGINE_NAMES)} (the one installed here), "
-            "or auto, or none"
+            f"{value!r} is not an engine: expected NAME@VERSION such as {', '.join(first)} or {last}, "
+            f"a bare {', '.join(REGISTRY.names)} (the one installed here), or auto, or none"
         )
-    from cgpu.cdi.versions import max_cdi_version
-
     max_cdi_version(name, version)  # raises for an engine or version format cgpu has no figure for
     return EngineOption(NAMED, name, version)
 
@@ -167,36 +165,37 @@ MAX_ENGINES_BYTES = 1 << 20
 
 def learn_engines(
     root: str | None, *, timeout: float, cache_dir: str | None = None
-) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+) -> tuple[list[InstalledEngine], dict[str, Any]]:
     """Every engine installed under `root` (None: this host), learned from its files
     (`cgpu.engines.installed`), and the node's facts (the kubelet's runtime). Remembered by the identity
     (size, mtime, inode, mode) of every file consulted, absent ones included, and the environment:
     a repeat call stats those files and reads one small file."""
+    from cgpu.engines.registry import REGISTRY
     from cgpu.node.files import default_cache_dir_text, private_directory, read_private, write_private
-    from cgpu.problem import Problem
 
     where = os.path.abspath(root or DEFAULT_ROOT)
     key = {
         "root": where,
+        "engines": list(REGISTRY.names),  # an engine added since is looked for
         "env": [os.environ.get(k) for k in (*ENGINE_ENV, "XDG_CONFIG_HOME", "HOME")],
         "path": None if root else os.get_exec_path(),
     }
     cache_file = os.path.join(cache_dir or default_cache_dir_text(), ENGINES_FILE)
-    from cgpu.engines.installed import identity_unchanged, learn
+    from cgpu.engines.installed import InstalledEngine, identity_unchanged, learn
 
     try:
         private_directory(os.path.dirname(cache_file), create=False)
         data = json.loads(read_private(cache_file, limit=MAX_ENGINES_BYTES))
         if data["key"] == key and identity_unchanged(where, data["node"]["identity"]):
-            engines = data["engines"]
-            for entry in engines:  # JSON made each Problem an array
-                entry["problems"] = [Problem.from_json(problem) for problem in entry["problems"]]
-            return engines, data["node"]
+            return [InstalledEngine.from_json(entry) for entry in data["engines"]], data["node"]
     except (OSError, ValueError, KeyError, TypeError, RecursionError):
         pass  # absent, unreadable, unsafe or stale: learn again
     engines, node = learn(where, run_allowed=root is None, timeout=timeout)
+    if node.get("cut_short"):
+        return engines, node  # learnt in a hurry: not kept
     try:
-        write_private(cache_file, json.dumps({"key": key, "engines": engines, "node": node}).encode())
+        facts = [engine.as_json() for engine in engines]
+        write_private(cache_file, json.dumps({"key": key, "engines": facts, "node": node}).encode())
     except (OSError, TypeError, ValueError):
         pass  # not kept: learnt again next time
     return engines, node

@@ -1,10 +1,11 @@
-"""Known versions and the engines' highest accepted cdiVersion."""
+"""Known versions and the engines' highest accepted cdiVersion (their release rows, `cgpu.engines`)."""
 
 from __future__ import annotations
 
 import pytest
 
 from cgpu.cdi import versions
+from cgpu.engines import registry
 from cgpu.engines.option import parse_engine
 
 
@@ -82,7 +83,7 @@ def test_normalize_version(declared, known):
     ],
 )
 def test_max_cdi_version(engine, version, limit):
-    assert versions.max_cdi_version(engine, version) == limit
+    assert registry.max_cdi_version(engine, version) == limit
 
 
 @pytest.mark.parametrize(
@@ -145,7 +146,7 @@ def test_library_max_version(library, reads):
     ],
 )
 def test_first_release_reading_is_the_one_from_which_every_later_release_reads_it(engine, spec_version, first):
-    assert versions.first_release_reading(engine, spec_version) == first
+    assert registry.first_release_reading(engine, spec_version) == first
 
 
 def test_the_minimum_version_is_a_table_of_the_library_versions_above_the_earliest():

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cgpu.engines import buildinfo
+from cgpu.engines import buildinfo, containerd, crio, docker, podman
 from cgpu.engines import config as engine_config
 from cgpu.engines.buildinfo import BuildInfoError, parse_blob, read_build_info
 from tests.cdi_backend import engine_files as ef
@@ -447,10 +447,10 @@ def test_any_config_text_gives_problems_never_an_exception(text: str):
         return text, None, path
 
     for config in (
-        engine_config.containerd(read, lambda _: ["a.toml"], "/etc/containerd/config.toml", 2),
-        engine_config.crio(read, lambda _: ["a.conf"], "/etc/crio/crio.conf", "/etc/crio/crio.conf.d"),
-        engine_config.podman(read, lambda _: [], ["/etc/containers/containers.conf"], []),
-        engine_config.docker(read, "/etc/docker/daemon.json"),
+        containerd.read_config(read, lambda _: ["a.toml"], "/etc/containerd/config.toml", 2),
+        crio.read_config(read, lambda _: ["a.conf"], "/etc/crio/crio.conf", "/etc/crio/crio.conf.d"),
+        podman.read_config(read, lambda _: [], ["/etc/containers/containers.conf"], []),
+        docker.read_config(read, "/etc/docker/daemon.json"),
     ):
         assert config.enabled in (True, False, None)
         assert config.spec_dirs is None or all(isinstance(d, str) for d in config.spec_dirs)
@@ -471,7 +471,7 @@ def test_any_cri_table_is_judged_by_its_types(table: dict):
     def read(path: str) -> tuple[str | None, str | None, str]:
         return text, None, path
 
-    config = engine_config.containerd(read, lambda _: [], "/etc/containerd/config.toml", 1)
+    config = containerd.read_config(read, lambda _: [], "/etc/containerd/config.toml", 1)
     value = table.get("enable_cdi")
     if isinstance(value, bool):
         assert config.enabled is value
@@ -703,3 +703,139 @@ def test_verify_through_a_cri_runtime_says_it_cannot(tmp_path: Path):
     report = probe([SAMPLES / "nvidia-current/spec"], HOSTS / "nvidia-580", engine="containerd@2.1.4", verify=True)
     assert report["containers"] == ALL  # the static answer stands
     assert any("no client for containerd's CRI" in p["message"] for p in report["problems"])
+
+
+# --- the engine as learned: typed, frozen, kept in the cache as JSON -------------------------------------
+
+
+def test_an_installed_engine_is_frozen_and_changed_by_replace(tmp_path: Path):
+    from cgpu.engines.installed import InstalledEngine, learn
+
+    [engine], _ = learn(str(containerd_node(tmp_path)), run_allowed=False, timeout=5)
+    with pytest.raises(AttributeError, match="frozen"):
+        engine.version = "9.9"  # type: ignore[misc]
+    changed = engine.replace(sources=[*engine.sources, "containerd version"])
+    assert (
+        engine.sources == (str(tmp_path / "node/usr/bin/containerd"),) and changed.sources[-1] == "containerd version"
+    )
+    assert changed.version == engine.version == "1.7.27" and changed != engine
+    assert InstalledEngine.from_json(json.loads(json.dumps(engine.as_json()))) == engine
+    entry = engine.report_entry(judged=True, containers=["cuda"])
+    assert list(entry) == ["name", "version", "cdi_library", "max_cdi_version", "cdi_enabled", "spec_dirs"] + [
+        "learned_from",
+        "sources",
+        "judged",
+        "containers",
+        "nvidia_runtime",
+    ]
+    assert entry["spec_dirs"] == ["/etc/cdi", "/var/run/cdi"] and entry["containers"] == ["cuda"]
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(st.sampled_from(["version", "spec_dirs", "problems", "cdi_enabled", "nvidia_runtime"]), JSON))
+def test_a_cached_engine_of_any_content_is_read_back_or_refused_never_an_exception(changes: dict):
+    from cgpu.engines.installed import InstalledEngine
+
+    facts = {**InstalledEngine("containerd", version="2.0.5").as_json(), **changes}
+    if not changes:
+        assert InstalledEngine.from_json(facts).version == "2.0.5"
+    try:
+        engine = InstalledEngine.from_json(facts)
+    except ValueError:
+        return
+    assert InstalledEngine.from_json(engine.as_json()) == engine
+    assert all(isinstance(d, str) for d in engine.spec_dirs) and engine.version == facts["version"]
+
+
+@pytest.mark.parametrize(("euid", "reads_user"), [(0, False), (1000, True)], ids=["root", "user"])
+def test_podman_on_the_host_reads_the_users_own_configuration_only_when_rootless(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, euid: int, reads_user: bool
+):
+    """Rootful podman reads no user's containers.conf (containers/common containers.conf(5): "when
+    running in rootless mode, they also read $HOME/.config/containers/containers.conf"): root with another
+    user's XDG_CONFIG_HOME kept (`sudo -E`) is not judged by that user's spec dirs."""
+    user = tmp_path / "someone/.config"
+    (user / "containers").mkdir(parents=True)
+    (user / "containers/containers.conf").write_text("[engine]\ncdi_spec_dirs = ['/home/someone/cdi']\n")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(user))
+    monkeypatch.setattr(os, "geteuid", lambda: euid)
+    asked: list[str] = []
+
+    def read(path: str) -> tuple[str | None, str | None, str]:
+        asked.append(path)
+        return (Path(path).read_text(), None, path) if path.startswith(str(user)) else (None, None, path)
+
+    config = podman.ENGINE.read_configuration(read, lambda _: [], major=5, flavour="", on_host=True)
+    assert (str(user / "containers/containers.conf") in asked) is reads_user
+    assert config.spec_dirs == (["/home/someone/cdi"] if reads_user else None)
+
+
+def test_containerd_imports_are_queued_once_each_and_bounded():
+    """Every file's `imports` globbing the same folder of many files: each file is queued once (containerd's
+    loop skips one loaded before, so the order is the same), no more than MAX_IMPORTS are read, and the
+    folder is listed once, not once per pattern of every file read (was: 443 MB and 44 s for 1,000 files)."""
+    folder = "/etc/containerd/conf.d"
+    names = [f"{n:03}.toml" for n in range(100)]
+    patterns = [f"{folder}/{prefix}*.toml" for prefix in ("", "0", "00", "0?", "[0-9]", "*", "?", "[!x]")]
+    imports = "imports = [" + ", ".join(json.dumps(p) for p in patterns) + "]\n"
+    files = {"/etc/containerd/config.toml": imports, **{f"{folder}/{n}": imports for n in names}}
+    reads: list[str] = []
+    listings: list[str] = []
+
+    def read(path: str) -> tuple[str | None, str | None, str]:
+        reads.append(path)
+        return files.get(path), None, path
+
+    def listdir(path: str) -> list[str]:
+        listings.append(path)
+        return list(names) if path == folder else []
+
+    config = containerd.read_config(read, listdir, "/etc/containerd/config.toml", 2)
+    assert config.problems == []
+    read_once = list(dict.fromkeys(reads))
+    assert read_once == ["/etc/containerd/config.toml", *(f"{folder}/{n}" for n in names[: containerd.MAX_IMPORTS])]
+    assert len(reads) <= 3 * len(read_once) and listings == [folder]
+
+
+def crio_node_with_drop_ins(tmp_path: Path, count: int, size: int) -> Path:
+    """A node with CRI-O and `count` drop-ins of valid TOML, about `size` bytes each (slow to parse)."""
+    root = tmp_path / "node"
+    (root / "usr/bin").mkdir(parents=True)
+    (root / "usr/bin/crio").write_bytes(b"not a Go binary")
+    (root / "etc/crio/crio.conf.d").mkdir(parents=True)
+    body = "[crio.runtime]\n" + "".join(f'k{n} = [1, 2, "x"]\n' for n in range(size // 20))
+    for n in range(count):
+        (root / f"etc/crio/crio.conf.d/{n:02}.conf").write_text(body)
+    return root
+
+
+def test_engine_configuration_is_read_within_a_total_cap(tmp_path: Path):
+    """Many large drop-ins (each under the 1 MiB cap of one file) stop at the cap on all of an engine's
+    configuration, with the files past it named: 20 of 1 MiB took 120 s under --timeout 5."""
+    from cgpu.engines import installed
+
+    root = crio_node_with_drop_ins(tmp_path, 6, 600_000)
+    [crio_entry], _ = installed.learn(str(root), run_allowed=False, timeout=60)
+    refused = [p for p in crio_entry.problems if "of engine configuration in all" in p.message]
+    read = 6 - len(refused)
+    assert 0 < read * 600_000 <= installed.MAX_CONFIG_TOTAL < (read + 1) * 600_000
+    assert refused[0].source == str(root / f"etc/crio/crio.conf.d/{read:02}.conf")
+    assert crio_entry.config_broken is not None and crio_entry.cdi_enabled is None  # what it reads is not known
+
+
+def test_engine_configuration_is_read_within_the_probes_time_limit(tmp_path: Path):
+    from cgpu.engines import installed
+
+    root = crio_node_with_drop_ins(tmp_path, 2, 1000)
+    [crio_entry], node = installed.learn(str(root), run_allowed=False, timeout=0.0)
+    assert any("time limit" in p.message for p in crio_entry.problems)
+    assert node["cut_short"] is True  # not remembered: the next probe reads it again
+    [crio_entry], node = installed.learn(str(root), run_allowed=False, timeout=60)
+    assert crio_entry.problems == () and node["cut_short"] is False

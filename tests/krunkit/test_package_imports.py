@@ -24,6 +24,7 @@ print(json.dumps({"code": code, "modules": sorted(m for m in sys.modules if m ==
 # backend's `__init__` made the count 18 before the option table and the Problem type, 20 after.
 CLI_CORE = {"cgpu", "cgpu.apis", "cgpu.backends", "cgpu.cli", "cgpu.clock", "cgpu.errors", "cgpu.options"}
 CLI_CORE |= {"cgpu.problem", "cgpu.report", "cgpu.run", "cgpu.terminal", "cgpu.version"}
+CLI_CORE |= {"cgpu.engines", "cgpu.engines.registry"}  # the engines' names, for --engine's help (no engine module)
 
 
 def _loaded(*argv: str) -> tuple[int, list[str]]:

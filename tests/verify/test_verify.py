@@ -11,8 +11,8 @@ import sys
 import pytest
 
 from cgpu.backends.cdi.verify import verify_devices
-from cgpu.cdi.versions import max_cdi_version
 from cgpu.engines.client import detect_engines, version_tuple
+from cgpu.engines.registry import max_cdi_version
 from cgpu.report import ReportBuilder
 from tests.conftest import REPO, VERIFY_FILTER, validate_report
 from tests.timing import assert_within, timed, wait_for

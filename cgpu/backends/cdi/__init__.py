@@ -15,7 +15,6 @@ node answer), `device`, `host`, `view`, `rules`, `verify` with `probe_image` (`-
 from cgpu.backends.cdi.answer import _REMEMBERED, answer_scan, remake_kept
 from cgpu.backends.cdi.backend import probe
 from cgpu.backends.cdi.device import APIS, DeviceAnswer
-from cgpu.backends.cdi.judging import engine_entry
 from cgpu.backends.cdi.problems import _RISKY
 
-__all__ = ["APIS", "_REMEMBERED", "_RISKY", "DeviceAnswer", "answer_scan", "engine_entry", "probe", "remake_kept"]
+__all__ = ["APIS", "_REMEMBERED", "_RISKY", "DeviceAnswer", "answer_scan", "probe", "remake_kept"]

@@ -8,7 +8,6 @@ from collections.abc import Mapping, Sequence
 
 from cgpu.backends.cdi.device import APIS, ByIdentity, DeviceAnswer
 from cgpu.backends.cdi.evidence import _evidence
-from cgpu.backends.cdi.judging import _unlearned
 from cgpu.backends.cdi.problems import _report_problems, _spec_dir_hints
 from cgpu.backends.cdi.rules import Finding, driver_mismatch, judge
 from cgpu.backends.cdi.selection import _select
@@ -22,25 +21,26 @@ if TYPE_CHECKING:
     from typing import Any
 
     from cgpu.backends.cdi.verify import LiveCheck
+    from cgpu.engines.installed import InstalledEngine
 
 
-def _cdi_off(report: ReportBuilder, entry: dict[str, Any], label: str | None, quiet: bool) -> tuple[None, list[str]]:
+def _cdi_off(report: ReportBuilder, entry: InstalledEngine, label: str | None, quiet: bool) -> tuple[None, list[str]]:
     """The engine has CDI switched off in its configuration: no CDI device, the setting named."""
-    setting = entry.get("cdi_setting") or "its CDI setting"
+    setting = entry.cdi_setting or "its CDI setting"
     why = (
-        f"{label or entry['name']} has CDI switched off, so it injects no CDI device and a container that asks "
-        f"for one {'is refused' if entry['name'] == 'docker' else 'starts without it'}: set {setting}"
+        f"{label or entry.name} has CDI switched off, so it injects no CDI device and a container that asks "
+        f"for one {'is refused' if entry.engine.refuses_when_off else 'starts without it'}: set {setting}"
     )
     if not quiet:
-        report.problem("error", entry.get("cdi_file") or entry["name"], why, "cdi-off")
+        report.problem("error", entry.cdi_file or entry.name, why, "cdi-off")
     for api in APIS:
         report.absent(api, f"not provided: {why}")
     return None, []
 
 
-def _answer(
+def engine_answer(
     report: ReportBuilder,
-    entry: dict[str, Any] | None,
+    entry: InstalledEngine | None,
     dirs: list[str],
     root: str,
     devices: Sequence[str] | None,
@@ -54,15 +54,14 @@ def _answer(
 
     label = None
     max_version = None
-    if entry is not None and not entry.get("rules_unknown") and not _unlearned(entry):
-        version = entry["version"]
-        label = f"{entry['name']} {version}" if version else str(entry["name"])
-        max_version = entry["max_cdi_version"]
-    if entry is not None and entry.get("config_broken"):
+    if entry is not None and not entry.rules_unknown and not entry.unlearned:
+        label = entry.label
+        max_version = entry.max_cdi_version
+    if entry is not None and entry.config_broken:
         for api in APIS:
             report.unknown(
                 api,
-                f"unknown: {entry['name']} may not start with its configuration ({entry['config_broken']}), and "
+                f"unknown: {entry.name} may not start with its configuration ({entry.config_broken}), and "
                 f"cgpu cannot tell what it would inject: fix that file",
             )
         return None, []
@@ -71,7 +70,7 @@ def _answer(
         if not quiet:
             report.problem("error", "--engine", why, "cdi-off")
         scan = ScanResult(devices={}, specs=[], problems=[])
-    elif entry is not None and entry["cdi_enabled"] is False:
+    elif entry is not None and entry.cdi_enabled is False:
         return _cdi_off(report, entry, label, quiet)
     else:
         scan = scan_spec_dirs(

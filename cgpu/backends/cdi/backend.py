@@ -3,19 +3,17 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
-from cgpu.backends.cdi.answer import _answer
+from cgpu.backends.cdi.answer import engine_answer
 from cgpu.backends.cdi.device import APIS, DeviceAnswer
-from cgpu.backends.cdi.judging import _engine_rules, engine_entry
+from cgpu.backends.cdi.judging import engine_rules
 from cgpu.engines.option import EngineOption
 from cgpu.options import DEFAULT_ROOT, DEFAULT_SPEC_DIRS
 from cgpu.report import ReportBuilder
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time
 if TYPE_CHECKING:
-    from typing import Any
-
     from cgpu.backends.cdi.verify import LiveCheck
 
 
@@ -38,24 +36,25 @@ def probe(
     if not os.path.isdir(root):
         report.usage_error("root", f"{root!r} is not a directory")
         return
-    judge = _engine_rules(report, engine, timeout, root)
+    judge = engine_rules(report, engine, timeout, root)
     if judge is None:
         return
-    dirs = spec_dirs_read(spec_dirs, root, judge.entry)
+    dirs = spec_dirs_read(spec_dirs, root, judge.entry.spec_dirs if judge.entry is not None else None)
     report.spec_dirs = dirs
-    entries = _answer(report, judge.entry, dirs, root, devices)[0]
-    for entry in judge.engines:
-        if entry is not judge.entry:  # each other engine's answer, as data
-            own = list(spec_dirs) if spec_dirs else [_under(root, d) for d in entry["spec_dirs"]]
-            entry["containers"] = _answer(ReportBuilder("cdi"), entry, own, root, devices, quiet=True)[1]
-    if judge.entry is not None:
-        judge.entry["containers"] = [api for api in APIS if report.state(api) == "provided"]
-    report.engines = [engine_entry(e) for e in judge.engines]
+    entries = engine_answer(report, judge.entry, dirs, root, devices)[0]
+    containers: dict[int, list[str]] = {}
+    for index, entry in enumerate(judge.engines):
+        if entry is judge.entry:
+            containers[index] = [api for api in APIS if report.state(api) == "provided"]
+        else:  # each other engine's answer, as data
+            own = list(spec_dirs) if spec_dirs else [under_root(root, d) for d in entry.spec_dirs]
+            containers[index] = engine_answer(ReportBuilder("cdi"), entry, own, root, devices, quiet=True)[1]
+    report.engines = judge.report_entries(containers)
     if entries is None:
         return
     live: dict[str, LiveCheck] = {}
     if verify:
-        engine_dirs = judge.entry["spec_dirs"] if judge.entry is not None else list(DEFAULT_SPEC_DIRS)
+        engine_dirs = list(judge.entry.spec_dirs) if judge.entry is not None else list(DEFAULT_SPEC_DIRS)
         live = _verify(
             report,
             entries.answers,
@@ -68,17 +67,17 @@ def probe(
     entries.put(report, live)
 
 
-def spec_dirs_read(spec_dirs: Sequence[str] | None, root: str, judging: Mapping[str, Any] | None) -> list[str]:
-    """The spec dirs the answer reads: those given, else what the judging engine (its entry) reads,
-    else (no engine judges) the CDI defaults; under --root every node path is the root's, so
-    both are read inside the root (the machine's own `/etc/cdi` is not the node's)."""
+def spec_dirs_read(spec_dirs: Sequence[str] | None, root: str, judging_dirs: Sequence[str] | None) -> list[str]:
+    """The spec dirs the answer reads: those given, else what the judging engine reads (`judging_dirs`), else (no
+    engine judges) the CDI defaults; under --root every node path is the root's, so both are read inside the root
+    (the machine's own `/etc/cdi` is not the node's)."""
     if spec_dirs:
         return list(spec_dirs)
-    named = judging["spec_dirs"] if judging is not None else DEFAULT_SPEC_DIRS
-    return [_under(root, d) for d in named]
+    named = judging_dirs if judging_dirs is not None else DEFAULT_SPEC_DIRS
+    return [under_root(root, d) for d in named]
 
 
-def _under(root: str, path: str) -> str:
+def under_root(root: str, path: str) -> str:
     if os.path.abspath(root) == os.path.abspath(os.sep):
         return path
     return os.path.join(os.path.abspath(root), path.lstrip("/"))

@@ -85,4 +85,4 @@ def _judged_dirs(report: Mapping[str, Any] | None, root: str) -> list[str]:
     named = judging.get("spec_dirs") if judging is not None else None
     if judging is not None and not (isinstance(named, list) and all(isinstance(d, str) for d in named)):
         judging = None  # not a report of this backend's: as if no engine judged
-    return spec_dirs_read(None, root, judging)
+    return spec_dirs_read(None, root, named if judging is not None else None)

@@ -83,9 +83,11 @@ def verify_devices(
     except (OSError, ImportError) as exc:
         report.problem("error", SOURCE, f"cannot read the probe script: {exc}", "verify")
         return checks
+    from cgpu.engines.registry import engine as engine_named
+
     option = parse_engine(engine)
     choice = option.live_engine
-    if choice in ("containerd", "crio"):
+    if choice is not None and not engine_named(choice).reached_by_client:
         report.problem(
             "error",
             SOURCE,
@@ -248,7 +250,7 @@ def _verify_device(
 
 
 def _unresolvable_hint(eng: Engine) -> str:
-    from cgpu.cdi.versions import max_cdi_version
+    from cgpu.engines.registry import max_cdi_version
 
     try:
         limit = max_cdi_version(eng.name, eng.version)
