@@ -80,8 +80,17 @@ def build(tmp_path_factory) -> Callable[[str, str], Path]:
 
 
 @pytest.fixture(scope="session")
-def fake_cuda(build) -> Path:
-    """A directory holding a fake libcuda.so.1 (put it on LD_LIBRARY_PATH)."""
+def fake_cuda(build, tmp_path_factory) -> Path:
+    """A directory holding a fake libcuda.so.1 and the PTX JIT compiler it loads (put it on LD_LIBRARY_PATH)."""
+    folder = tmp_path_factory.mktemp("fake-cuda")
+    shutil.copy(build("fake_libcuda.c", "libcuda.so.1"), folder)
+    shutil.copy(build("fake_ptxjitcompiler.c", "libnvidia-ptxjitcompiler.so.1"), folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def fake_cuda_without_jit(build) -> Path:
+    """A directory holding only the fake libcuda.so.1: its PTX JIT compiler is missing."""
     return build("fake_libcuda.c", "libcuda.so.1").parent
 
 
