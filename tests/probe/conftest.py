@@ -47,9 +47,10 @@ def run_probe(
     timeout: float = 20,
     python: str = sys.executable,
     script: Path = PROBE,
+    options: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """Run the probe file as users do; returns its JSON object."""
-    argv = [python, str(script), "--timeout", str(timeout)]
+    argv = [python, str(script), "--timeout", str(timeout), *options]
     for api in apis:
         argv += ["--api", api]
     proc = subprocess.run(
@@ -144,3 +145,12 @@ def needs_pocl() -> None:
 def fake_hsa(build) -> Path:
     """A directory holding a fake libhsa-runtime64.so.1 (put it on LD_LIBRARY_PATH)."""
     return build("fake_hsa.c", "libhsa-runtime64.so.1").parent
+
+
+def mutated_probe(folder: Path, old: str, new: str) -> Path:
+    """A copy of the probe file with one piece of its check work changed (failure injection)."""
+    source = PROBE.read_text()
+    assert source.count(old) == 1, old
+    copy = folder / "probe.py"
+    copy.write_text(source.replace(old, new))
+    return copy
