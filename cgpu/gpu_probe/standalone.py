@@ -398,7 +398,7 @@ def _check_sums(got, expected):
             raise WorkFailed(
                 "result check",
                 "wrong_result",
-                "element %d is %d, expected %d (the device computed wrongly)" % (index, value, wanted),
+                "element %d is %d, expected %d: the device computed wrongly" % (index, value, wanted),
             )
 
 
