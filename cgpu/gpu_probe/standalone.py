@@ -1331,6 +1331,8 @@ def _vk_devices(C, S, fn, instance, api, work):
                 entry["counted"] = False
                 entry["reason"] = "%s, but the compute check %s" % (entry["reason"], _work_failure(entry))
                 failed.append(entry)
+            else:
+                entry["reason"] += "; the compute check %s" % _work_failure(entry)
         devices.append(entry)
     return devices, failed
 
@@ -1457,6 +1459,8 @@ def _vk_work(C, S, fn, instance, physical, label, work):
         mapped = v()
         call("vkMapMemory", (v, h, C.c_uint64, C.c_uint64, u32, P(v)), device, block, 0, size, 0, C.byref(mapped))
         undo.append(lambda: function("vkUnmapMemory", None, v, h)(device, block))
+        if not mapped.value:
+            raise WorkFailed("vkMapMemory", "null_pointer", "the driver mapped the buffer at address 0")
         data = (u32 * (3 * WORK_ITEMS)).from_address(mapped.value)
         data[:] = a + b + [0] * WORK_ITEMS
         code = (u32 * len(VK_SHADER))(*VK_SHADER)
@@ -1736,6 +1740,8 @@ def probe_opencl(ctypes, work):
                         _cl_type_name(kind.value),
                         _work_failure(entry),
                     )
+                else:
+                    entry["reason"] += "; the check kernel %s" % _work_failure(entry)
             devices.append(entry)
     counted = [d for d in devices if d["counted"]]
     loaded = _drivers_loaded(before, _opencl_icd_libraries())
@@ -1794,7 +1800,9 @@ def _cl_work(C, lib, device, label, work):
     def create(name, release, argtypes, *args):
         """A call that returns an object (freed by `release` afterwards) and its status in its last argument."""
         handle = function(name, v, [*argtypes, P(C.c_int32)])(*args, C.byref(status))
-        check(name, status.value if status.value or handle else -6)
+        check(name, status.value)
+        if not handle:
+            raise WorkFailed(name, "null_handle", "the call returned no object and no error")
         undo.append(lambda: function(release, C.c_int32, [v])(handle))
         return handle
 

@@ -157,6 +157,7 @@ def test_lavapipe_computing_wrongly_is_caught(tmp_path):
     [device] = [d for d in vulkan["devices"] if "llvmpipe" in d["name"]]
     assert (device["work"], device["work_step"], device["work_error"]) == ("failed", "result check", "wrong_result")
     assert "element 0 is 4294867299, expected 100003" in device["work_detail"]
+    assert device["counted"] is False and "the compute check stopped at result check" in device["reason"]
 
 
 def fake_vulkan(fake_icd, timeout: float = 20, **fake: str) -> dict:
@@ -244,6 +245,7 @@ def test_pocl_builds_and_runs_the_kernel_and_still_does_not_count():
 def test_pocl_kernel_that_computes_wrongly_is_caught(tmp_path):
     device = pocl_device(pocl(mutated_probe(tmp_path, "c[i] = a[i] + b[i];", "c[i] = a[i] - b[i];")))
     assert (device["work"], device["work_step"], device["work_error"]) == ("failed", "result check", "wrong_result")
+    assert device["counted"] is False and "the check kernel stopped at result check" in device["reason"]
 
 
 def test_pocl_build_failure_gives_the_build_log(tmp_path):
