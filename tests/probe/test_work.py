@@ -160,6 +160,21 @@ def test_lavapipe_computing_wrongly_is_caught(tmp_path):
     assert device["counted"] is False and "the compute check stopped at result check" in device["reason"]
 
 
+VK_OBJECTS = [
+    "Device",
+    "Buffer",
+    "Memory",
+    "Mapping",
+    "ShaderModule",
+    "DescriptorSetLayout",
+    "PipelineLayout",
+    "Pipeline",
+    "DescriptorPool",
+    "CommandPool",
+    "Fence",
+]
+
+
 def fake_vulkan(fake_icd, timeout: float = 20, **fake: str) -> dict:
     needs_vulkan_loader()
     env = clean_env(
@@ -168,6 +183,21 @@ def fake_vulkan(fake_icd, timeout: float = 20, **fake: str) -> dict:
         **{f"FAKE_VK_{k.upper()}": v for k, v in fake.items()},
     )
     return run_probe("vulkan", env=env, timeout=timeout)["apis"]["vulkan"]
+
+
+def made_and_undone(trace: Path) -> tuple[list[str], list[str]]:
+    """The objects the fake driver saw created and destroyed, in order."""
+    lines = trace.read_text().split()
+    return [line[1:] for line in lines if line[0] == "+"], [line[1:] for line in lines if line[0] == "-"]
+
+
+def test_gpu_that_dispatches_counts_and_every_object_is_destroyed_in_reverse(fake_icd, tmp_path):
+    vulkan = fake_vulkan(fake_icd, trace=str(tmp_path / "trace"))
+    assert vulkan["available"] is True
+    [device] = vulkan["devices"]
+    assert device["counted"] is True and device["work"] == "passed"
+    made, undone = made_and_undone(tmp_path / "trace")
+    assert made == VK_OBJECTS and undone == made[::-1]
 
 
 @pytest.mark.parametrize(
@@ -180,14 +210,16 @@ def fake_vulkan(fake_icd, timeout: float = 20, **fake: str) -> dict:
         ("vkWaitForFences", -4, "VK_ERROR_DEVICE_LOST"),
     ],
 )
-def test_gpu_that_enumerates_but_cannot_dispatch_does_not_count(fake_icd, call, code, name):
-    vulkan = fake_vulkan(fake_icd, fail=f"{call}:{code}")
+def test_gpu_that_enumerates_but_cannot_dispatch_does_not_count(fake_icd, tmp_path, call, code, name):
+    vulkan = fake_vulkan(fake_icd, fail=f"{call}:{code}", trace=str(tmp_path / "trace"))
     assert vulkan["available"] is False and vulkan["error"] == name
     [device] = vulkan["devices"]
     assert device["counted"] is False
     assert (device["work"], device["work_step"], device["work_error"]) == ("failed", call, name)
     assert device["reason"].startswith("a discrete gpu from driver fake, but the compute check stopped at " + call)
     assert vulkan["summary"].startswith("Vulkan lists 1 GPU(s), but none ran the check work: NVIDIA H200 stopped at")
+    made, undone = made_and_undone(tmp_path / "trace")
+    assert undone == made[::-1]  # what was made before the failure is destroyed
 
 
 def test_gpu_that_computes_wrongly_does_not_count(fake_icd):

@@ -5,6 +5,7 @@
  *   FAKE_VK_FAIL      "vkName:result": that call of the check work returns that VkResult
  *   FAKE_VK_HANG      "vkName": that call never returns
  *   FAKE_VK_WRONG     set: the dispatch computes element 7 wrongly
+ *   FAKE_VK_TRACE     a file: each object the check work creates or destroys is appended ("+Buffer", "-Buffer")
  * The check work's dispatch runs on the host at vkQueueSubmit: c[i] = a[i] + b[i] over the mapped
  * buffer {a[64], b[64], c[64]}, after checking the shader module is SPIR-V.
  * Dispatchable objects start with the loader's magic word, as the loader-driver interface requires. */
@@ -139,6 +140,12 @@ static void GetPhysicalDeviceSparseImageFormatProperties(void *pd, int f, int t,
     (void)pd; (void)f; (void)t; (void)s; (void)u; (void)ti; (void)p; *count = 0;
 }
 
+static void trace(char sign, const char *object) {
+    const char *path = getenv("FAKE_VK_TRACE");
+    FILE *file = path ? fopen(path, "a") : NULL;
+    if (file) { fprintf(file, "%c%s\n", sign, object); fclose(file); }
+}
+
 /* The result the test asks `call` to return (0 when not asked); hangs if asked. */
 static VkResult steer(const char *call) {
     const char *hang = getenv("FAKE_VK_HANG");
@@ -157,23 +164,26 @@ static VkResult CreateDevice(void *pd, const void *info, const void *allocator, 
     the_device.magic = ICD_LOADER_MAGIC;
     the_device.physical = pd;
     *device = &the_device;
+    trace('+', "Device");
     return 0;
 }
-static void DestroyDevice(void *device, const void *allocator) { (void)device; (void)allocator; }
+static void DestroyDevice(void *device, const void *allocator) { (void)device; (void)allocator; trace('-', "Device"); }
 static VkResult AllocateMemory(void *device, const void *info, const void *allocator, uint64_t *memory) {
     (void)info; (void)allocator;
     VkResult result = ((FakeDevice *)device)->physical->alloc_result;
-    if (result == 0) *memory = 0x1234;
+    if (result == 0) { *memory = 0x1234; trace('+', "Memory"); }
     return result;
 }
-static void FreeMemory(void *device, uint64_t memory, const void *allocator) { (void)device; (void)memory; (void)allocator; }
+static void FreeMemory(void *device, uint64_t memory, const void *allocator) {
+    (void)device; (void)memory; (void)allocator; trace('-', "Memory");
+}
 static VkResult MapMemory(void *device, uint64_t memory, uint64_t offset, uint64_t size, uint32_t flags, void **data) {
     (void)memory; (void)offset; (void)size; (void)flags;
     VkResult result = ((FakeDevice *)device)->physical->map_result;
-    if (result == 0) *data = mapped;
+    if (result == 0) { *data = mapped; trace('+', "Mapping"); }
     return result;
 }
-static void UnmapMemory(void *device, uint64_t memory) { (void)device; (void)memory; }
+static void UnmapMemory(void *device, uint64_t memory) { (void)device; (void)memory; trace('-', "Mapping"); }
 
 /* The check work: objects are counters, except the dispatchable queue and command buffer. */
 static Dispatchable the_queue = {ICD_LOADER_MAGIC}, the_commands = {ICD_LOADER_MAGIC};
@@ -184,11 +194,13 @@ static uint32_t dispatched;
     static VkResult name(void *device, const void *info, const void *allocator, uint64_t *handle) { \
         (void)device; (void)info; (void)allocator; \
         VkResult result = steer("vk" #name); \
-        if (result == 0) *handle = next_handle++; \
+        if (result == 0) { *handle = next_handle++; trace('+', #name + 6); } \
         return result; \
     }
 #define DESTROY(name) \
-    static void name(void *device, uint64_t handle, const void *allocator) { (void)device; (void)handle; (void)allocator; }
+    static void name(void *device, uint64_t handle, const void *allocator) { \
+        (void)device; (void)handle; (void)allocator; trace('-', #name + 7); \
+    }
 CREATE(CreateBuffer) CREATE(CreateDescriptorSetLayout) CREATE(CreatePipelineLayout) CREATE(CreateDescriptorPool)
 CREATE(CreateCommandPool) CREATE(CreateFence)
 DESTROY(DestroyBuffer) DESTROY(DestroyShaderModule) DESTROY(DestroyDescriptorSetLayout) DESTROY(DestroyPipelineLayout)
@@ -202,6 +214,7 @@ static VkResult CreateShaderModule(void *device, const ShaderInfo *info, const v
     if (info->sType != 16 || info->codeSize < 20 || info->codeSize % 4 || info->pCode[0] != 0x07230203) return -3;
     spirv_seen = 1;
     *handle = next_handle++;
+    trace('+', "ShaderModule");
     return 0;
 }
 static VkResult CreateComputePipelines(void *device, uint64_t cache, uint32_t count, const void *infos,
@@ -211,6 +224,7 @@ static VkResult CreateComputePipelines(void *device, uint64_t cache, uint32_t co
     if (result) return result;
     if (!spirv_seen) return -3;
     for (uint32_t i = 0; i < count; i++) pipelines[i] = next_handle++;
+    trace('+', "Pipeline");
     return 0;
 }
 static void GetDeviceQueue(void *device, uint32_t family, uint32_t index, void **queue) {
