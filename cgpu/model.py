@@ -279,6 +279,21 @@ class ProbeDetails(BaseModel):
     )
     allocation_error: str | None = Field(default=None, description="Vulkan (Venus only): why allocating failed")
     hardware: bool | None = Field(default=None, description="DirectML: DXCore says the adapter is hardware")
+    work: str | None = Field(
+        default=None,
+        description="cuda, vulkan, opencl: the check work (a vector add run on the device, read back and compared): "
+        "passed or failed; absent where it was not run (software devices)",
+    )
+    work_step: str | None = Field(
+        default=None, description="where the check work stopped: the driver call, or 'result check' for a wrong sum"
+    )
+    work_error: str | None = Field(
+        default=None, description="the error the check work stopped with, e.g. CUDA_ERROR_JIT_COMPILER_NOT_FOUND"
+    )
+    work_detail: str | None = Field(
+        default=None, description="more on the failure: a hint, the build or JIT log's first lines, the wrong element"
+    )
+    work_seconds: float | None = Field(default=None, description="how long the check work took on this device")
 
 
 class ProbeDevice(ProbeDetails, _Device):

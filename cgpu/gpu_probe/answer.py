@@ -50,6 +50,11 @@ PROBE_DETAILS: dict[str, tuple[type, ...]] = {
     "allocated": (bool,),
     "allocation_error": (str,),
     "hardware": (bool,),
+    "work": (str,),
+    "work_step": (str,),
+    "work_error": (str,),
+    "work_detail": (str,),
+    "work_seconds": (float, int),
 }
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]+")
 # Errors that only say "nothing of this API here": the summary says it, no problem needed.

@@ -78,8 +78,9 @@ STDERR_TAIL = 2000
 # Parent: environment facts, one child per API, one JSON object.
 
 
-def run_probe(apis=None, timeout=DEFAULT_TIMEOUT):
-    """Probe the given APIs (default: all) in child processes; returns the probe's JSON object."""
+def run_probe(apis=None, timeout=DEFAULT_TIMEOUT, work_on_software=False):
+    """Probe the given APIs (default: all) in child processes; returns the probe's JSON object.
+    `work_on_software`: also run the check work on software devices (they still never count)."""
     wanted = [api for api in APIS if apis is None or api in apis]
     results = {
         api: _result(False, "not probed (only %s was asked for)" % ", ".join(wanted), error="not_probed")
@@ -87,7 +88,7 @@ def run_probe(apis=None, timeout=DEFAULT_TIMEOUT):
     }
     if "metal" in wanted:
         results["metal"] = _result(False, METAL_SUMMARY, error=None)
-    results.update(_run_children([api for api in wanted if api != "metal"], timeout))
+    results.update(_run_children([api for api in wanted if api != "metal"], timeout, work_on_software))
     return {
         "probe_version": PROBE_VERSION,
         "platform": _platform(),
@@ -99,42 +100,62 @@ def run_probe(apis=None, timeout=DEFAULT_TIMEOUT):
     }
 
 
-def _run_children(apis, timeout):
-    """Start every child at once, wait until `timeout` for each, kill the process group of any late one."""
+def _run_children(apis, timeout, work_on_software=False):
+    """Start every child at once, wait until `timeout` for each, kill the process group of any late one.
+    Each child announces the driver call it is about to make on its progress file, so a hung one is
+    reported with the call it hung in."""
     children = {}
     results = {}
     try:
         for api in apis:
-            out, err = _capture_file(), _capture_file()
+            out, err, progress = _capture_file(), _capture_file(), _capture_file()
             argv = [sys.executable, "-I", "-S", os.path.abspath(__file__), "--child", api]
+            argv += ["--progress-fd", str(progress.fileno())] + (["--work-on-software"] if work_on_software else [])
             try:
-                proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True)
+                proc = subprocess.Popen(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=err,
+                    start_new_session=True,
+                    pass_fds=(progress.fileno(),),
+                )
             except OSError as exc:
                 results[api] = _result(False, "the %s probe could not start: %s" % (api, exc), error="probe_failed")
-                out.close()
-                err.close()
+                for file in (out, err, progress):
+                    file.close()
                 continue
-            children[api] = (proc, out, err)
+            children[api] = (proc, out, err, progress)
         deadline = time.monotonic() + timeout
-        for api, (proc, out, err) in children.items():
+        for api, (proc, out, err, progress) in children.items():
             try:
                 proc.wait(timeout=max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 _kill_group(proc)
+                step = _last_step(progress)
                 results[api] = _result(
                     False,
-                    "the %s probe timed out after %g s: a driver call hung" % (api, timeout),
+                    "the %s probe timed out after %g s%s: a driver call hung"
+                    % (api, timeout, " in %s" % step if step else ""),
                     error="timeout",
                     stderr=_tail(err),
+                    stopped_at=step,
                 )
                 continue
-            results[api] = _child_result(api, proc.returncode, out, err)
+            results[api] = _child_result(api, proc.returncode, out, err, progress)
     finally:
-        for proc, out, err in children.values():
+        for proc, out, err, progress in children.values():
             _kill_group(proc)  # also whatever a driver started and left behind
-            out.close()
-            err.close()
+            for file in (out, err, progress):
+                file.close()
     return results
+
+
+def _last_step(progress):
+    """The last call a child announced before it was killed, or None."""
+    progress.seek(0)
+    lines = progress.read(1 << 20).decode("utf-8", "replace").strip().splitlines()
+    return lines[-1][:MAX_TEXT] if lines else None
 
 
 def _capture_file():
@@ -158,7 +179,7 @@ def _kill_group(proc):
         pass  # stuck in the kernel (uninterruptible driver call); nothing more can be done
 
 
-def _child_result(api, returncode, out, err):
+def _child_result(api, returncode, out, err, progress):
     stderr = _tail(err)
     if returncode < 0:
         signum = -returncode
@@ -166,11 +187,14 @@ def _child_result(api, returncode, out, err):
             name = signal.Signals(signum).name
         except ValueError:
             name = "signal %d" % signum
+        step = _last_step(progress)
         return _result(
             False,
-            "the %s probe crashed with signal %d (%s) inside the driver or loader" % (api, signum, name),
+            "the %s probe crashed with signal %d (%s) inside the driver or loader%s"
+            % (api, signum, name, " in %s" % step if step else ""),
             error="crashed",
             stderr=stderr,
+            stopped_at=step,
         )
     out.seek(0)
     raw = out.read(1 << 20)
@@ -321,6 +345,91 @@ def _hex(value):
 
 
 # --------------------------------------------------------------------------------------------
+# The check work: each API adds two vectors of WORK_ITEMS unsigned ints on the device, reads
+# the sum back and compares it. A device that enumerates but cannot do this does not count.
+
+WORK_ITEMS = 64
+
+
+class Work:
+    """How a child runs the check work. `software`: run it on software devices too (they still
+    never count; tests prove the dispatch path on lavapipe and PoCL this way). `progress_fd`: where
+    each driver call is announced before it is made, so the parent can name the call a hung or
+    crashed child stopped in."""
+
+    def __init__(self, software=False, progress_fd=None):
+        self.software = software
+        self.progress_fd = progress_fd
+
+    def step(self, call, device):
+        if self.progress_fd is None:
+            return
+        line = ("%s on %s" % (call, device))[:MAX_TEXT].replace("\n", " ") + "\n"
+        try:
+            os.write(self.progress_fd, line.encode("utf-8", "replace"))
+        except OSError:
+            self.progress_fd = None
+
+    def wanted(self, counted):
+        """Whether to run the work on a device the counting rules do (not) count."""
+        return counted or self.software
+
+
+class WorkFailed(Exception):
+    """The check work stopped: at which call (`step`), with which error name, and what else is known
+    (a hint, the build log's first lines, the first wrong element)."""
+
+    def __init__(self, step, error, detail=""):
+        super().__init__("%s failed with %s%s" % (step, error, ": " + detail if detail else ""))
+        self.step, self.error, self.detail = step, error, detail
+
+
+def _work_inputs():
+    """The two input vectors and the sums the device must return."""
+    a = [i * 7 + 3 for i in range(WORK_ITEMS)]
+    b = [100000 + i * i for i in range(WORK_ITEMS)]
+    return a, b, [a[i] + b[i] for i in range(WORK_ITEMS)]
+
+
+def _check_sums(got, expected):
+    for index, wanted in enumerate(expected):
+        value = got[index]
+        if value != wanted:
+            raise WorkFailed(
+                "result check",
+                "wrong_result",
+                "element %d is %d, expected %d: the device computed wrongly" % (index, value, wanted),
+            )
+
+
+def _run_work(entry, run, *args):
+    """Run one device's check, `run(*args)` (raises WorkFailed), and record it in its entry; True when it passed."""
+    started = time.monotonic()
+    try:
+        run(*args)
+    except WorkFailed as exc:
+        entry.update(work="failed", work_step=exc.step, work_error=exc.error, work_detail=exc.detail[:MAX_TEXT])
+    else:
+        entry["work"] = "passed"
+    entry["work_seconds"] = round(time.monotonic() - started, 3)
+    return entry["work"] == "passed"
+
+
+def _work_failure(entry):
+    """One phrase for a device whose check failed: where it stopped and why."""
+    text = "stopped at %s with %s" % (entry["work_step"], entry["work_error"])
+    return text + (" (%s)" % entry["work_detail"] if entry.get("work_detail") else "")
+
+
+def _not_working_summary(what, devices):
+    """The summary when devices enumerate but none passed the check work."""
+    return "%s, but none ran the check work: %s" % (
+        what,
+        "; ".join("%s %s" % (d["name"], _work_failure(d)) for d in devices if d.get("work") == "failed"),
+    )
+
+
+# --------------------------------------------------------------------------------------------
 # CUDA (driver API)
 
 CUDA_LIBRARIES = ("libcuda.so.1", "/usr/lib/wsl/lib/libcuda.so.1")  # never bare libcuda.so: often the toolkit stub
@@ -339,8 +448,63 @@ CUDA_ERRORS = {
     802: "CUDA_ERROR_SYSTEM_NOT_READY",
     803: "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH",
     804: "CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE",
+    200: "CUDA_ERROR_INVALID_IMAGE",
+    201: "CUDA_ERROR_INVALID_CONTEXT",
+    209: "CUDA_ERROR_NO_BINARY_FOR_GPU",
+    218: "CUDA_ERROR_INVALID_PTX",
+    221: "CUDA_ERROR_JIT_COMPILER_NOT_FOUND",
+    223: "CUDA_ERROR_JIT_COMPILATION_DISABLED",
+    500: "CUDA_ERROR_NOT_FOUND",
+    700: "CUDA_ERROR_ILLEGAL_ADDRESS",
+    701: "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES",
+    719: "CUDA_ERROR_LAUNCH_FAILED",
     999: "CUDA_ERROR_UNKNOWN",
 }
+CUDA_JIT_LIBRARY = "libnvidia-ptxjitcompiler.so.1"
+# The check kernel: c[i] = a[i] + b[i] for i < n, as PTX so the driver's JIT compiles it for
+# whatever GPU this is (that is the path a CUDA application shipping PTX takes). Generated by
+# LLVM 14's NVPTX back end (llc -O2 -mcpu=sm_50) from the obvious LLVM IR, comments removed.
+CUDA_KERNEL = b"cgpu_add"
+CUDA_PTX = b"""
+.version 4.0
+.target sm_50
+.address_size 64
+
+.visible .entry cgpu_add(
+	.param .u64 cgpu_add_param_0,
+	.param .u64 cgpu_add_param_1,
+	.param .u64 cgpu_add_param_2,
+	.param .u32 cgpu_add_param_3
+)
+{
+	.reg .pred 	%p<2>;
+	.reg .b32 	%r<9>;
+	.reg .b64 	%rd<8>;
+
+	mov.u32 	%r1, %tid.x;
+	mov.u32 	%r2, %ctaid.x;
+	ld.param.u32 	%r3, [cgpu_add_param_3];
+	mov.u32 	%r4, %ntid.x;
+	mad.lo.s32 	%r5, %r2, %r4, %r1;
+	setp.ge.u32 	%p1, %r5, %r3;
+	@%p1 bra 	LBB0_2;
+	ld.param.u64 	%rd4, [cgpu_add_param_0];
+	ld.param.u64 	%rd5, [cgpu_add_param_1];
+	ld.param.u64 	%rd6, [cgpu_add_param_2];
+	mul.wide.u32 	%rd7, %r5, 4;
+	add.s64 	%rd1, %rd4, %rd7;
+	add.s64 	%rd2, %rd5, %rd7;
+	add.s64 	%rd3, %rd6, %rd7;
+	ld.global.u32 	%r6, [%rd1];
+	ld.global.u32 	%r7, [%rd2];
+	add.s32 	%r8, %r6, %r7;
+	st.global.u32 	[%rd3], %r8;
+LBB0_2:
+	ret;
+}
+"""
+CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES = 5, 6
+JIT_LOG_BYTES = 4096
 CU_DEVICE_ATTRIBUTE_INTEGRATED = 18
 CU_DEVICE_ATTRIBUTE_CC_MAJOR = 75
 CU_DEVICE_ATTRIBUTE_CC_MINOR = 76
@@ -373,14 +537,101 @@ def _cuda_hint(code, library):
     return "the driver refused to initialise"
 
 
-def probe_cuda(ctypes):
+def _cuda_work_hint(code):
+    if code == 221:
+        return (
+            "the driver's PTX JIT compiler %s is not in the container: the NVIDIA container toolkit mounts it "
+            "with the compute capability" % CUDA_JIT_LIBRARY
+        )
+    if code == 223:
+        return "PTX JIT compilation is disabled (CUDA_DISABLE_PTX_JIT?)"
+    if code in (218, 222, 209):
+        return "the driver's JIT could not compile the check kernel's PTX for this GPU"
+    if code == 999:
+        return "unknown error, most often /dev/nvidia-uvm not passed in"
+    return ""
+
+
+def _cuda_work(C, lib, device, label, error_name, work):
+    """The PTX vector add on one device: JIT-load, launch, copy back, compare (raises WorkFailed)."""
+    size = WORK_ITEMS * 4
+    a, b, expected = _work_inputs()
+    context, module, function = C.c_void_p(), C.c_void_p(), C.c_void_p()
+    buffers = [C.c_uint64(0) for _ in range(3)]
+    undo = []
+
+    def call(name, argtypes, *args):
+        work.step(name, label)
+        try:
+            function_ = getattr(lib, name)
+        except AttributeError:
+            raise WorkFailed(name, "missing_function", "the driver library does not export %s" % name) from None
+        function_.argtypes, function_.restype = argtypes, C.c_int
+        code = function_(*args)
+        if code != 0:
+            raise WorkFailed(name, error_name(code), _cuda_work_hint(code) or "error %d" % code)
+
+    P, u, v = C.POINTER, C.c_uint, C.c_void_p
+    try:
+        call("cuDevicePrimaryCtxRetain", [P(v), C.c_int], C.byref(context), device)
+        undo.append(lambda: call("cuDevicePrimaryCtxRelease_v2", [C.c_int], device))
+        call("cuCtxSetCurrent", [v], context)
+        log = C.create_string_buffer(JIT_LOG_BYTES)
+        options = (C.c_int * 2)(CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES)
+        values = (v * 2)(C.cast(log, v), v(JIT_LOG_BYTES))
+        try:
+            call("cuModuleLoadDataEx", [P(v), C.c_char_p, u, v, v], C.byref(module), CUDA_PTX, 2, options, values)
+        except WorkFailed as exc:
+            jit_log = _text(log.raw)
+            if jit_log:
+                exc.detail = "%s; JIT log: %s" % (exc.detail, " / ".join(jit_log.splitlines()[:3]))
+            raise
+        undo.append(lambda: call("cuModuleUnload", [v], module))
+        call("cuModuleGetFunction", [P(v), v, C.c_char_p], C.byref(function), module, CUDA_KERNEL)
+        for buffer in buffers:
+            call("cuMemAlloc_v2", [P(C.c_uint64), C.c_size_t], C.byref(buffer), size)
+            undo.append(lambda buffer=buffer: call("cuMemFree_v2", [C.c_uint64], buffer))
+        for buffer, values_ in ((buffers[0], a), (buffers[1], b)):
+            host = (C.c_uint32 * WORK_ITEMS)(*values_)
+            call("cuMemcpyHtoD_v2", [C.c_uint64, v, C.c_size_t], buffer, host, size)
+        count = C.c_uint32(WORK_ITEMS)
+        params = (v * 4)(*[C.addressof(x) for x in (*buffers, count)])
+        call(
+            "cuLaunchKernel",
+            [v, u, u, u, u, u, u, u, v, v, v],
+            function,
+            1,
+            1,
+            1,
+            WORK_ITEMS,
+            1,
+            1,
+            0,
+            None,
+            params,
+            None,
+        )
+        call("cuCtxSynchronize", [])
+        result = (C.c_uint32 * WORK_ITEMS)()
+        call("cuMemcpyDtoH_v2", [v, C.c_uint64, C.c_size_t], result, buffers[2], size)
+        _check_sums(list(result), expected)
+    finally:
+        for action in reversed(undo):
+            try:
+                action()
+            except WorkFailed:
+                pass  # the answer is the first failure; cleaning up after it may fail too
+
+
+def probe_cuda(ctypes, work):
     stub = failure = None
+    os.environ.setdefault("CUDA_CACHE_DISABLE", "1")  # the check kernel is JIT-compiled every time, never cached
     for name in CUDA_LIBRARIES:
         lib, problem = _load(ctypes, (name,))
         failure = failure or problem
         if lib is None:
             continue
-        result = _probe_cuda_library(ctypes, lib, name)
+        result = _probe_cuda_library(ctypes, lib, name, work)
         if result["error"] != CUDA_ERRORS[34]:
             return result
         stub = stub or result  # the toolkit's stub: still try WSL's driver before giving that answer
@@ -391,8 +642,9 @@ def probe_cuda(ctypes):
     )
 
 
-def _probe_cuda_library(ctypes, lib, name):
+def _probe_cuda_library(ctypes, lib, name, work):
     c_int, byref = ctypes.c_int, ctypes.byref
+    before = _mapped_libraries()
     library = _path_of(_address(ctypes, lib.cuInit)) or name
     lib.cuInit.argtypes, lib.cuInit.restype = [ctypes.c_uint], c_int
 
@@ -464,22 +716,30 @@ def _probe_cuda_library(ctypes, lib, name):
                 entry["total_memory"] = total.value
         except AttributeError:
             pass
+        label = "%s (CUDA device %d)" % (entry["name"], ordinal)
+        if _run_work(entry, _cuda_work, ctypes, lib, device.value, label, error_name, work):
+            entry["reason"] += "; a PTX vector add was JIT-compiled, ran and checked"
+        else:
+            entry["counted"] = False
+            entry["reason"] = "a CUDA device, but the check kernel %s" % _work_failure(entry)
         devices.append(entry)
+    jit = sorted(path for path in _mapped_libraries() - before if "ptxjitcompiler" in os.path.basename(path))
+    common = dict(library=library, driver_version=version, jit_library=jit[0] if jit else None)
     if not devices:
+        return _result(False, "cuInit succeeded but the driver reports no CUDA device", error=None, **common)
+    counted = [d for d in devices if d["counted"]]
+    if not counted:
+        what = "CUDA %s lists %d device(s)" % (version or "driver", len(devices))
         return _result(
-            False,
-            "cuInit succeeded but the driver reports no CUDA device",
-            library=library,
-            error=None,
-            driver_version=version,
+            False, _not_working_summary(what, devices), error=devices[0]["work_error"], devices=devices, **common
         )
-    names = ", ".join(d["name"] for d in devices)
+    names = ", ".join(d["name"] for d in counted)
     return _result(
         True,
-        "CUDA %s works with %d device(s): %s" % (version or "driver", len(devices), names),
-        library=library,
+        "CUDA %s works with %d device(s): %s; each ran a PTX vector add, checked"
+        % (version or "driver", len(counted), names),
         devices=devices,
-        driver_version=version,
+        **common,
     )
 
 
@@ -546,6 +806,86 @@ VENUS_FIX = (
     "the fix is Mesa with the 16 KiB blob-alignment patches krunkit needs (the libkrun build from "
     "Fedora copr slp/mesa-libkrun-vulkan, version pinned)"
 )
+# The check shader, c[i] = a[i] + b[i] over one storage buffer {a[64], b[64], c[64]} with one
+# workgroup of 64: SPIR-V 1.0 (Vulkan 1.0), a uniform BufferBlock as Vulkan 1.0 drivers all take.
+# The words below are this assembly, assembled (`spirv-as --target-env vulkan1.0`; a test checks
+# they still match where spirv-tools is installed):
+#
+#                  OpCapability Shader
+#                  OpMemoryModel Logical GLSL450
+#                  OpEntryPoint GLCompute %main "main" %gid
+#                  OpExecutionMode %main LocalSize 64 1 1
+#                  OpDecorate %gid BuiltIn GlobalInvocationId
+#                  OpDecorate %array ArrayStride 4
+#                  OpMemberDecorate %Data 0 Offset 0
+#                  OpMemberDecorate %Data 1 Offset 256
+#                  OpMemberDecorate %Data 2 Offset 512
+#                  OpDecorate %Data BufferBlock
+#                  OpDecorate %data DescriptorSet 0
+#                  OpDecorate %data Binding 0
+#          %void = OpTypeVoid
+#      %void_fn = OpTypeFunction %void
+#          %uint = OpTypeInt 32 0
+#         %uint3 = OpTypeVector %uint 3
+#      %in_uint3 = OpTypePointer Input %uint3
+#       %in_uint = OpTypePointer Input %uint
+#        %uint_0 = OpConstant %uint 0
+#        %uint_1 = OpConstant %uint 1
+#        %uint_2 = OpConstant %uint 2
+#       %uint_64 = OpConstant %uint 64
+#         %array = OpTypeArray %uint %uint_64
+#          %Data = OpTypeStruct %array %array %array
+#        %u_Data = OpTypePointer Uniform %Data
+#        %u_uint = OpTypePointer Uniform %uint
+#           %gid = OpVariable %in_uint3 Input
+#          %data = OpVariable %u_Data Uniform
+#          %main = OpFunction %void None %void_fn
+#         %entry = OpLabel
+#         %gid_x = OpAccessChain %in_uint %gid %uint_0
+#             %i = OpLoad %uint %gid_x
+#            %pa = OpAccessChain %u_uint %data %uint_0 %i
+#             %a = OpLoad %uint %pa
+#            %pb = OpAccessChain %u_uint %data %uint_1 %i
+#             %b = OpLoad %uint %pb
+#           %sum = OpIAdd %uint %a %b
+#            %pc = OpAccessChain %u_uint %data %uint_2 %i
+#                  OpStore %pc %sum
+#                  OpReturn
+#                  OpFunctionEnd
+# fmt: off
+VK_SHADER = (
+    0x07230203, 0x00010000, 0x00070000, 0x0000001b, 0x00000000, 0x00020011, 0x00000001, 0x0003000e,
+    0x00000000, 0x00000001, 0x0006000f, 0x00000005, 0x00000001, 0x6e69616d, 0x00000000, 0x00000002,
+    0x00060010, 0x00000001, 0x00000011, 0x00000040, 0x00000001, 0x00000001, 0x00040047, 0x00000002,
+    0x0000000b, 0x0000001c, 0x00040047, 0x00000003, 0x00000006, 0x00000004, 0x00050048, 0x00000004,
+    0x00000000, 0x00000023, 0x00000000, 0x00050048, 0x00000004, 0x00000001, 0x00000023, 0x00000100,
+    0x00050048, 0x00000004, 0x00000002, 0x00000023, 0x00000200, 0x00030047, 0x00000004, 0x00000003,
+    0x00040047, 0x00000005, 0x00000022, 0x00000000, 0x00040047, 0x00000005, 0x00000021, 0x00000000,
+    0x00020013, 0x00000006, 0x00030021, 0x00000007, 0x00000006, 0x00040015, 0x00000008, 0x00000020,
+    0x00000000, 0x00040017, 0x00000009, 0x00000008, 0x00000003, 0x00040020, 0x0000000a, 0x00000001,
+    0x00000009, 0x00040020, 0x0000000b, 0x00000001, 0x00000008, 0x0004002b, 0x00000008, 0x0000000c,
+    0x00000000, 0x0004002b, 0x00000008, 0x0000000d, 0x00000001, 0x0004002b, 0x00000008, 0x0000000e,
+    0x00000002, 0x0004002b, 0x00000008, 0x0000000f, 0x00000040, 0x0004001c, 0x00000003, 0x00000008,
+    0x0000000f, 0x0005001e, 0x00000004, 0x00000003, 0x00000003, 0x00000003, 0x00040020, 0x00000010,
+    0x00000002, 0x00000004, 0x00040020, 0x00000011, 0x00000002, 0x00000008, 0x0004003b, 0x0000000a,
+    0x00000002, 0x00000001, 0x0004003b, 0x00000010, 0x00000005, 0x00000002, 0x00050036, 0x00000006,
+    0x00000001, 0x00000000, 0x00000007, 0x000200f8, 0x00000012, 0x00050041, 0x0000000b, 0x00000013,
+    0x00000002, 0x0000000c, 0x0004003d, 0x00000008, 0x00000014, 0x00000013, 0x00060041, 0x00000011,
+    0x00000015, 0x00000005, 0x0000000c, 0x00000014, 0x0004003d, 0x00000008, 0x00000016, 0x00000015,
+    0x00060041, 0x00000011, 0x00000017, 0x00000005, 0x0000000d, 0x00000014, 0x0004003d, 0x00000008,
+    0x00000018, 0x00000017, 0x00050080, 0x00000008, 0x00000019, 0x00000016, 0x00000018, 0x00060041,
+    0x00000011, 0x0000001a, 0x00000005, 0x0000000e, 0x00000014, 0x0003003e, 0x0000001a, 0x00000019,
+    0x000100fd, 0x00010038,
+)
+# fmt: on
+VK_QUEUE_COMPUTE = 0x2
+VK_BUFFER_USAGE_STORAGE = 0x20
+VK_DESCRIPTOR_STORAGE_BUFFER = 7
+VK_SHADER_STAGE_COMPUTE = 0x20
+VK_BIND_POINT_COMPUTE = 1
+VK_STAGE_COMPUTE_SHADER, VK_STAGE_HOST = 0x800, 0x4000
+VK_ACCESS_SHADER_WRITE, VK_ACCESS_HOST_READ = 0x40, 0x2000
+VK_WAIT_FOREVER = 0xFFFFFFFFFFFFFFFF  # a hung dispatch is the parent's deadline to end, and it names the call
 ICD_DIRS = (
     "/etc/vulkan/icd.d",
     "/usr/local/etc/vulkan/icd.d",
@@ -726,7 +1066,76 @@ def _vk_structs(ctypes):
             ("memoryTypeIndex", C.c_uint32),
         ]
 
+    class QueueFamily(C.Structure):  # VkQueueFamilyProperties, 24 bytes
+        _fields_ = [("queueFlags", C.c_uint32), ("queueCount", C.c_uint32), ("_rest", C.c_uint32 * 4)]
+
+    def info(*fields):
+        """A Vulkan create-info struct: sType, pNext, then `fields`."""
+        return type("Info", (C.Structure,), {"_fields_": [("sType", C.c_int32), ("pNext", C.c_void_p), *fields]})
+
+    handle, u32, u64, ptr = C.c_uint64, C.c_uint32, C.c_uint64, C.c_void_p  # non-dispatchable handles are 64-bit
+    stage = info(
+        ("flags", u32), ("stage", u32), ("module", handle), ("pName", C.c_char_p), ("pSpecializationInfo", ptr)
+    )
+    compute = dict(
+        BufferInfo=info(
+            ("flags", u32),
+            ("size", u64),
+            ("usage", u32),
+            ("sharingMode", u32),
+            ("queueFamilyIndexCount", u32),
+            ("pQueueFamilyIndices", ptr),
+        ),
+        MemoryRequirements=type(
+            "MemoryRequirements", (C.Structure,), {"_fields_": [("size", u64), ("alignment", u64), ("bits", u32)]}
+        ),
+        ShaderInfo=info(("flags", u32), ("codeSize", C.c_size_t), ("pCode", ptr)),
+        Binding=type(
+            "Binding",
+            (C.Structure,),
+            {"_fields_": [("binding", u32), ("type", u32), ("count", u32), ("stages", u32), ("samplers", ptr)]},
+        ),
+        SetLayoutInfo=info(("flags", u32), ("bindingCount", u32), ("pBindings", ptr)),
+        PipelineLayoutInfo=info(
+            ("flags", u32), ("setLayoutCount", u32), ("pSetLayouts", ptr), ("rangeCount", u32), ("pRanges", ptr)
+        ),
+        PipelineInfo=info(
+            ("flags", u32), ("stage", stage), ("layout", handle), ("basePipeline", handle), ("baseIndex", C.c_int32)
+        ),
+        PoolSize=type("PoolSize", (C.Structure,), {"_fields_": [("type", u32), ("count", u32)]}),
+        PoolInfo=info(("flags", u32), ("maxSets", u32), ("poolSizeCount", u32), ("pPoolSizes", ptr)),
+        SetAllocateInfo=info(("pool", handle), ("count", u32), ("pSetLayouts", ptr)),
+        BufferRange=type(
+            "BufferRange", (C.Structure,), {"_fields_": [("buffer", handle), ("offset", u64), ("range", u64)]}
+        ),
+        WriteSet=info(
+            ("dstSet", handle),
+            ("dstBinding", u32),
+            ("dstArrayElement", u32),
+            ("count", u32),
+            ("type", u32),
+            ("pImageInfo", ptr),
+            ("pBufferInfo", ptr),
+            ("pTexelBufferView", ptr),
+        ),
+        CommandPoolInfo=info(("flags", u32), ("queueFamilyIndex", u32)),
+        CommandBufferInfo=info(("pool", handle), ("level", u32), ("count", u32)),
+        BeginInfo=info(("flags", u32), ("pInheritanceInfo", ptr)),
+        MemoryBarrier=info(("srcAccessMask", u32), ("dstAccessMask", u32)),
+        FenceInfo=info(("flags", u32)),
+        SubmitInfo=info(
+            ("waitCount", u32),
+            ("pWaitSemaphores", ptr),
+            ("pWaitStages", ptr),
+            ("commandBufferCount", u32),
+            ("pCommandBuffers", ptr),
+            ("signalCount", u32),
+            ("pSignalSemaphores", ptr),
+        ),
+    )
     return dict(
+        compute,
+        QueueFamily=QueueFamily,
         AppInfo=AppInfo,
         InstanceInfo=InstanceInfo,
         Properties=Properties,
@@ -740,7 +1149,7 @@ def _vk_structs(ctypes):
     )
 
 
-def probe_vulkan(ctypes):
+def probe_vulkan(ctypes, work):
     C = ctypes
     S = _vk_structs(C)
     os.environ.setdefault("VK_LOADER_DEBUG", "error,warn")  # why a driver was skipped goes to stderr
@@ -785,7 +1194,7 @@ def probe_vulkan(ctypes):
             **common,
         )
     try:
-        devices = _vk_devices(C, S, fn, instance, api)
+        devices, failed = _vk_devices(C, S, fn, instance, api, work)
         loaded = _drivers_loaded(before, drivers)  # the loader unloads them with the instance
     except VulkanError as exc:
         return _result(False, str(exc), error=_vk_name(exc.code), **common)
@@ -793,8 +1202,15 @@ def probe_vulkan(ctypes):
         destroy = fn(instance, "vkDestroyInstance", None, C.c_void_p, C.c_void_p)
         destroy(instance, None)
     counted = [d for d in devices if d["counted"]]
+    error = None
     if counted:
-        summary = "Vulkan works with %d GPU(s): %s" % (len(counted), ", ".join(d["name"] for d in counted))
+        summary = "Vulkan works with %d GPU(s): %s; each ran a compute dispatch, checked" % (
+            len(counted),
+            ", ".join(d["name"] for d in counted),
+        )
+    elif failed:
+        summary = _not_working_summary("Vulkan lists %d GPU(s)" % len(failed), failed)
+        error = failed[0]["work_error"]
     elif devices:
         summary = "Vulkan has no usable GPU, only: %s" % "; ".join(
             "%s (%s)" % (d["name"], d["reason"]) for d in devices
@@ -809,7 +1225,7 @@ def probe_vulkan(ctypes):
             "; the Venus driver (%s) gave no device: it needs the virtio-gpu /dev/dri node, and under "
             "krunkit stock Mesa fails to initialise; %s" % (venus[0], VENUS_FIX)
         )
-    return _result(bool(counted), summary, devices=devices, drivers_loaded=loaded, **common)
+    return _result(bool(counted), summary, error=error, devices=devices, drivers_loaded=loaded, **common)
 
 
 def _nvidia_graphics_hint():
@@ -848,7 +1264,8 @@ def _vk_instance_hint(code, manifests):
     return "the loader or a driver refused to create an instance"
 
 
-def _vk_devices(C, S, fn, instance, api):
+def _vk_devices(C, S, fn, instance, api, work):
+    """The devices, each with its counting verdict, and those that would count but failed the work."""
     enumerate_devices = fn(
         instance, "vkEnumeratePhysicalDevices", C.c_int32, C.c_void_p, C.POINTER(C.c_uint32), C.c_void_p
     )
@@ -871,7 +1288,7 @@ def _vk_devices(C, S, fn, instance, api):
         C.POINTER(C.c_uint32),
         C.c_void_p,
     )
-    devices = []
+    devices, failed = [], []
     for handle in list(handles)[: count.value]:
         props = S["Properties"]()
         get_properties(handle, C.byref(props))
@@ -906,8 +1323,18 @@ def _vk_devices(C, S, fn, instance, api):
             if failure:
                 entry["allocation_error"] = failure
         entry["counted"], entry["reason"] = _vk_counts(entry, props.vendorID, props.deviceID)
+        if work.wanted(entry["counted"]):
+            label = "%s (Vulkan device %d)" % (entry["name"], len(devices))
+            if _run_work(entry, _vk_work, C, S, fn, instance, handle, label, work):
+                entry["reason"] += "; a compute dispatch ran and its result was checked"
+            elif entry["counted"]:
+                entry["counted"] = False
+                entry["reason"] = "%s, but the compute check %s" % (entry["reason"], _work_failure(entry))
+                failed.append(entry)
+            else:
+                entry["reason"] += "; the compute check %s" % _work_failure(entry)
         devices.append(entry)
-    return devices
+    return devices, failed
 
 
 class VulkanError(Exception):
@@ -962,6 +1389,161 @@ def _vk_counts(entry, vendor_id, device_id):
     )
 
 
+def _vk_work(C, S, fn, instance, physical, label, work):
+    """One dispatch of the check shader: a device, a storage buffer in host-visible memory, a compute
+    pipeline from the embedded SPIR-V (where the driver's SPIR-V compiler runs), one dispatch, a
+    fence, the sums read back and compared (raises WorkFailed)."""
+    size = WORK_ITEMS * 4 * 3
+    a, b, expected = _work_inputs()
+    P, v, h, u32 = C.POINTER, C.c_void_p, C.c_uint64, C.c_uint32
+    undo = []
+
+    def function(name, restype, *argtypes):
+        work.step(name, label)
+        found = fn(instance, name, restype, *argtypes)
+        if found is None:
+            raise WorkFailed(name, "missing_function", "the loader does not return %s" % name)
+        return found
+
+    def call(name, argtypes, *args):
+        code = function(name, C.c_int32, *argtypes)(*args)
+        if code != 0:
+            raise WorkFailed(name, _vk_name(code), "")
+
+    def create(name, destroy, info, *before):
+        """vkCreateX(device, info, NULL, &handle), and vkDestroyX(device, handle, NULL) afterwards."""
+        handle = h()
+        argtypes = (v, *(type(arg) for arg in before), v, v, P(h))
+        call(name, argtypes, device, *before, C.byref(info), None, C.byref(handle))
+        undo.append(lambda: function(destroy, None, v, h, v)(device, handle, None))
+        return handle
+
+    def address(struct):
+        return C.cast(C.pointer(struct), v)
+
+    try:
+        get_families = function("vkGetPhysicalDeviceQueueFamilyProperties", None, v, P(u32), v)
+        count = u32(0)
+        get_families(physical, C.byref(count), None)
+        families = (S["QueueFamily"] * max(count.value, 1))()
+        get_families(physical, C.byref(count), families)
+        family = next(
+            (i for i, f in enumerate(families[: count.value]) if f.queueFlags & VK_QUEUE_COMPUTE and f.queueCount),
+            None,
+        )
+        if family is None:
+            raise WorkFailed("vkGetPhysicalDeviceQueueFamilyProperties", "no_compute_queue", "no queue family computes")
+        memory = S["MemoryProperties"]()
+        function("vkGetPhysicalDeviceMemoryProperties", None, v, v)(physical, C.byref(memory))
+        priority = C.c_float(1.0)
+        queue_info = S["QueueInfo"](
+            sType=2, queueFamilyIndex=family, queueCount=1, pQueuePriorities=C.pointer(priority)
+        )
+        device_info = S["DeviceInfo"](sType=3, queueCreateInfoCount=1, pQueueCreateInfos=C.pointer(queue_info))
+        device = v()
+        call("vkCreateDevice", (v, v, v, P(v)), physical, C.byref(device_info), None, C.byref(device))
+        undo.append(lambda: function("vkDestroyDevice", None, v, v)(device, None))
+        queue = v()
+        function("vkGetDeviceQueue", None, v, u32, u32, P(v))(device, family, 0, C.byref(queue))
+        buffer = create("vkCreateBuffer", "vkDestroyBuffer", S["BufferInfo"](sType=12, size=size, usage=0x20))
+        needs = S["MemoryRequirements"]()
+        function("vkGetBufferMemoryRequirements", None, v, h, v)(device, buffer, C.byref(needs))
+        index = _vk_host_memory_type(memory, needs.bits)
+        if index is None:
+            raise WorkFailed("vkGetBufferMemoryRequirements", "no_host_visible_memory", "the buffer cannot be mapped")
+        block = h()
+        allocate_info = S["AllocateInfo"](sType=5, allocationSize=needs.size, memoryTypeIndex=index)
+        call("vkAllocateMemory", (v, v, v, P(h)), device, C.byref(allocate_info), None, C.byref(block))
+        undo.append(lambda: function("vkFreeMemory", None, v, h, v)(device, block, None))
+        call("vkBindBufferMemory", (v, h, h, C.c_uint64), device, buffer, block, 0)
+        mapped = v()
+        call("vkMapMemory", (v, h, C.c_uint64, C.c_uint64, u32, P(v)), device, block, 0, size, 0, C.byref(mapped))
+        undo.append(lambda: function("vkUnmapMemory", None, v, h)(device, block))
+        if not mapped.value:
+            raise WorkFailed("vkMapMemory", "null_pointer", "the driver mapped the buffer at address 0")
+        data = (u32 * (3 * WORK_ITEMS)).from_address(mapped.value)
+        data[:] = a + b + [0] * WORK_ITEMS
+        code = (u32 * len(VK_SHADER))(*VK_SHADER)
+        shader = S["ShaderInfo"](sType=16, codeSize=C.sizeof(code), pCode=C.cast(code, v))
+        module = create("vkCreateShaderModule", "vkDestroyShaderModule", shader)
+        binding = S["Binding"](binding=0, type=VK_DESCRIPTOR_STORAGE_BUFFER, count=1, stages=VK_SHADER_STAGE_COMPUTE)
+        set_layout = create(
+            "vkCreateDescriptorSetLayout",
+            "vkDestroyDescriptorSetLayout",
+            S["SetLayoutInfo"](sType=32, bindingCount=1, pBindings=address(binding)),
+        )
+        layout = create(
+            "vkCreatePipelineLayout",
+            "vkDestroyPipelineLayout",
+            S["PipelineLayoutInfo"](sType=30, setLayoutCount=1, pSetLayouts=address(set_layout)),
+        )
+        pipeline_info = S["PipelineInfo"](sType=29, layout=layout, baseIndex=-1)
+        pipeline_info.stage.sType, pipeline_info.stage.stage = 18, VK_SHADER_STAGE_COMPUTE
+        pipeline_info.stage.module, pipeline_info.stage.pName = module, b"main"
+        pipeline = create("vkCreateComputePipelines", "vkDestroyPipeline", pipeline_info, h(0), u32(1))
+        pool_size = S["PoolSize"](type=VK_DESCRIPTOR_STORAGE_BUFFER, count=1)
+        pool = create(
+            "vkCreateDescriptorPool",
+            "vkDestroyDescriptorPool",
+            S["PoolInfo"](sType=33, maxSets=1, poolSizeCount=1, pPoolSizes=address(pool_size)),
+        )
+        descriptor_set = h()
+        set_info = S["SetAllocateInfo"](sType=34, pool=pool, count=1, pSetLayouts=address(set_layout))
+        call("vkAllocateDescriptorSets", (v, v, P(h)), device, C.byref(set_info), C.byref(descriptor_set))
+        buffer_range = S["BufferRange"](buffer=buffer, offset=0, range=size)
+        write = S["WriteSet"](
+            sType=35,
+            dstSet=descriptor_set,
+            count=1,
+            type=VK_DESCRIPTOR_STORAGE_BUFFER,
+            pBufferInfo=address(buffer_range),
+        )
+        function("vkUpdateDescriptorSets", None, v, u32, v, u32, v)(device, 1, C.byref(write), 0, None)
+        command_pool = create(
+            "vkCreateCommandPool", "vkDestroyCommandPool", S["CommandPoolInfo"](sType=39, queueFamilyIndex=family)
+        )
+        commands = v()
+        command_info = S["CommandBufferInfo"](sType=40, pool=command_pool, level=0, count=1)
+        call("vkAllocateCommandBuffers", (v, v, P(v)), device, C.byref(command_info), C.byref(commands))
+        call("vkBeginCommandBuffer", (v, v), commands, C.byref(S["BeginInfo"](sType=42, flags=1)))
+        function("vkCmdBindPipeline", None, v, u32, h)(commands, VK_BIND_POINT_COMPUTE, pipeline)
+        function("vkCmdBindDescriptorSets", None, v, u32, h, u32, u32, P(h), u32, v)(
+            commands, VK_BIND_POINT_COMPUTE, layout, 0, 1, C.byref(descriptor_set), 0, None
+        )
+        function("vkCmdDispatch", None, v, u32, u32, u32)(commands, 1, 1, 1)
+        barrier = S["MemoryBarrier"](sType=46, srcAccessMask=VK_ACCESS_SHADER_WRITE, dstAccessMask=VK_ACCESS_HOST_READ)
+        function("vkCmdPipelineBarrier", None, v, u32, u32, u32, u32, v, u32, v, u32, v)(
+            commands, VK_STAGE_COMPUTE_SHADER, VK_STAGE_HOST, 0, 1, C.byref(barrier), 0, None, 0, None
+        )
+        call("vkEndCommandBuffer", (v,), commands)
+        fence = create("vkCreateFence", "vkDestroyFence", S["FenceInfo"](sType=8))
+        command_list = (v * 1)(commands)
+        submit = S["SubmitInfo"](sType=4, commandBufferCount=1, pCommandBuffers=C.cast(command_list, v))
+        call("vkQueueSubmit", (v, u32, v, h), queue, 1, C.byref(submit), fence)
+        call("vkWaitForFences", (v, u32, P(h), u32, C.c_uint64), device, 1, C.byref(fence), 1, VK_WAIT_FOREVER)
+        _check_sums(list(data[2 * WORK_ITEMS :]), expected)
+    finally:
+        for action in reversed(undo):
+            try:
+                action()
+            except WorkFailed:
+                pass  # the answer is the first failure; cleaning up after it may fail too
+
+
+def _vk_host_memory_type(memory, allowed=0xFFFFFFFF):
+    """The index of a host-visible (coherent where there is one) memory type among `allowed`, or None."""
+    types = [
+        (i, t.propertyFlags)
+        for i, t in enumerate(list(memory.memoryTypes)[: min(memory.memoryTypeCount, 32)])
+        if allowed & (1 << i)
+    ]
+    wanted = VK_MEMORY_HOST_VISIBLE | VK_MEMORY_HOST_COHERENT
+    return next(
+        (i for i, flags in types if flags & wanted == wanted),
+        next((i for i, flags in types if flags & VK_MEMORY_HOST_VISIBLE), None),
+    )
+
+
 def _vk_allocate(C, S, fn, instance, handle):
     """Create a device, allocate and map a small host-visible block: (worked, failure or None)."""
     get_memory = fn(instance, "vkGetPhysicalDeviceMemoryProperties", None, C.c_void_p, C.c_void_p)
@@ -985,12 +1567,7 @@ def _vk_allocate(C, S, fn, instance, handle):
         return False, "the loader lacks a core device function"
     memory = S["MemoryProperties"]()
     get_memory(handle, C.byref(memory))
-    wanted = VK_MEMORY_HOST_VISIBLE | VK_MEMORY_HOST_COHERENT
-    types = list(memory.memoryTypes)[: min(memory.memoryTypeCount, 32)]
-    index = next(
-        (i for i, t in enumerate(types) if t.propertyFlags & wanted == wanted),
-        next((i for i, t in enumerate(types) if t.propertyFlags & VK_MEMORY_HOST_VISIBLE), None),
-    )
+    index = _vk_host_memory_type(memory)
     if index is None:
         return False, "no host-visible memory type"
     priority = C.c_float(1.0)
@@ -1026,10 +1603,40 @@ def _vk_allocate(C, S, fn, instance, handle):
 CL_ERRORS = {
     0: "CL_SUCCESS",
     -1: "CL_DEVICE_NOT_FOUND",
+    -2: "CL_DEVICE_NOT_AVAILABLE",
+    -3: "CL_COMPILER_NOT_AVAILABLE",
+    -4: "CL_MEM_OBJECT_ALLOCATION_FAILURE",
+    -5: "CL_OUT_OF_RESOURCES",
+    -6: "CL_OUT_OF_HOST_MEMORY",
+    -11: "CL_BUILD_PROGRAM_FAILURE",
     -30: "CL_INVALID_VALUE",
     -32: "CL_INVALID_PLATFORM",
+    -33: "CL_INVALID_DEVICE",
+    -34: "CL_INVALID_CONTEXT",
+    -36: "CL_INVALID_COMMAND_QUEUE",
+    -38: "CL_INVALID_MEM_OBJECT",
+    -44: "CL_INVALID_PROGRAM",
+    -45: "CL_INVALID_PROGRAM_EXECUTABLE",
+    -46: "CL_INVALID_KERNEL_NAME",
+    -48: "CL_INVALID_KERNEL",
+    -49: "CL_INVALID_ARG_INDEX",
+    -51: "CL_INVALID_ARG_SIZE",
+    -52: "CL_INVALID_KERNEL_ARGS",
+    -54: "CL_INVALID_WORK_GROUP_SIZE",
     -1001: "CL_PLATFORM_NOT_FOUND_KHR",
 }
+# The check kernel, built from source by the driver's OpenCL C compiler.
+CL_KERNEL = b"cgpu_add"
+CL_KERNEL_SOURCE = b"""
+__kernel void cgpu_add(__global const uint *a, __global const uint *b, __global uint *c, const uint n)
+{
+    size_t i = get_global_id(0);
+    if (i < n) c[i] = a[i] + b[i];
+}
+"""
+CL_PROGRAM_BUILD_LOG = 0x1183
+CL_MEM_WRITE_ONLY, CL_MEM_READ_ONLY, CL_MEM_COPY_HOST_PTR = 2, 4, 32
+BUILD_LOG_LINES = 5
 NVIDIA_OPENCL = "libnvidia-opencl.so.1"
 CL_DEVICE_TYPE_CPU, CL_DEVICE_TYPE_GPU, CL_DEVICE_TYPE_ACCELERATOR = 2, 4, 8
 CL_DEVICE_TYPE_ALL = 0xFFFFFFFF
@@ -1047,7 +1654,7 @@ def _cl_type_name(value):
     return "|".join(names) or "NONE"
 
 
-def probe_opencl(ctypes):
+def probe_opencl(ctypes, work):
     C = ctypes
     before = _mapped_libraries()
     lib, failure = _load(C, ("libOpenCL.so.1",))
@@ -1123,14 +1730,35 @@ def probe_opencl(ctypes):
                 "driver_version": info_string(lib.clGetDeviceInfo, handle, CL_DRIVER_VERSION),
             }
             entry["counted"], entry["reason"] = _cl_counts(entry, kind.value)
+            label = "%s (%s)" % (entry["name"], platform_name)
+            if work.wanted(entry["counted"]):
+                if _run_work(entry, _cl_work, C, lib, handle, label, work):
+                    entry["reason"] += "; a kernel was built from source, ran and checked"
+                elif entry["counted"]:
+                    entry["counted"] = False
+                    entry["reason"] = "an OpenCL %s device, but the check kernel %s" % (
+                        _cl_type_name(kind.value),
+                        _work_failure(entry),
+                    )
+                else:
+                    entry["reason"] += "; the check kernel %s" % _work_failure(entry)
             devices.append(entry)
     counted = [d for d in devices if d["counted"]]
     loaded = _drivers_loaded(before, _opencl_icd_libraries())
+    failed = [
+        d
+        for d in devices
+        if d.get("work") == "failed" and d["type"] & (CL_DEVICE_TYPE_GPU | CL_DEVICE_TYPE_ACCELERATOR)
+    ]
+    error = None
     if counted:
-        summary = "OpenCL works with %d GPU/accelerator device(s): %s" % (
+        summary = "OpenCL works with %d GPU/accelerator device(s): %s; each ran a kernel, checked" % (
             len(counted),
             ", ".join("%s (%s)" % (d["name"], d["platform"]) for d in counted),
         )
+    elif failed:
+        summary = _not_working_summary("OpenCL lists %d GPU/accelerator device(s)" % len(failed), failed)
+        error = failed[0]["work_error"]
     elif devices:
         summary = "OpenCL has no GPU, only: %s" % "; ".join("%s (%s)" % (d["name"], d["reason"]) for d in devices)
     else:
@@ -1138,8 +1766,129 @@ def probe_opencl(ctypes):
     if not counted:
         summary += _unregistered_nvidia_opencl(C, loaded)
     return _result(
-        bool(counted), summary, library=library, devices=devices, platforms=platform_names, drivers_loaded=loaded
+        bool(counted),
+        summary,
+        library=library,
+        error=error,
+        devices=devices,
+        platforms=platform_names,
+        drivers_loaded=loaded,
     )
+
+
+def _cl_work(C, lib, device, label, work):
+    """The vector add on one OpenCL device: build from source, run, read back, compare (raises WorkFailed)."""
+    size = WORK_ITEMS * 4
+    a, b, expected = _work_inputs()
+    status = C.c_int32(0)
+    undo = []
+    P, v = C.POINTER, C.c_void_p
+
+    def function(name, restype, argtypes):
+        work.step(name, label)
+        try:
+            function_ = getattr(lib, name)
+        except AttributeError:
+            raise WorkFailed(name, "missing_function", "the ICD loader does not export %s" % name) from None
+        function_.argtypes, function_.restype = argtypes, restype
+        return function_
+
+    def check(name, code, detail=""):
+        if code != 0:
+            raise WorkFailed(name, CL_ERRORS.get(code, "CL error %d" % code), detail)
+
+    def create(name, release, argtypes, *args):
+        """A call that returns an object (freed by `release` afterwards) and its status in its last argument."""
+        handle = function(name, v, [*argtypes, P(C.c_int32)])(*args, C.byref(status))
+        check(name, status.value)
+        if not handle:
+            raise WorkFailed(name, "null_handle", "the call returned no object and no error")
+        undo.append(lambda: function(release, C.c_int32, [v])(handle))
+        return handle
+
+    try:
+        device_list = (v * 1)(device)
+        context = create(
+            "clCreateContext", "clReleaseContext", [v, C.c_uint32, v, v, v], None, 1, device_list, None, None
+        )
+        queue = create("clCreateCommandQueue", "clReleaseCommandQueue", [v, v, C.c_uint64], context, device, 0)
+        source = C.c_char_p(CL_KERNEL_SOURCE)
+        length = C.c_size_t(len(CL_KERNEL_SOURCE))
+        program = create(
+            "clCreateProgramWithSource",
+            "clReleaseProgram",
+            [v, C.c_uint32, P(C.c_char_p), P(C.c_size_t)],
+            context,
+            1,
+            C.byref(source),
+            C.byref(length),
+        )
+        code = function("clBuildProgram", C.c_int32, [v, C.c_uint32, v, C.c_char_p, v, v])(
+            program, 1, device_list, b"", None, None
+        )
+        if code != 0:
+            check("clBuildProgram", code, _cl_build_log(C, lib, program, device))
+        kernel = create("clCreateKernel", "clReleaseKernel", [v, C.c_char_p], program, CL_KERNEL)
+        buffers = []
+        for flags, values in (
+            (CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, a),
+            (CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, b),
+        ):
+            host = (C.c_uint32 * WORK_ITEMS)(*values)
+            buffers.append(
+                create(
+                    "clCreateBuffer", "clReleaseMemObject", [v, C.c_uint64, C.c_size_t, v], context, flags, size, host
+                )
+            )
+        buffers.append(
+            create(
+                "clCreateBuffer",
+                "clReleaseMemObject",
+                [v, C.c_uint64, C.c_size_t, v],
+                context,
+                CL_MEM_WRITE_ONLY,
+                size,
+                None,
+            )
+        )
+        set_arg = function("clSetKernelArg", C.c_int32, [v, C.c_uint32, C.c_size_t, v])
+        for index, buffer in enumerate(buffers):
+            check("clSetKernelArg", set_arg(kernel, index, C.sizeof(v), C.byref(v(buffer))))
+        check("clSetKernelArg", set_arg(kernel, 3, 4, C.byref(C.c_uint32(WORK_ITEMS))))
+        global_size = C.c_size_t(WORK_ITEMS)
+        enqueue = function(
+            "clEnqueueNDRangeKernel", C.c_int32, [v, v, C.c_uint32, v, P(C.c_size_t), v, C.c_uint32, v, v]
+        )
+        check("clEnqueueNDRangeKernel", enqueue(queue, kernel, 1, None, C.byref(global_size), None, 0, None, None))
+        check("clFinish", function("clFinish", C.c_int32, [v])(queue))
+        result = (C.c_uint32 * WORK_ITEMS)()
+        read = function(
+            "clEnqueueReadBuffer", C.c_int32, [v, v, C.c_uint32, C.c_size_t, C.c_size_t, v, C.c_uint32, v, v]
+        )
+        check("clEnqueueReadBuffer", read(queue, buffers[2], 1, 0, size, result, 0, None, None))
+        _check_sums(list(result), expected)
+    finally:
+        for action in reversed(undo):
+            try:
+                action()
+            except WorkFailed:
+                pass  # the answer is the first failure; cleaning up after it may fail too
+
+
+def _cl_build_log(C, lib, program, device):
+    """The first lines of a failed build's log (what the compiler said), or ''."""
+    get_info = lib.clGetProgramBuildInfo
+    get_info.argtypes = [C.c_void_p, C.c_void_p, C.c_uint32, C.c_size_t, C.c_void_p, C.POINTER(C.c_size_t)]
+    get_info.restype = C.c_int32
+    size = C.c_size_t(0)
+    if get_info(program, device, CL_PROGRAM_BUILD_LOG, 0, None, C.byref(size)) != 0 or not size.value:
+        return ""
+    log = C.create_string_buffer(min(size.value, 1 << 16))
+    if get_info(program, device, CL_PROGRAM_BUILD_LOG, len(log), log, None) != 0:
+        return ""
+    text = log.raw.split(b"\0", 1)[0].decode("utf-8", "replace")
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return "build log: " + " / ".join(lines[:BUILD_LOG_LINES])[:MAX_TEXT] if lines else ""
 
 
 def _unregistered_nvidia_opencl(C, loaded):
@@ -1398,7 +2147,10 @@ PROBES = {
 }
 
 
-def child_main(api):
+WORK_APIS = ("cuda", "vulkan", "opencl")  # the APIs whose devices must run the check work to count
+
+
+def child_main(api, work):
     """Run one API's probe; the answer goes to the original stdout, drivers' chatter to stderr."""
     answer_fd = os.dup(1)
     os.dup2(2, 1)  # anything a driver prints on stdout must not corrupt the answer
@@ -1408,7 +2160,7 @@ def child_main(api):
         result = _result(False, "this Python has no ctypes (%s), so no driver can be loaded" % exc, error="no_ctypes")
     else:
         try:
-            result = PROBES[api](ctypes)
+            result = PROBES[api](ctypes, work) if api in WORK_APIS else PROBES[api](ctypes)
         except Exception as exc:  # a driver answering nonsense must still give an answer
             result = _result(
                 False,
@@ -1429,14 +2181,20 @@ def main(argv=None):
     )
     parser.add_argument("--api", action="append", choices=APIS, help="probe only this API (repeatable)")
     parser.add_argument("--human", action="store_true", help="print for a person, not JSON (the default)")
+    parser.add_argument(
+        "--work-on-software",
+        action="store_true",
+        help="also run the check work on software devices (lavapipe, PoCL); they still never count",
+    )
     parser.add_argument("--child", choices=sorted(PROBES), help=argparse.SUPPRESS)
+    parser.add_argument("--progress-fd", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        return child_main(args.child)
+        return child_main(args.child, Work(args.work_on_software, args.progress_fd))
     if args.timeout <= 0:
         parser.error("--timeout must be positive")
     try:
-        data = run_probe(args.api, args.timeout)
+        data = run_probe(args.api, args.timeout, args.work_on_software)
     except KeyboardInterrupt:
         sys.stderr.write("probe.py: interrupted\n")
         return 130

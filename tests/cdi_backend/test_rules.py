@@ -76,7 +76,7 @@ def test_cuda_linkable_by_each_route(tmp_path: Path):
         ],
     }
     for phrase, hooks in routes.items():
-        doc = _nvidia([_mount(lib)], hooks)
+        doc = _nvidia([_mount(lib), _mount(f"{LIB}/libnvidia-ptxjitcompiler.so.580.82.07")], hooks)
         assert _answer(doc, _host(tmp_path / phrase.replace(" ", "_"), doc))["containers"] == ["cuda"], phrase
     as_soname = _nvidia([_mount(lib, f"{LIB}/libcuda.so.1")])
     report = _answer(as_soname, _host(tmp_path / "soname", as_soname))
@@ -260,8 +260,9 @@ def test_tmpfs_mount_is_not_a_host_path(tmp_path: Path):
 
 def test_answers_follow_host_changes_between_calls(tmp_path: Path):
     lib = f"{LIB}/libcuda.so.580.82.07"
-    doc = spec(_nvidia([_mount(lib)], [_hook("update-ldcache", "--folder", LIB)]))
-    root = _host(tmp_path, _nvidia([_mount(lib)], [_hook("update-ldcache", "--folder", LIB)]))
+    mounts = [_mount(lib), _mount(f"{LIB}/libnvidia-ptxjitcompiler.so.580.82.07")]
+    doc = spec(_nvidia(mounts, [_hook("update-ldcache", "--folder", LIB)]))
+    root = _host(tmp_path, _nvidia(mounts, [_hook("update-ldcache", "--folder", LIB)]))
 
     def containers() -> list[str]:
         report = ReportBuilder("cdi")

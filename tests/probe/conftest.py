@@ -47,9 +47,10 @@ def run_probe(
     timeout: float = 20,
     python: str = sys.executable,
     script: Path = PROBE,
+    options: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """Run the probe file as users do; returns its JSON object."""
-    argv = [python, str(script), "--timeout", str(timeout)]
+    argv = [python, str(script), "--timeout", str(timeout), *options]
     for api in apis:
         argv += ["--api", api]
     proc = subprocess.run(
@@ -80,8 +81,17 @@ def build(tmp_path_factory) -> Callable[[str, str], Path]:
 
 
 @pytest.fixture(scope="session")
-def fake_cuda(build) -> Path:
-    """A directory holding a fake libcuda.so.1 (put it on LD_LIBRARY_PATH)."""
+def fake_cuda(build, tmp_path_factory) -> Path:
+    """A directory holding a fake libcuda.so.1 and the PTX JIT compiler it loads (put it on LD_LIBRARY_PATH)."""
+    folder = tmp_path_factory.mktemp("fake-cuda")
+    shutil.copy(build("fake_libcuda.c", "libcuda.so.1"), folder)
+    shutil.copy(build("fake_ptxjitcompiler.c", "libnvidia-ptxjitcompiler.so.1"), folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def fake_cuda_without_jit(build) -> Path:
+    """A directory holding only the fake libcuda.so.1: its PTX JIT compiler is missing."""
     return build("fake_libcuda.c", "libcuda.so.1").parent
 
 
@@ -135,3 +145,12 @@ def needs_pocl() -> None:
 def fake_hsa(build) -> Path:
     """A directory holding a fake libhsa-runtime64.so.1 (put it on LD_LIBRARY_PATH)."""
     return build("fake_hsa.c", "libhsa-runtime64.so.1").parent
+
+
+def mutated_probe(folder: Path, old: str, new: str) -> Path:
+    """A copy of the probe file with one piece of its check work changed (failure injection)."""
+    source = PROBE.read_text()
+    assert source.count(old) == 1, old
+    copy = folder / "probe.py"
+    copy.write_text(source.replace(old, new))
+    return copy

@@ -79,3 +79,37 @@ def test_library_call_keeps_cgpu_probe_callable():
     report = cgpu.probe(backend="local", timeout=20)
     assert report.backend == "local"
     assert callable(cgpu.probe)
+
+
+def test_gpus_that_enumerate_but_cannot_run_the_work_are_not_provided(fake_cuda_without_jit, fake_icd):
+    needs_vulkan_loader()
+    env = clean_env(
+        LD_LIBRARY_PATH=str(fake_cuda_without_jit),
+        FAKE_CUDA_COUNT="1",
+        VK_DRIVER_FILES=str(fake_icd()),
+        FAKE_VK_DEVICES="2,4,0x10de,0x2335,0,0,NVIDIA H200",
+        FAKE_VK_FAIL="vkCreateComputePipelines:-3",
+    )
+    code, out, _ = cgpu("--json", env=env)
+    assert code == 0
+    report = json.loads(out)
+    validate_report(report)
+    assert report["containers"] == []
+    devices = {d["name"]: d for d in report["devices"]}
+    assert devices["Fake GPU 0"]["status"] == "ignored"
+    assert (devices["Fake GPU 0"]["work"], devices["Fake GPU 0"]["work_error"]) == (
+        "failed",
+        "CUDA_ERROR_JIT_COMPILER_NOT_FOUND",
+    )
+    assert devices["NVIDIA H200"]["work_step"] == "vkCreateComputePipelines"
+    warnings = [p["message"] for p in report["problems"] if p["severity"] == "warning"]
+    assert any("cuda driver error CUDA_ERROR_JIT_COMPILER_NOT_FOUND" in m for m in warnings), warnings
+    assert any("stopped at vkCreateComputePipelines with VK_ERROR_INITIALIZATION_FAILED" in m for m in warnings)
+
+
+def test_provided_devices_carry_the_work_they_ran(fake_cuda):
+    env = clean_env(LD_LIBRARY_PATH=str(fake_cuda), FAKE_CUDA_COUNT="1")
+    report = json.loads(cgpu("--json", env=env)[1])
+    [device] = [d for d in report["devices"] if d["name"] == "Fake GPU 0"]
+    assert device["apis"] == ["cuda"] and device["work"] == "passed"
+    assert isinstance(device["work_seconds"], float)

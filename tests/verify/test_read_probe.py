@@ -44,7 +44,7 @@ def test_probe_shaped_answers_give_canonical_apis_and_evidence_for_all(apis):
     report = ReportBuilder("cdi")
     result = _read_probe(report, "example.com/gpu=0", json.dumps({"probe_version": 1, "apis": apis}).encode())
     assert isinstance(result, tuple)
-    live_apis, evidence, _devices = result
+    live_apis, evidence, _devices, _stalled = result
     assert "metal" not in live_apis
     assert set(evidence) == {"cuda", "rocm", "vulkan", "opencl", "directml", "metal"}
     for api in live_apis:  # available alone is not enough: a counted device must be listed

@@ -51,6 +51,9 @@ OCL_ICD, KHRONOS = "ocl-icd", "khronos"  # the two OpenCL ICD loaders images shi
 # dependencies); the loader skips an ICD whose library fails to load. gpucomp: drivers that ship it.
 GLX_COMPANIONS = ("libnvidia-glcore", "libnvidia-tls", "libnvidia-glvkspirv")
 GLX_OPTIONAL_COMPANION = "libnvidia-gpucomp"
+# libcuda loads this to JIT-compile PTX (libnvidia-container's nvc_info.c compute_libs: "PTX-SASS JIT
+# compiler (used by libcuda)"); without it a kernel shipped as PTX fails with CUDA_ERROR_JIT_COMPILER_NOT_FOUND.
+PTX_JIT_COMPILER = "libnvidia-ptxjitcompiler"
 # WSL: nvidia-container-toolkit's WSL discoverer mounts these from the driver store with libcuda.so.1.1.
 WSL_CUDA_COMPANIONS = ("libcuda_loader.so", "libnvdxgdmal.so.1")
 NVIDIA_D3D12_UMD = "libnvwgf2umx.so"  # NVIDIA's D3D12 user-mode driver in its WSL driver-store folder
@@ -320,7 +323,7 @@ def _cuda(view: ContainerView) -> Finding:
             f"gets {_nodes_text(have)} but no libcuda.so.<driver version> is mounted (device "
             f"nodes only, no user-space driver): {NVIDIA_REGENERATE}",
         )
-    also_missing = None
+    also_missing = None if wsl else _ptx_jit_absent(view, library)
     if wsl:
         names = view.index.names
         wanted = ["libdxcore.so"]
@@ -341,6 +344,21 @@ def _cuda(view: ContainerView) -> Finding:
         brings="the image brings the CUDA runtime if the application needs it",
         needs=(),
         also_missing=also_missing,
+    )
+
+
+def _ptx_jit_absent(view: ContainerView, library: str) -> str | None:
+    """What falls short when libcuda.so.<version> comes without the PTX JIT compiler of its version;
+    None when it is there, or the version is not in the name (Jetson's libcuda.so.1.1)."""
+    match = _VERSION_SUFFIX.search(library)
+    if match is None:
+        return None
+    version = match.group(1)
+    if any(f.endswith(f".so.{version}") for f in view.libraries(PTX_JIT_COMPILER)):
+        return None
+    return (
+        f"not {PTX_JIT_COMPILER}.so.{version}, which libcuda loads to JIT-compile PTX (a kernel shipped as PTX "
+        "fails with CUDA_ERROR_JIT_COMPILER_NOT_FOUND)"
     )
 
 

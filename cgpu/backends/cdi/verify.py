@@ -221,17 +221,23 @@ def _verify_device(
             f"(exit status {result.returncode}; stderr: {tail})"
         )
         return _failed(report, name, message, started)
-    live_apis, live_evidence, live_devices = live
+    live_apis, live_evidence, live_devices, stalled = live
     disagreements = [api for api in API_ORDER if (api in static_apis) != (api in live_apis)]
     for api in disagreements:
         said_static = "gives it" if api in static_apis else "does not give it"
         said_live = "has it" if api in live_apis else "does not have it"
-        hint = (
-            "; if the probe image lacks the API's user-space part, run again with --probe-image REF of an image "
-            "that has it"
-            if api in static_apis
-            else ""
-        )
+        if api in static_apis and api in stalled:
+            hint = (
+                f"; the device starts but cannot run the check work ({stalled[api]}): the spec may not mount a "
+                "compiler or JIT library the work needs (docs/probe.md)"
+            )
+        elif api in static_apis:
+            hint = (
+                "; if the probe image lacks the API's user-space part, run again with --probe-image REF of an "
+                "image that has it"
+            )
+        else:
+            hint = ""
         report.problem(
             "warning",
             name,
@@ -269,10 +275,10 @@ def _unresolvable_hint(eng: Engine) -> str:
 
 def _read_probe(
     report: ReportBuilder, name: str, stdout: bytes
-) -> tuple[list[str], dict[str, str], list[dict[str, Any]]] | str:
-    """The live APIs, the probe's own summary per API and the devices seen, from the probe's
-    JSON (untrusted: it came out of a container), judged by the same rules as `cgpu probe
-    --backend local`; or why there is no answer."""
+) -> tuple[list[str], dict[str, str], list[dict[str, Any]], dict[str, str]] | str:
+    """The live APIs, the probe's own summary per API, the devices seen and, per API, where the
+    first device's check work stopped, from the probe's JSON (untrusted: it came out of a
+    container), judged by the same rules as `cgpu probe --backend local`; or why there is no answer."""
     from cgpu.gpu_probe.answer import read_answer
 
     answer = read_answer(stdout, source=f"probe in the container with {name}")
@@ -284,7 +290,12 @@ def _read_probe(
         {"name": device.name, "api": device.api, "counted": device.counted, "reason": device.details.get("reason", "")}
         for device in answer.devices
     ]
-    return answer.provided, summaries, seen
+    stalled: dict[str, str] = {}
+    for device in answer.devices:
+        if device.details.get("work") == "failed" and device.api not in stalled:
+            step, error = device.details.get("work_step"), device.details.get("work_error")
+            stalled[device.api] = f"{device.name} stopped at {step} with {error}"
+    return answer.provided, summaries, seen, stalled
 
 
 def _failed(report: ReportBuilder, name: str, message: str, started: float) -> LiveCheck:

@@ -2,6 +2,12 @@
  *   FAKE_VK_INSTANCE  "ok" (default), a VkResult for vkCreateInstance (e.g. -1, -3), "hang" or "crash"
  *   FAKE_VK_DEVICES   devices separated by ';', each "type,driverID,vendorID,deviceID,allocResult,mapResult,name"
  *                     e.g. "1,22,0x106b,0x1,0,0,Virtio-GPU Venus (Apple M2)"
+ *   FAKE_VK_FAIL      "vkName:result": that call of the check work returns that VkResult
+ *   FAKE_VK_HANG      "vkName": that call never returns
+ *   FAKE_VK_WRONG     set: the dispatch computes element 7 wrongly
+ *   FAKE_VK_TRACE     a file: each object the check work creates or destroys is appended ("+Buffer", "-Buffer")
+ * The check work's dispatch runs on the host at vkQueueSubmit: c[i] = a[i] + b[i] over the mapped
+ * buffer {a[64], b[64], c[64]}, after checking the shader module is SPIR-V.
  * Dispatchable objects start with the loader's magic word, as the loader-driver interface requires. */
 #include <signal.h>
 #include <stdint.h>
@@ -134,6 +140,22 @@ static void GetPhysicalDeviceSparseImageFormatProperties(void *pd, int f, int t,
     (void)pd; (void)f; (void)t; (void)s; (void)u; (void)ti; (void)p; *count = 0;
 }
 
+static void trace(char sign, const char *object) {
+    const char *path = getenv("FAKE_VK_TRACE");
+    FILE *file = path ? fopen(path, "a") : NULL;
+    if (file) { fprintf(file, "%c%s\n", sign, object); fclose(file); }
+}
+
+/* The result the test asks `call` to return (0 when not asked); hangs if asked. */
+static VkResult steer(const char *call) {
+    const char *hang = getenv("FAKE_VK_HANG");
+    if (hang && strcmp(hang, call) == 0) for (;;) pause();
+    const char *fail = getenv("FAKE_VK_FAIL");
+    size_t n = strlen(call);
+    if (fail && strncmp(fail, call, n) == 0 && fail[n] == ':') return atoi(fail + n + 1);
+    return 0;
+}
+
 /* ---- device level ---- */
 typedef struct { uintptr_t magic; FakePhysicalDevice *physical; } FakeDevice;
 static FakeDevice the_device;
@@ -142,27 +164,131 @@ static VkResult CreateDevice(void *pd, const void *info, const void *allocator, 
     the_device.magic = ICD_LOADER_MAGIC;
     the_device.physical = pd;
     *device = &the_device;
+    trace('+', "Device");
     return 0;
 }
-static void DestroyDevice(void *device, const void *allocator) { (void)device; (void)allocator; }
+static void DestroyDevice(void *device, const void *allocator) { (void)device; (void)allocator; trace('-', "Device"); }
 static VkResult AllocateMemory(void *device, const void *info, const void *allocator, uint64_t *memory) {
     (void)info; (void)allocator;
     VkResult result = ((FakeDevice *)device)->physical->alloc_result;
-    if (result == 0) *memory = 0x1234;
+    if (result == 0) { *memory = 0x1234; trace('+', "Memory"); }
     return result;
 }
-static void FreeMemory(void *device, uint64_t memory, const void *allocator) { (void)device; (void)memory; (void)allocator; }
+static void FreeMemory(void *device, uint64_t memory, const void *allocator) {
+    (void)device; (void)memory; (void)allocator; trace('-', "Memory");
+}
 static VkResult MapMemory(void *device, uint64_t memory, uint64_t offset, uint64_t size, uint32_t flags, void **data) {
     (void)memory; (void)offset; (void)size; (void)flags;
     VkResult result = ((FakeDevice *)device)->physical->map_result;
-    if (result == 0) *data = mapped;
+    if (result == 0) { *data = mapped; trace('+', "Mapping"); }
     return result;
 }
-static void UnmapMemory(void *device, uint64_t memory) { (void)device; (void)memory; }
+static void UnmapMemory(void *device, uint64_t memory) { (void)device; (void)memory; trace('-', "Mapping"); }
+
+/* The check work: objects are counters, except the dispatchable queue and command buffer. */
+static Dispatchable the_queue = {ICD_LOADER_MAGIC}, the_commands = {ICD_LOADER_MAGIC};
+static uint64_t next_handle = 0x100;
+static int spirv_seen;
+static uint32_t dispatched;
+#define CREATE(name) \
+    static VkResult name(void *device, const void *info, const void *allocator, uint64_t *handle) { \
+        (void)device; (void)info; (void)allocator; \
+        VkResult result = steer("vk" #name); \
+        if (result == 0) { *handle = next_handle++; trace('+', #name + 6); } \
+        return result; \
+    }
+#define DESTROY(name) \
+    static void name(void *device, uint64_t handle, const void *allocator) { \
+        (void)device; (void)handle; (void)allocator; trace('-', #name + 7); \
+    }
+CREATE(CreateBuffer) CREATE(CreateDescriptorSetLayout) CREATE(CreatePipelineLayout) CREATE(CreateDescriptorPool)
+CREATE(CreateCommandPool) CREATE(CreateFence)
+DESTROY(DestroyBuffer) DESTROY(DestroyShaderModule) DESTROY(DestroyDescriptorSetLayout) DESTROY(DestroyPipelineLayout)
+DESTROY(DestroyPipeline) DESTROY(DestroyDescriptorPool) DESTROY(DestroyCommandPool) DESTROY(DestroyFence)
+
+typedef struct { int32_t sType; const void *pNext; uint32_t flags; size_t codeSize; const uint32_t *pCode; } ShaderInfo;
+static VkResult CreateShaderModule(void *device, const ShaderInfo *info, const void *allocator, uint64_t *handle) {
+    (void)device; (void)allocator;
+    VkResult result = steer("vkCreateShaderModule");
+    if (result) return result;
+    if (info->sType != 16 || info->codeSize < 20 || info->codeSize % 4 || info->pCode[0] != 0x07230203) return -3;
+    spirv_seen = 1;
+    *handle = next_handle++;
+    trace('+', "ShaderModule");
+    return 0;
+}
+static VkResult CreateComputePipelines(void *device, uint64_t cache, uint32_t count, const void *infos,
+                                       const void *allocator, uint64_t *pipelines) {
+    (void)device; (void)cache; (void)infos; (void)allocator;
+    VkResult result = steer("vkCreateComputePipelines");
+    if (result) return result;
+    if (!spirv_seen) return -3;
+    for (uint32_t i = 0; i < count; i++) pipelines[i] = next_handle++;
+    trace('+', "Pipeline");
+    return 0;
+}
+static void GetDeviceQueue(void *device, uint32_t family, uint32_t index, void **queue) {
+    (void)device; (void)family; (void)index; *queue = &the_queue;
+}
+static void GetBufferMemoryRequirements(void *device, uint64_t buffer, uint64_t *needs) {
+    (void)device; (void)buffer;
+    needs[0] = 4096; needs[1] = 64; needs[2] = 1; /* size, alignment, memoryTypeBits */
+}
+static VkResult BindBufferMemory(void *device, uint64_t buffer, uint64_t memory, uint64_t offset) {
+    (void)device; (void)buffer; (void)memory; (void)offset; return steer("vkBindBufferMemory");
+}
+static VkResult AllocateDescriptorSets(void *device, const void *info, uint64_t *sets) {
+    (void)device; (void)info;
+    VkResult result = steer("vkAllocateDescriptorSets");
+    if (result == 0) *sets = next_handle++;
+    return result;
+}
+static void UpdateDescriptorSets(void *device, uint32_t writes, const void *w, uint32_t copies, const void *c) {
+    (void)device; (void)writes; (void)w; (void)copies; (void)c;
+}
+static VkResult AllocateCommandBuffers(void *device, const void *info, void **buffers) {
+    (void)device; (void)info;
+    VkResult result = steer("vkAllocateCommandBuffers");
+    if (result == 0) *buffers = &the_commands;
+    return result;
+}
+static VkResult BeginCommandBuffer(void *commands, const void *info) { (void)commands; (void)info; dispatched = 0; return 0; }
+static VkResult EndCommandBuffer(void *commands) { (void)commands; return steer("vkEndCommandBuffer"); }
+static void CmdBindPipeline(void *commands, int point, uint64_t pipeline) { (void)commands; (void)point; (void)pipeline; }
+static void CmdBindDescriptorSets(void *commands, int point, uint64_t layout, uint32_t first, uint32_t count,
+                                  const uint64_t *sets, uint32_t offsets, const uint32_t *o) {
+    (void)commands; (void)point; (void)layout; (void)first; (void)count; (void)sets; (void)offsets; (void)o;
+}
+static void CmdDispatch(void *commands, uint32_t x, uint32_t y, uint32_t z) { (void)commands; dispatched = x * y * z; }
+static void CmdPipelineBarrier(void *commands, uint32_t src, uint32_t dst, uint32_t flags, uint32_t n1, const void *b1,
+                               uint32_t n2, const void *b2, uint32_t n3, const void *b3) {
+    (void)commands; (void)src; (void)dst; (void)flags; (void)n1; (void)b1; (void)n2; (void)b2; (void)n3; (void)b3;
+}
+static VkResult QueueSubmit(void *queue, uint32_t count, const void *submits, uint64_t fence) {
+    (void)queue; (void)count; (void)submits; (void)fence;
+    VkResult result = steer("vkQueueSubmit");
+    if (result) return result;
+    uint32_t *data = (uint32_t *)mapped;
+    for (uint32_t i = 0; i < 64 * dispatched && i < 64; i++) data[128 + i] = data[i] + data[64 + i];
+    if (getenv("FAKE_VK_WRONG")) data[128 + 7] ^= 1;
+    return 0;
+}
+static VkResult WaitForFences(void *device, uint32_t count, const uint64_t *fences, uint32_t all, uint64_t timeout) {
+    (void)device; (void)count; (void)fences; (void)all; (void)timeout;
+    return steer("vkWaitForFences");
+}
 
 #define ENTRY(name) {"vk" #name, (PFN_vkVoidFunction)name}
 static const struct { const char *name; PFN_vkVoidFunction fn; } device_entries[] = {
     ENTRY(DestroyDevice), ENTRY(AllocateMemory), ENTRY(FreeMemory), ENTRY(MapMemory), ENTRY(UnmapMemory),
+    ENTRY(CreateBuffer), ENTRY(DestroyBuffer), ENTRY(GetBufferMemoryRequirements), ENTRY(BindBufferMemory),
+    ENTRY(CreateShaderModule), ENTRY(DestroyShaderModule), ENTRY(CreateDescriptorSetLayout),
+    ENTRY(DestroyDescriptorSetLayout), ENTRY(CreatePipelineLayout), ENTRY(DestroyPipelineLayout),
+    ENTRY(CreateComputePipelines), ENTRY(DestroyPipeline), ENTRY(CreateDescriptorPool), ENTRY(DestroyDescriptorPool),
+    ENTRY(AllocateDescriptorSets), ENTRY(UpdateDescriptorSets), ENTRY(CreateCommandPool), ENTRY(DestroyCommandPool),
+    ENTRY(AllocateCommandBuffers), ENTRY(BeginCommandBuffer), ENTRY(EndCommandBuffer), ENTRY(CmdBindPipeline),
+    ENTRY(CmdBindDescriptorSets), ENTRY(CmdDispatch), ENTRY(CmdPipelineBarrier), ENTRY(CreateFence),
+    ENTRY(DestroyFence), ENTRY(GetDeviceQueue), ENTRY(QueueSubmit), ENTRY(WaitForFences),
 };
 static PFN_vkVoidFunction lookup_device(const char *name);
 static PFN_vkVoidFunction GetDeviceProcAddr(void *device, const char *name) { (void)device; return lookup_device(name); }
