@@ -32,6 +32,11 @@ TYPE_INT32, TYPE_STRING, TYPE_STRING_ARRAY, TYPE_I18NSTRING = 4, 6, 8, 9
 _MAX_INDEX = 0xFFFF  # rpm's HEADER_TAGS_MAX
 _MAX_DATA = 256 * 1024**2  # rpm's HEADER_DATA_MAX
 _MAX_PACKAGES = 200_000  # a full Fedora install has a few thousand
+# The file paths a reader keeps, all packages together, each counted with what Python holds it in
+# (a str and its list slot): a full Fedora or Alpine install lists a few MB of paths
+MAX_FILE_LIST = 64 << 20
+_PATH_OVERHEAD = 64
+_LINES_BETWEEN_CHECKS = 4096  # of the deadline, in the text databases
 
 
 class RpmHeaderError(ImageReadError):
@@ -70,8 +75,12 @@ class Package:
         return f"{self.nevr}.{self.arch}"
 
 
-def parse_rpm_header(blob: bytes, *, with_files: bool = False, with_provides: bool = False) -> Package:
-    """One rpm header blob -> Package; RpmHeaderError for anything malformed."""
+def parse_rpm_header(
+    blob: bytes, *, with_files: bool = False, with_provides: bool = False, max_file_list: int = MAX_FILE_LIST
+) -> Package:
+    """One rpm header blob -> Package; RpmHeaderError for anything malformed, or for a file list
+    that would hold more than `max_file_list` (paths counted as in MAX_FILE_LIST: each is a
+    directory name and a base name, so one long directory named by many files multiplies)."""
     if len(blob) < 8:
         raise RpmHeaderError("rpm header shorter than its 8-byte preamble")
     il, dl = struct.unpack_from(">ii", blob, 0)
@@ -134,6 +143,9 @@ def parse_rpm_header(blob: bytes, *, with_files: bool = False, with_provides: bo
         dirs, bases, where = strings(TAG_DIRNAMES), strings(TAG_BASENAMES), int32s(TAG_DIRINDEXES)
         if len(where) != len(bases) or any(not 0 <= i < len(dirs) for i in where):
             raise RpmHeaderError(f"{name}: the file list's directory indexes do not match its names")
+        size = sum(len(dirs[i]) + len(base) + _PATH_OVERHEAD for i, base in zip(where, bases, strict=True))
+        if size > max_file_list:
+            raise RpmHeaderError(f"{name}: its file list comes to more than {max_file_list >> 20} MiB; not read")
         package.files = [dirs[i] + base for i, base in zip(where, bases, strict=False)]
     if with_provides:
         names, versions = strings(TAG_PROVIDENAME), strings(TAG_PROVIDEVERSION)
@@ -160,6 +172,7 @@ def read_rpmdb(
     """
     packages: list[Package] = []
     bad: list[str] = []
+    kept = 0  # of MAX_FILE_LIST, over all headers
     for hnum, blob in _rpmdb_rows(db, wal, deadline or Deadline(None)):
         if not isinstance(blob, bytes):
             bad.append(f"header {hnum}: not a blob")
@@ -170,8 +183,10 @@ def read_rpmdb(
                     blob,
                     with_files=bool(files_with) and files_with in blob,
                     with_provides=bool(provides_with) and provides_with in blob,
+                    max_file_list=MAX_FILE_LIST - kept,
                 )
             )
+            kept += sum(len(path) + _PATH_OVERHEAD for path in packages[-1].files)
         except RpmHeaderError as exc:
             bad.append(f"header {hnum}: {exc}")
     return packages, bad
@@ -275,19 +290,30 @@ def _signals_held() -> Iterator[Callable[[], bool]]:
                 signal.raise_signal(arrived[0])
 
 
-def read_dpkg_status(text: str) -> list[Package]:
-    """Installed packages from /var/lib/dpkg/status."""
+def read_dpkg_status(text: str, deadline: Deadline | None = None) -> list[Package]:
+    """Installed packages from /var/lib/dpkg/status, in time linear in its length, stopped at the
+    deadline (DeadlineExceeded). A folded field's continuation lines are gathered and joined once:
+    joined line by line, a 2 MB folded `Built-Using` took 28.6 s."""
+    deadline = deadline or Deadline(None)
     packages = []
+    read = 0
     for stanza in re.split(r"\n\s*\n", text):
         fields: dict[str, str] = {}
+        folded: dict[str, list[str]] = {}  # the lines of a folded field, first line included
         key = ""
         for line in stanza.splitlines():
+            read += 1
+            if not read % _LINES_BETWEEN_CHECKS:
+                deadline.check("reading the dpkg status")
             if line[:1] not in (" ", "\t") and ":" in line:
                 key, _, value = line.partition(":")
                 key = key.strip().lower()
                 fields[key] = value.strip()
+                folded.pop(key, None)
             elif key.endswith("built-using") and line.strip():  # a folded list goes on in continuation lines
-                fields[key] = f"{fields[key]} {line.strip()}".strip()
+                folded.setdefault(key, [fields[key]]).append(line.strip())
+        for key, parts in folded.items():
+            fields[key] = " ".join(part for part in parts if part)
         if fields.get("package") and fields.get("status", "").endswith(" installed"):
             upstream, _, revision = fields.get("version", "").rpartition("-")
             if not upstream:
@@ -307,13 +333,23 @@ def read_dpkg_status(text: str) -> list[Package]:
     return packages
 
 
-def read_apk_installed(text: str) -> list[Package]:
-    """Installed packages (and their files) from Alpine's /lib/apk/db/installed."""
+def read_apk_installed(text: str, *, files_with: str = "", deadline: Deadline | None = None) -> list[Package]:
+    """Installed packages from Alpine's /lib/apk/db/installed, with the files whose name contains
+    `files_with` (every file by default), in time linear in its length, stopped at the deadline.
+
+    Each `R:` (file) line names a file in the last `F:` (folder) line, so the paths kept are
+    charged against `MAX_FILE_LIST`: a long folder line followed by many short file lines made a
+    path per line (a 10 KB image held 403 MB); past the cap, ImageReadError."""
+    deadline = deadline or Deadline(None)
     packages = []
+    kept = read = 0
     for stanza in re.split(r"\n\s*\n", text):
         package: Package | None = None
         folder = ""
         for line in stanza.splitlines():
+            read += 1
+            if not read % _LINES_BETWEEN_CHECKS:
+                deadline.check("reading the apk database")
             key, _, value = line.partition(":")
             if key == "P":
                 package = Package(name=value, version="")
@@ -323,8 +359,12 @@ def read_apk_installed(text: str) -> list[Package]:
                 package.arch = value
             elif key == "F":
                 folder = value
-            elif package is not None and key == "R":
-                package.files.append(f"/{folder}/{value}" if folder else f"/{value}")
+            elif package is not None and key == "R" and files_with in value:
+                path = f"/{folder}/{value}" if folder else f"/{value}"
+                kept += len(path) + _PATH_OVERHEAD
+                if kept > MAX_FILE_LIST:
+                    raise ImageReadError(f"its file lists come to more than {MAX_FILE_LIST >> 20} MiB; not read")
+                package.files.append(path)
         if package is not None:
             packages.append(package)
     return packages
