@@ -28,7 +28,7 @@ from tests.image.hostile import (
     member,
     recursive_rpmdb,
 )
-from tests.image.trees import docker_archive, fedora_tree, layer_tar, oci_archive
+from tests.image.trees import alpine_tree, debian_tree, docker_archive, fedora_tree, layer_tar, oci_archive
 from tests.image.trees import member as tarfile_member
 from tests.timing import assert_within, timed, wait_for
 
@@ -219,6 +219,32 @@ def test_an_image_just_under_the_member_cap_stays_under_256_mb(cli, tmp_path):
     archive = oci_archive(tmp_path / "o.tar", [layer.read_bytes()], gzip_layers=False)
     code, result, _ = measured(cli, tmp_path, f"oci-archive:{archive}", 60)  # the peak is what this checks
     assert code == ExitCode.IMAGE_NO and result["status"] == "checked", result
+
+
+def test_a_folded_built_using_field_in_the_dpkg_status(cli, tmp_path):
+    """A Built-Using folded over 4 MB of one-word lines (14 KB of gzip): past 120 s under
+    `--timeout 5` before (each line copied the field so far); now read, the Mesa build told."""
+    root = debian_tree(tmp_path / "root")
+    status = root / "var/lib/dpkg/status"
+    folded = "Package: docker.io\nStatus: install ok installed\nVersion: 1-1\nBuilt-Using:\n" + " x,\n" * 1_000_000
+    status.write_text(status.read_text() + folded)
+    archive = oci_archive(tmp_path / "o.tar", [layer_tar(root)])
+    code, result, _ = measured(cli, tmp_path, f"oci-archive:{archive}", 5)
+    assert result["status"] == "checked" and "/var/lib/dpkg/status" in json.dumps(result), result
+
+
+def test_an_apk_database_of_one_long_folder_and_many_files(cli, tmp_path):
+    """4 KB folder lines, each followed by 2-byte file lines: 403 MB for 10 KB of gzip before. The
+    image check keeps only the Venus library's paths, and never more than 64 MiB of them."""
+    root = alpine_tree(tmp_path / "root")
+    installed = root / "lib/apk/db/installed"
+    for name, files in (("x", 400_000), ("libvulkan_virtio.so", 30_000)):
+        bomb = "P:bomb\nV:1\nF:" + "d" * 4000 + "\n" + f"R:{name}\n" * files
+        installed.write_text(installed.read_text() + "\n" + bomb + "\n")
+        archive = oci_archive(tmp_path / "o.tar", [layer_tar(root)])
+        code, result, _ = measured(cli, tmp_path, f"oci-archive:{archive}", 5)  # under 256 MB: checked there
+        assert result["status"] == "checked", result
+    assert "file lists come to more than 64 MiB" in messages(result)
 
 
 def _layout(tmp_path, name: str = "layout"):
