@@ -452,3 +452,28 @@ def test_the_daemonsets_user_reads_no_root_only_file_and_judges_every_spec_as_ro
         assert (features / ".cgpu").stat().st_uid == container["securityContext"]["runAsUser"] != 0
     finally:
         shutil.rmtree(scratch)
+
+
+def test_the_unit_hides_the_nodes_secret_stores_and_nothing_cgpu_reads():
+    """The unit runs as root (it asks rootful podman and the Docker daemon), so root's own files
+    are hidden from it by path: never one an engine, the kubelet or a CDI spec needs."""
+    service = _unit()["Service"]
+    hidden = [p.lstrip("-") for line in UNIT.read_text().splitlines() if line.startswith("InaccessiblePaths=")
+              for p in line.partition("=")[2].split()]  # fmt: skip
+    assert {
+        "/etc/shadow",
+        "/etc/ssh",
+        "/etc/kubernetes/pki",
+        "/etc/kubernetes/admin.conf",
+        "/var/lib/kubelet/pki",
+    } <= set(hidden)
+    assert service["ProtectHome"] == "yes"  # /root and /home
+    read = [
+        "/etc/cdi", "/var/run/cdi", "/etc/containers", "/etc/containerd", "/etc/crio", "/etc/docker/daemon.json",
+        "/etc/OpenCL/vendors", "/etc/vulkan", "/usr", "/run/nvidia", "/dev", "/proc/driver",
+        "/etc/kubernetes/node-feature-discovery/features.d", "/var/lib/kubelet/config.yaml",
+        "/var/lib/kubelet/kubeadm-flags.env", "/etc/systemd/system/kubelet.service.d",
+        "/var/lib/rancher/k3s/agent/etc/containerd", "/var/lib/dpkg/status",
+    ]  # fmt: skip
+    for path in read:
+        assert not [h for h in hidden if path == h or path.startswith(h + "/")], path
