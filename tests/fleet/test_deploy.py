@@ -361,7 +361,7 @@ class PodView:
 
     def find_python(self, container: dict) -> str:
         """An interpreter the pod's user may run that imports cgpu: this one, or where it lies under
-        a dir that user cannot enter (a pyenv under /root), the system's of the same version, given
+        a dir that user cannot enter (a pyenv in root's home), the system's of the same version, given
         this checkout and its site-packages."""
         import subprocess
         import sys
@@ -467,7 +467,7 @@ def test_the_unit_hides_the_nodes_secret_stores_and_nothing_cgpu_reads():
         "/etc/kubernetes/admin.conf",
         "/var/lib/kubelet/pki",
     } <= set(hidden)
-    assert service["ProtectHome"] == "yes"  # /root and /home
+    assert service["ProtectHome"] == "yes"  # the home dirs, root's included
     read = [
         "/etc/cdi", "/var/run/cdi", "/etc/containers", "/etc/containerd", "/etc/crio", "/etc/docker/daemon.json",
         "/etc/OpenCL/vendors", "/etc/vulkan", "/usr", "/run/nvidia", "/dev", "/proc/driver",
