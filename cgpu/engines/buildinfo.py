@@ -12,11 +12,16 @@ before it) and `build\\tKEY=VALUE`. `strip` keeps the section. A binary built ou
 
 from __future__ import annotations
 
+import os
 import re
 import struct
 
 from cgpu.errors import CgpuError
 from cgpu.node.files import open_regular
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time
+if TYPE_CHECKING:
+    from typing import IO
 
 MAGIC = b"\xff Go buildinf:"
 _FLAGS_INLINE = 0x2
@@ -24,8 +29,12 @@ _HEADER_SIZE = 32
 MAX_BLOB = 1 << 20  # k3s's module list, the longest an engine has, is ~60 KiB
 MAX_SECTIONS = 4096
 MAX_SECTION_NAMES = 1 << 20
+MAX_SECTION_TABLE = 1 << 20  # 4,096 entries of 256 bytes; real tables are 40 or 64 bytes an entry
 SCAN_LIMIT = 16 << 20  # a file that is no ELF (or has no section table): the blob is looked for this far
-_VERSION_FLAG = re.compile(r"-X\s*\\?\"?[\w./-]*?version\.Version=([0-9A-Za-z.+~_-]+)")
+MAX_VERSION = 256  # a module version (semver, a pseudo-version, `+incompatible`) is tens of characters
+_VERSION_SETTING = "version.Version="
+_VERSION_VALUE = re.compile(r"[0-9A-Za-z.+~_-]+")
+_ELF64_HEADER, _ELF32_HEADER = 64, 52
 
 
 class BuildInfoError(CgpuError, ValueError):
@@ -33,7 +42,7 @@ class BuildInfoError(CgpuError, ValueError):
 
 
 class BuildInfo:
-    __slots__ = ("deps", "go_version", "main", "module_mode", "path", "settings")
+    __slots__ = ("_version_flag", "deps", "go_version", "main", "module_mode", "path", "settings")
 
     def __init__(self, go_version: str, modinfo: str) -> None:
         self.go_version = go_version
@@ -46,6 +55,8 @@ class BuildInfo:
         for line in modinfo.splitlines():
             kind, _, rest = line.partition("\t")
             fields = rest.split("\t")
+            if kind in ("mod", "dep", "=>") and len(fields) >= 2 and len(fields[1]) > MAX_VERSION:
+                raise BuildInfoError(f"the version of {kind} {fields[0][:80]!r} is {len(fields[1])} characters long")
             if kind == "path":
                 self.path = rest
             elif kind == "mod" and len(fields) >= 2:
@@ -60,17 +71,50 @@ class BuildInfo:
             elif kind == "build" and "=" in rest:
                 key, _, value = rest.partition("=")
                 self.settings[key] = value
+        # read here, so that a malformed one is the file's BuildInfoError, not the caller's surprise
+        self._version_flag = version_flag(self.settings.get("-ldflags", ""))
+        if self._version_flag is not None and len(self._version_flag) > MAX_VERSION:
+            raise BuildInfoError(f"its -ldflags version is {len(self._version_flag)} characters long")
 
     def version_flag(self) -> str | None:
         """The version a build set with `-ldflags -X .../version.Version=V` (containerd, k3s), if any."""
-        match = _VERSION_FLAG.search(self.settings.get("-ldflags", ""))
-        return match.group(1) if match else None
+        return self._version_flag
 
     def dep(self, *paths: str) -> str | None:
         for path in paths:
             if path in self.deps:
                 return self.deps[path]
         return None
+
+
+def version_flag(ldflags: str) -> str | None:
+    """V of the first `-X PKG/version.Version=V` in `ldflags`, in time linear in its length. PKG is
+    word characters, `.`, `/` and `-`; between `-X` and PKG may come whitespace, a backslash and a
+    quote (a quoted setting), and `-X` may also start PKG itself (`-Xpkg/version.Version=V`).
+
+    The regex this replaces made PKG lazy (`[\\w./-]*?`), so it ran from every `-X` to the end of
+    the run: `-X-X-X...` of 120 KB took 59 s. PKG cannot hold `=`, so the only `version.Version=`
+    a start can reach is the one ending the run of PKG characters it is in: each run is looked at
+    once, from that setting backwards."""
+    at = ldflags.find(_VERSION_SETTING)
+    while at >= 0:
+        value = _VERSION_VALUE.match(ldflags, at + len(_VERSION_SETTING))
+        start = at
+        while start and (ldflags[start - 1].isalnum() or ldflags[start - 1] in "_./-"):
+            start -= 1  # back to where this run of PKG characters begins
+        if value is not None and (ldflags.find("-X", start, at) >= 0 or _x_flag_before(ldflags, start)):
+            return value.group()
+        at = ldflags.find(_VERSION_SETTING, at + 1)
+    return None
+
+
+def _x_flag_before(text: str, end: int) -> bool:
+    """Does `text[:end]` end in `-X`, whitespace, an optional backslash and an optional quote?"""
+    end -= text[end - 1 : end] == '"'
+    end -= text[end - 1 : end] == "\\"
+    while end and text[end - 1].isspace():
+        end -= 1
+    return text[max(end - 2, 0) : end] == "-X"
 
 
 def _uvarint(data: bytes, offset: int) -> tuple[int, int]:
@@ -112,17 +156,21 @@ def parse_blob(data: bytes) -> BuildInfo | None:
 
 def read_build_info(path: str) -> BuildInfo | None:
     """The build info of the binary at `path` (a regular file: never a FIFO or device); None when
-    it carries none. OSError when it cannot be read, BuildInfoError when it is malformed."""
+    it carries none. OSError when it cannot be read, BuildInfoError when it is malformed. Every
+    offset and size the file gives is checked against its length before anything is read, so a
+    sparse or lying file costs no more than `MAX_SECTION_TABLE` + `MAX_BLOB` (ELF) or the 1 MiB
+    chunks of the scan."""
     with open_regular(path) as handle:
-        head = handle.read(64)
-        if head[:4] == b"\x7fELF" and len(head) >= 52:
-            found = _elf_section(handle, head)
+        size = os.fstat(handle.fileno()).st_size
+        head = handle.read(_ELF64_HEADER)
+        if head[:4] == b"\x7fELF":
+            found = _elf_section(handle, head, size)
             if found == _NO_SECTION:
                 return None  # a section table without `.go.buildinfo`: not a Go binary of 1.18 or later
             if found is not None:
-                offset, size = found
+                offset, length = found
                 handle.seek(offset)
-                return parse_blob(handle.read(min(size, MAX_BLOB)))
+                return parse_blob(handle.read(min(length, MAX_BLOB)))
         handle.seek(0)  # no ELF, or no section table: look for the blob itself
         overlap = len(MAGIC) + 16
         data = b""
@@ -147,36 +195,43 @@ def read_build_info(path: str) -> BuildInfo | None:
 _NO_SECTION = (-1, -1)
 
 
-def _elf_section(handle: object, head: bytes) -> tuple[int, int] | None:
+def _elf_section(file: IO[bytes], head: bytes, size: int) -> tuple[int, int] | None:
     """(file offset, size) of `.go.buildinfo` from the ELF section table, bounded; _NO_SECTION when
-    the table has none; None when there is no usable table."""
-    from typing import BinaryIO, cast
-
-    file = cast(BinaryIO, handle)
-    wide, order = head[4], {1: "<", 2: ">"}.get(head[5])
-    if order is None or wide not in (1, 2):
+    the table has none; None when there is no usable table (a header or table cut short or
+    pointing past the file's `size`, an entry size out of bounds): then the file is scanned."""
+    wide, order = head[4:5], {b"\x01": "<", b"\x02": ">"}.get(head[5:6])
+    if order is None or wide not in (b"\x01", b"\x02"):
         return None
-    if wide == 2:
+    if wide == b"\x02":
+        if len(head) < _ELF64_HEADER:
+            return None
         (shoff,) = struct.unpack_from(order + "Q", head, 0x28)
         entsize, count, names = struct.unpack_from(order + "HHH", head, 0x3A)
         layout, minimum = order + "IIQQQQ", 40
     else:
+        if len(head) < _ELF32_HEADER:
+            return None
         (shoff,) = struct.unpack_from(order + "I", head, 0x20)
         entsize, count, names = struct.unpack_from(order + "HHH", head, 0x2E)
         layout, minimum = order + "IIIIII", 24
+    table_size = entsize * count
     if not shoff or not 0 < count <= MAX_SECTIONS or entsize < minimum or names >= count:
         return None
+    if table_size > MAX_SECTION_TABLE or shoff > size - table_size:
+        return None
     file.seek(shoff)
-    table = file.read(entsize * count)
-    if len(table) < entsize * count:
+    table = file.read(table_size)
+    if len(table) < table_size:
         return None
     sections = [struct.unpack_from(layout, table, i * entsize) for i in range(count)]
     _, _, _, _, names_offset, names_size = sections[names]
-    if names_size > MAX_SECTION_NAMES:
+    if names_size > MAX_SECTION_NAMES or names_offset > size - names_size:
         return None
     file.seek(names_offset)
     strtab = file.read(names_size)
-    for name_at, kind, _, _, offset, size in sections:
+    for name_at, kind, _, _, offset, length in sections:
         if kind != 8 and strtab[name_at : name_at + 14] == b".go.buildinfo\0":  # 8: SHT_NOBITS, no file data
-            return offset, size
+            if offset > size:
+                raise BuildInfoError(f"its .go.buildinfo section starts at byte {offset}, past the file's {size}")
+            return offset, length
     return _NO_SECTION

@@ -42,6 +42,7 @@ OLD_COPR = "slp/mesa-krunkit"
 COPR_OWNER = COPR.split("/")[0]
 PIN_EXAMPLE = "25.3.6-102.fc44"  # the newest pin seen (ramalama v0.24.0); check the copr for yours
 VENUS_LIBRARY = "libvulkan_virtio.so"
+DPKG_STATUS, APK_INSTALLED = "var/lib/dpkg/status", "lib/apk/db/installed"
 INSTALL_FIX = (
     f"`dnf -y install dnf-plugins-core python3-dnf-plugin-versionlock && "
     f"dnf -y copr enable {COPR} && dnf -y install mesa-vulkan-drivers-<copr build, e.g. "
@@ -171,10 +172,15 @@ class Facts:
                     "does not read (Fedora 33+ and EL9 use sqlite)",
                 )
                 return [], f"/{folder} (Berkeley DB, not read)"
-        for path, reader in (("var/lib/dpkg/status", read_dpkg_status), ("lib/apk/db/installed", read_apk_installed)):
+        for path in (DPKG_STATUS, APK_INSTALLED):
             if self.tree.is_file(path):
                 try:
-                    return reader(self.tree.read(path, 256 * 1024**2).decode("utf-8", "replace")), f"/{path}"
+                    text = self.tree.read(path, 256 * 1024**2).decode("utf-8", "replace")
+                    if path == DPKG_STATUS:
+                        return read_dpkg_status(text, self.tree.deadline), f"/{path}"
+                    # only the Venus library's owner is asked for (`owner`): no other path is kept
+                    found = read_apk_installed(text, files_with=VENUS_LIBRARY, deadline=self.tree.deadline)
+                    return found, f"/{path}"
                 except ImageReadError as exc:
                     self.problem("warning", f"/{path}", str(exc))
                     return [], f"/{path} (unreadable)"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 
 from scripts.load_cdi import CASES, cache_load, cli_load, library_load, reference_answers, verify_load
+from tests.verify.conftest import private_spec_dir  # noqa: F401 - a fixture
 
 
 @pytest.fixture(scope="module")
@@ -34,9 +35,9 @@ def test_concurrent_library_calls(expected):
 
 
 @pytest.mark.podman
-def test_concurrent_verify_runs_share_one_service():
+def test_concurrent_verify_runs_share_one_service(private_spec_dir):
     """Both runs build the probe image when it is missing (at once: part of the test); it is kept,
-    as another run on the host may be using it."""
+    as another run on the host may be using it. Its spec goes to this process's private /etc/cdi."""
     result = verify_load(runs=2, seconds=300)
     if "skipped" in result:
         pytest.skip(result["skipped"])

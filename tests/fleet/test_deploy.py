@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import configparser
 import shlex
+import subprocess
 
 import pytest
 import yaml
@@ -77,6 +78,14 @@ def test_the_daemonset_writes_only_the_features_dir_and_keeps_no_privilege():
     assert security["readOnlyRootFilesystem"] is True and not security.get("privileged")
     assert security["seccompProfile"] == {"type": "RuntimeDefault"}
     assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    # not root: root's own files on the node stay closed to it (owner bits need no capability)
+    assert security["runAsUser"] != 0 and security["runAsGroup"] != 0 and security["runAsNonRoot"] is True
+    # only the init container is root, for its chown of the hidden dir in features.d, and keeps nothing else
+    [init] = pod["initContainers"]
+    assert init["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["CHOWN"]}
+    assert init["securityContext"]["allowPrivilegeEscalation"] is False
+    assert [m["name"] for m in init["volumeMounts"]] == ["features"]
+    assert f"chown {security['runAsUser']}:{security['runAsGroup']}" in " ".join(init["command"])
 
 
 def test_the_kustomize_base_renders_and_validates(tmp_path):
@@ -207,7 +216,8 @@ def _daemonset_watch(host, out, *, rounds_env=None) -> tuple[dict, dict[str, str
 
     container = _daemonset()["spec"]["template"]["spec"]["containers"][0]
     features = out / "features.d"
-    features.mkdir()
+    (features / ".cgpu").mkdir(parents=True)  # as the init container makes them (as root, then chown)
+    (features / "cgpu").symlink_to(".cgpu/cgpu")
     rewrite = {
         "/host": str(host),
         "/etc/kubernetes/node-feature-discovery/features.d": str(features),
@@ -283,3 +293,187 @@ def test_the_daemonset_sees_nothing_with_the_reason_where_the_runtime_does_not_r
     assert any(reason in text for text in texts), texts
     assert not [k for k, v in labels.items() if v == "true" and k.split("/")[1] in ("cuda", "vulkan", "opencl")]
     assert labels[f"{NAMESPACE}/problem"] == problem and labels[f"{NAMESPACE}/engine"] == "containerd"
+
+
+# --- the pod's view, as the manifest lays it out: what its user can and cannot read -------------------
+
+
+class PodView:
+    """The DaemonSet's mounts laid out on this machine: each hostPath volume is the same path under
+    a fabricated node root, each emptyDir a fresh dir (0777, as the kubelet makes it), and a path
+    the container names is rewritten through its mounts (the longest mountPath first, subPath
+    followed). Its processes run as the manifest's user and group (this needs root)."""
+
+    def __init__(self, node, scratch) -> None:
+        self.node = node
+        self.scratch = scratch
+        self.pod = _daemonset()["spec"]["template"]["spec"]
+
+    def mounts(self, container: dict) -> list[tuple[str, str]]:
+        import os
+
+        volumes = {v["name"]: v for v in self.pod["volumes"]}
+        found = []
+        for mount in container["volumeMounts"]:
+            volume = volumes[mount["name"]]
+            if "hostPath" in volume:
+                source = self.node / volume["hostPath"]["path"].lstrip("/")
+                if volume["hostPath"].get("type") == "DirectoryOrCreate":
+                    source.mkdir(parents=True, exist_ok=True)
+            else:
+                source = self.scratch / mount["name"]
+                source.mkdir(exist_ok=True)
+                os.chmod(source, 0o777)
+            found.append((mount["mountPath"], str(source / mount.get("subPath", ""))))
+        return sorted(found, key=lambda pair: -len(pair[0]))
+
+    def path(self, container: dict, text: str) -> str:
+        """`text` with every container path in it made the path on this machine."""
+        import re
+
+        mounts = self.mounts(container)
+
+        def local(match: re.Match) -> str:
+            for inside, outside in mounts:
+                if match.group() == inside or match.group().startswith(inside + "/"):
+                    return outside.rstrip("/") + match.group()[len(inside) :]
+            return match.group()
+
+        return re.sub(r"/[\w./-]*", local, text)
+
+    def run(self, container: dict, argv: list[str], **popen) -> subprocess.Popen:
+        import os
+
+        security = container["securityContext"]
+        user, group = security["runAsUser"], security.get("runAsGroup", 0)
+
+        def become() -> None:
+            os.setgroups([])
+            os.setgid(group)
+            os.setuid(user)
+
+        env = {e["name"]: self.path(container, e["value"]) for e in container.get("env", [])}
+        env = {**os.environ, **env, "HOME": "/nonexistent", **self.python_env}
+        return subprocess.Popen(argv, env=env, preexec_fn=become, cwd="/", **popen)
+
+    python_env: dict[str, str] = {}
+    python = ""
+
+    def find_python(self, container: dict) -> str:
+        """An interpreter the pod's user may run that imports cgpu: this one, or where it lies under
+        a dir that user cannot enter (a pyenv in root's home), the system's of the same version, given
+        this checkout and its site-packages."""
+        import subprocess
+        import sys
+        import sysconfig
+
+        self.python_env = {"PYTHONPATH": str(REPO)}
+        self.python = sys.executable
+        try:
+            if self.run(container, [sys.executable, "-c", "import cgpu.cli"], stderr=subprocess.DEVNULL).wait(60) == 0:
+                return self.python
+        except PermissionError:
+            pass
+        paths = dict.fromkeys([str(REPO), sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]])
+        self.python_env = {"PYTHONPATH": ":".join(paths)}
+        self.python = f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"
+        if self.run(container, [self.python, "-c", "import cgpu.cli"], stderr=subprocess.DEVNULL).wait(60) != 0:
+            pytest.skip("no Python here that the pod's user may run with cgpu's dependencies")
+        return self.python
+
+
+def test_the_daemonsets_user_reads_no_root_only_file_and_judges_every_spec_as_root_would(tmp_path):
+    """A node with root's secrets (0600, 0640 root:shadow) beside the NVIDIA spec: the pod, laid out
+    from the manifest's mounts and run as its users, cannot open them, yet its answer (every
+    device, every host path a spec names, the engine) is the one a root run gives, and
+    nfd-worker's view of features.d (through the link the init container makes) has its labels."""
+    import json
+    import os
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+    import time
+    from pathlib import Path
+
+    from tests.cdi_backend import engine_files as ef
+    from tests.fleet.test_nfd import read_features_dir
+
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        pytest.skip("runs the pod's processes as the manifest's users, which needs root")
+    # the tests' own tmp dirs are root's 0700: the pod's user could not reach into them at all
+    scratch = Path(tempfile.mkdtemp(prefix="cgpu-pod-"))
+    try:
+        os.chmod(scratch, 0o755)
+        node = _nvidia_node(scratch, {"/usr/bin/containerd": ef.upstream_containerd("v2.1.4", "v1.0.1")})
+        secrets = {"etc/kubernetes/admin.conf": 0o600, "var/lib/kubelet/pki/kubelet.key": 0o600, "etc/shadow": 0o640}
+        for path, mode in secrets.items():
+            (node / path).parent.mkdir(parents=True, exist_ok=True)
+            (node / path).write_text("secret\n")
+            os.chmod(node / path, mode)
+        view = PodView(node, scratch)
+        [container] = view.pod["containers"]
+        for init in view.pod.get("initContainers", []):
+            assert view.run(init, [view.path(init, arg) for arg in init["command"]]).wait(timeout=60) == 0
+        features = node / "etc/kubernetes/node-feature-discovery/features.d"
+
+        python = view.find_python(container)
+        for path in secrets:  # the pod's user, through the pod's own /host
+            reader = [python, "-c", "import sys; open(sys.argv[1]).read()", view.path(container, "/host/" + path)]
+            done = view.run(container, reader, stderr=subprocess.PIPE, text=True)
+            assert done.wait(timeout=60) != 0 and "Permission denied" in done.communicate()[1], path
+
+        args = [view.path(container, arg) for arg in container["args"]]
+        answer = Path(view.path(container, "/run/cgpu/answer.json"))
+        watch = view.run(container, [python, "-m", "cgpu", *args], stdout=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 120
+            while not (answer.exists() and (features / "cgpu").exists()):
+                assert watch.poll() is None and time.monotonic() < deadline
+                time.sleep(0.05)
+        finally:
+            watch.terminate()
+            watch.wait(timeout=30)
+        report = json.loads(answer.read_text())
+
+        as_root = subprocess.run(
+            [sys.executable, "-m", "cgpu", "probe", "--backend", "cdi", "--json", "--root", str(node)],
+            capture_output=True, text=True, timeout=120, cwd=REPO,
+            env={**os.environ, "CGPU_CACHE_DIR": str(scratch / "root-cache")},
+        )  # fmt: skip
+        expected = json.loads(as_root.stdout)
+        assert report["containers"] == expected["containers"] == ["cuda", "vulkan", "opencl"]
+        assert report["devices"] == expected["devices"]
+        assert [e for e in report["engines"] if e["judged"]] == [e for e in expected["engines"] if e["judged"]]
+        labels = read_features_dir(features)
+        assert labels[f"{NAMESPACE}/cuda"] == labels[f"{NAMESPACE}/opencl"] == "true"
+        # all it wrote on the node: its own hidden dir and the init container's link to its file
+        assert sorted(os.listdir(features)) == [".cgpu", "cgpu"] and os.readlink(features / "cgpu") == ".cgpu/cgpu"
+        assert (features / ".cgpu").stat().st_uid == container["securityContext"]["runAsUser"] != 0
+    finally:
+        shutil.rmtree(scratch)
+
+
+def test_the_unit_hides_the_nodes_secret_stores_and_nothing_cgpu_reads():
+    """The unit runs as root (it asks rootful podman and the Docker daemon), so root's own files
+    are hidden from it by path: never one an engine, the kubelet or a CDI spec needs."""
+    service = _unit()["Service"]
+    hidden = [p.lstrip("-") for line in UNIT.read_text().splitlines() if line.startswith("InaccessiblePaths=")
+              for p in line.partition("=")[2].split()]  # fmt: skip
+    assert {
+        "/etc/shadow",
+        "/etc/ssh",
+        "/etc/kubernetes/pki",
+        "/etc/kubernetes/admin.conf",
+        "/var/lib/kubelet/pki",
+    } <= set(hidden)
+    assert service["ProtectHome"] == "yes"  # the home dirs, root's included
+    read = [
+        "/etc/cdi", "/var/run/cdi", "/etc/containers", "/etc/containerd", "/etc/crio", "/etc/docker/daemon.json",
+        "/etc/OpenCL/vendors", "/etc/vulkan", "/usr", "/run/nvidia", "/dev", "/proc/driver",
+        "/etc/kubernetes/node-feature-discovery/features.d", "/var/lib/kubelet/config.yaml",
+        "/var/lib/kubelet/kubeadm-flags.env", "/etc/systemd/system/kubelet.service.d",
+        "/var/lib/rancher/k3s/agent/etc/containerd", "/var/lib/dpkg/status",
+    ]  # fmt: skip
+    for path in read:
+        assert not [h for h in hidden if path == h or path.startswith(h + "/")], path

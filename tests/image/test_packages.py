@@ -10,6 +10,8 @@ import struct
 import subprocess
 import sys
 import tempfile
+import time
+import tracemalloc
 
 import pytest
 from hypothesis import given, settings
@@ -252,6 +254,117 @@ def test_dpkg_status_installed_only():
 def test_apk_installed_with_files():
     [package] = read_apk_installed("P:mesa-vulkan-virtio\nV:25.1.9-r0\nF:usr/lib\nR:libvulkan_virtio.so\n")
     assert package.nevr == "mesa-vulkan-virtio-25.1.9-r0" and package.files == ["/usr/lib/libvulkan_virtio.so"]
+
+
+# --- hostile databases: linear in their length, bounded in memory, stopped at the deadline ---------
+
+
+def _seconds(action) -> float:
+    started = time.monotonic()
+    action()
+    return time.monotonic() - started
+
+
+def _folded_status(size: int, field: str = "Built-Using") -> str:
+    """One installed package whose `field` is folded over `size` bytes of one-word continuation lines."""
+    return f"Package: docker.io\nStatus: install ok installed\nVersion: 1-1\n{field}:\n" + " x,\n" * (size // 4)
+
+
+def test_a_folded_built_using_field_is_joined_in_linear_time():
+    """2 MB took 28.6 s (each continuation line copied the whole field so far); now as long as a
+    2 MB folded Description, which is not joined at all, measured on this host now."""
+    took = _seconds(lambda: read_dpkg_status(_folded_status(2_000_000)))
+    assert took <= 1 + 10 * _seconds(lambda: read_dpkg_status(_folded_status(2_000_000, "Description"))), took
+    [package] = read_dpkg_status(_folded_status(400))
+    assert package.built_using == " ".join(["x,"] * 100)
+
+
+def test_the_text_databases_stop_at_the_deadline():
+    with pytest.raises(DeadlineExceeded, match="reading the dpkg status"):
+        read_dpkg_status(_folded_status(100_000), Deadline(0))
+    with pytest.raises(DeadlineExceeded, match="reading the apk database"):
+        read_apk_installed("P:a\nF:usr\n" + "R:x\n" * 10_000, deadline=Deadline(0))
+
+
+def _apk_bomb(folder: int, files: int, name: str = "x") -> str:
+    """A folder line of `folder` bytes and `files` file lines in it: each kept path copies the folder."""
+    return "P:a\nV:1\nF:" + "d" * folder + "\n" + f"R:{name}\n" * files
+
+
+def test_an_apk_folder_line_is_not_copied_without_bound():
+    """10 KB of gzip held 403 MB: 4 KB folders for each 2-byte file line. Past MAX_FILE_LIST the
+    database is refused; and a reader asking for one library's owner keeps no other path."""
+    tracemalloc.start()
+    try:
+        with pytest.raises(ImageReadError, match="file lists come to more than 64 MiB"):
+            read_apk_installed(_apk_bomb(4096, 200_000))
+        tracemalloc.reset_peak()
+        [package] = read_apk_installed(_apk_bomb(4096, 200_000), files_with="libvulkan_virtio.so")
+        assert package.files == []
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 32 << 20, f"{peak >> 20} MiB"  # the text and its lines, nothing per path
+
+
+def test_an_rpm_file_list_of_one_long_directory_is_refused():
+    """The rpm header's counterpart: one 1 MB directory name and 100 files in it."""
+    header = rpm_header(NAME="x", DIRNAMES=["/" + "d" * 1_000_000 + "/"], BASENAMES=["f"] * 100, DIRINDEXES=[0] * 100)
+    with pytest.raises(RpmHeaderError, match="its file list comes to more than"):
+        parse_rpm_header(header, with_files=True)
+    assert len(parse_rpm_header(header, with_files=True, max_file_list=1 << 30).files) == 100
+
+
+_FIELD = st.sampled_from(["Description", "Built-Using", "Static-Built-Using", "Depends", "Maintainer"])
+_WORD = st.text(st.characters(blacklist_categories=["Cs", "Cc", "Zs", "Zl", "Zp"]), min_size=1, max_size=12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.booleans(), st.lists(st.tuples(_FIELD, _WORD, st.lists(_WORD, max_size=5)), max_size=6)),
+        max_size=5,
+    )
+)
+def test_any_dpkg_status_reads_each_installed_package_and_its_folded_fields(stanzas):
+    """Stanzas of fields, each with continuation lines, installed or not: read back as written
+    (a folded Built-Using joined with spaces), whatever the words."""
+    text, expected = "", []
+    for number, (installed, fields) in enumerate(stanzas):
+        status = "install ok installed" if installed else "deinstall ok config-files"
+        text += f"Package: p{number}\nStatus: {status}\nVersion: 1.{number}-2\n"
+        using = {}
+        for name, first, more in fields:
+            text += f"{name}: {first}\n" + "".join(f" {word}\n" for word in more)
+            using[name] = " ".join([first, *more]) if name.endswith("Built-Using") else ""
+        text += "\n"
+        if installed:
+            joined = ", ".join(v for v in (using.get("Built-Using"), using.get("Static-Built-Using")) if v)
+            expected.append((f"p{number}", f"1.{number}", "2", joined))
+    got = [(p.name, p.version, p.release, p.built_using) for p in read_dpkg_status(text)]
+    assert got == expected
+
+
+_NAME = st.text("abcxyz._-/", min_size=1, max_size=8).filter(lambda name: ":" not in name)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.lists(st.tuples(_NAME, st.lists(_NAME, max_size=4)), max_size=4), max_size=4),
+    st.sampled_from(["", "x", "libvulkan_virtio.so"]),
+)
+def test_any_apk_database_reads_its_files_in_their_folders(packages, files_with):
+    text, expected = "", []
+    for number, folders in enumerate(packages):
+        text += f"C:Q1\nP:p{number}\nV:{number}\nA:aarch64\n"
+        paths = []
+        for folder, names in folders:
+            text += f"F:{folder}\n" + "".join(f"R:{name}\na:0:0:755\n" for name in names)
+            paths += [f"/{folder}/{name}" for name in names if files_with in name]
+        text += "\n"
+        expected.append((f"p{number}", str(number), paths))
+    got = [(p.name, p.version, p.files) for p in read_apk_installed(text, files_with=files_with)]
+    assert got == expected
 
 
 MESA = Package("mesa-vulkan-drivers", "25.3.6", "102.fc44")

@@ -70,25 +70,93 @@ def babbling_image(tmp_path_factory) -> str:
     podman("rmi", "-f", ref)
 
 
+class PrivateSpecDir:
+    """/etc/cdi as this test process and everything it starts (podman, its service, cgpu) see it: a
+    private dir bind-mounted over it in a mount namespace of the process's own, so no test writes
+    the machine's /etc/cdi (which every other probe on the machine reads).
+
+    podman 4.3.1 (Debian 12) reads only /etc/cdi and /var/run/cdi: containers.conf's
+    `[engine] cdi_spec_dirs` is honoured from podman 5.5 (containers/podman PR #25717; ignored
+    before, containers/podman#25691), so a private containers.conf cannot move it. The namespace
+    follows the host's mounts (slave), and its own go nowhere. Where the machine has no /etc/cdi,
+    /etc is first overlaid in the namespace so that the mount point exists there only. unshare(2)
+    moves the calling thread (the main one) and all it starts from then on; it needs root, and the
+    test skips with the reason where it cannot be done."""
+
+    CLONE_NEWNS, MS_BIND, MS_REC, MS_SLAVE = 0x00020000, 0x1000, 0x4000, 0x80000
+
+    def __init__(self, scratch: Path) -> None:
+        import ctypes
+        import os
+
+        self.path = scratch / "etc-cdi"
+        self.path.mkdir()
+        self.written: set[str] = set()
+        if not hasattr(os, "geteuid") or os.geteuid() != 0:
+            pytest.skip("the verify tests give podman a private /etc/cdi with a bind mount, which needs root")
+        self._host_etc = os.open("/etc", os.O_RDONLY | os.O_DIRECTORY)  # the machine's, to check at the end
+        self.host_had_dir = os.path.isdir("/etc/cdi")
+        libc = ctypes.CDLL(None, use_errno=True)
+
+        def call(what: str, result: int) -> None:
+            if result != 0:
+                error = ctypes.get_errno()
+                pytest.skip(f"cannot give the tests a private /etc/cdi ({what}: {os.strerror(error)})")
+
+        call("unshare", libc.unshare(self.CLONE_NEWNS))
+        call("mount --make-rslave /", libc.mount(None, b"/", None, self.MS_REC | self.MS_SLAVE, None))
+        if not self.host_had_dir:
+            upper, work = scratch / "etc-upper", scratch / "etc-work"
+            upper.mkdir()
+            work.mkdir()
+            options = f"lowerdir=/etc,upperdir={upper},workdir={work}".encode()
+            call("overlay on /etc", libc.mount(b"overlay", b"/etc", b"overlay", 0, options))
+            os.mkdir("/etc/cdi", 0o755)
+        call("bind over /etc/cdi", libc.mount(str(self.path).encode(), b"/etc/cdi", None, self.MS_BIND, None))
+
+    def host_changes(self) -> list[str]:
+        """The specs of this run found in the machine's own /etc/cdi. (Whether the dir itself is as it
+        was, `.ci/run` checks: another suite on a shared machine may make it meanwhile.)"""
+        import os
+
+        if "cdi" not in os.listdir(self._host_etc):
+            return []
+        host_cdi = os.open("cdi", os.O_RDONLY | os.O_DIRECTORY, dir_fd=self._host_etc)
+        try:
+            return [f"/etc/cdi/{name}" for name in os.listdir(host_cdi) if name in self.written]
+        finally:
+            os.close(host_cdi)
+
+
+@pytest.fixture(scope="session")
+def private_spec_dir(tmp_path_factory) -> PrivateSpecDir:
+    """The private /etc/cdi of this test process (see PrivateSpecDir); at the end of the run, none of
+    its specs may be in the machine's own /etc/cdi."""
+    import os
+
+    private = PrivateSpecDir(tmp_path_factory.mktemp("private-cdi"))
+    yield private
+    changes = private.host_changes()
+    os.close(private._host_etc)
+    assert not changes, f"the machine's /etc/cdi was written by this run: {changes}"
+
+
 @pytest.fixture
-def cdi_spec():
-    """Write a CDI spec into /etc/cdi under a unique kind; returns (kind, path); removed after."""
+def cdi_spec(private_spec_dir):
+    """Write a CDI spec into /etc/cdi (this process's private one) under a unique kind; returns the
+    kind; removed after."""
     written: list[Path] = []
 
     def write(text_for_kind, *, cdi_version: str = "0.5.0") -> str:
         kind = f"cgpu-test-{uuid.uuid4().hex[:8]}.example.com/gpu"
-        spec_dir = Path("/etc/cdi")
-        try:
-            spec_dir.mkdir(parents=True, exist_ok=True)
-            path = spec_dir / f"{kind.split('/')[0]}.yaml"
-            # written beside it under a name no reader takes, then renamed: another suite's podman
-            # or cgpu reading /etc/cdi at this moment sees the whole spec or none
-            partial = spec_dir / f".{path.name}.partial"
-            partial.write_text(f'cdiVersion: "{cdi_version}"\nkind: {kind}\n' + text_for_kind)
-            partial.replace(path)
-        except OSError as exc:
-            pytest.skip(f"cannot write CDI specs into /etc/cdi: {exc}")
+        path = Path("/etc/cdi") / f"{kind.split('/')[0]}.yaml"
+        private_spec_dir.written.add(path.name)
+        # written beside it under a name no reader takes, then renamed: a reader sees the whole spec or none
+        partial = path.parent / f".{path.name}.partial"
+        partial.write_text(f'cdiVersion: "{cdi_version}"\nkind: {kind}\n' + text_for_kind)
+        partial.replace(path)
         written.append(path)
+        assert (private_spec_dir.path / path.name).exists()  # the private dir, not the machine's
         return kind
 
     yield write
