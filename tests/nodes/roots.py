@@ -192,7 +192,10 @@ def daemonset_args(pod: Path) -> tuple[list[str], dict[str, str]]:
         for old, new in rewrite.items():
             value = new + value.removeprefix(old) if value.startswith(old + "/") or value == old else value
         env[item["name"]] = value
-    (pod / "features.d").mkdir(exist_ok=True)
+    features = pod / "features.d"
+    if not features.exists():  # as the init container makes them: cgpu's hidden dir, and the link nfd reads
+        (features / ".cgpu").mkdir(parents=True)
+        (features / "cgpu").symlink_to(".cgpu/cgpu")
     (pod / "run").mkdir(exist_ok=True)
     return args, env
 
@@ -209,7 +212,7 @@ def daemonset_watch(pod: Path) -> tuple[dict[str, Any], dict[str, str]]:
     )
     try:
         deadline = time.monotonic() + WATCH_SECONDS
-        while not (answer.exists() and (features / "cgpu").exists()):
+        while not (answer.exists() and (features / "cgpu").exists()):  # through the link
             assert proc.poll() is None, proc.communicate(timeout=10)[1]
             assert time.monotonic() < deadline, "no first answer"
             time.sleep(0.05)
