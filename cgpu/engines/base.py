@@ -100,6 +100,16 @@ class ContainerEngine:
                 first = start
         return ".".join(map(str, first)) if first is not None else None
 
+    def injects_cdi(self, version: str | None) -> bool | None:
+        """Whether this release injects CDI devices at all (containerd 1.6's CRI plugin has no CDI: the setting
+        came in 1.7.0, containerd PR #6654); None where the version is not known."""
+        if version is None:
+            return None
+        try:
+            return parse_engine_version(version) >= self.no_cdi_below
+        except ValueError:
+            return None
+
     def cdi_on_by_default(self, version: str | None) -> bool | None:
         """Whether CDI is on when its configuration does not say; None: the version is not known."""
         if self.on_by_default_from is None:

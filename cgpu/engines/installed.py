@@ -358,6 +358,8 @@ def with_version(installed: InstalledEngine | None, name: str, version: str, lea
     enabled = explicit if explicit is not None else engine.cdi_on_by_default(version)
     if installed is None and engine.on_by_default_from is not None:
         enabled = None  # a daemon whose configuration cgpu did not read (another host, DOCKER_HOST)
+    if engine.injects_cdi(version) is False:
+        enabled = False  # whatever its configuration says: the release has no such setting
     return InstalledEngine(
         name,
         version=version,
@@ -590,6 +592,8 @@ def _configure(
     broken = [f"{source}: {message}" for severity, source, message in config.problems if severity == "error"]
     if broken:
         enabled = None
+    if engine.injects_cdi(learning.version) is False:
+        enabled = False  # containerd 1.6 ignores enable_cdi: its config dump has no such setting
     return InstalledEngine(
         engine.name,
         version=learning.version,

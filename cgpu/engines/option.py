@@ -163,6 +163,16 @@ ENGINES_FILE = "engines.json"
 MAX_ENGINES_BYTES = 1 << 20
 
 
+def _rules_identity() -> list[object]:
+    """cgpu's version and the newest change among the engine modules' files: what learning depends on."""
+    from cgpu.version import __version__
+
+    package = os.path.dirname(os.path.abspath(__file__))
+    with os.scandir(package) as entries:
+        newest = max((e.stat().st_mtime_ns for e in entries if e.name.endswith(".py")), default=0)
+    return [__version__, newest]
+
+
 def learn_engines(
     root: str | None, *, timeout: float, cache_dir: str | None = None
 ) -> tuple[list[InstalledEngine], dict[str, Any]]:
@@ -179,6 +189,7 @@ def learn_engines(
         "engines": list(REGISTRY.names),  # an engine added since is looked for
         "env": [os.environ.get(k) for k in (*ENGINE_ENV, "XDG_CONFIG_HOME", "HOME")],
         "path": None if root else os.get_exec_path(),
+        "rules": _rules_identity(),  # another cgpu (an upgrade, an edit) learns again
     }
     cache_file = os.path.join(cache_dir or default_cache_dir_text(), ENGINES_FILE)
     from cgpu.engines.installed import InstalledEngine, identity_unchanged, learn
