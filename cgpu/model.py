@@ -228,6 +228,29 @@ class Engine(BaseModel):
     )
 
 
+class NvidiaDriver(BaseModel):
+    """The host's NVIDIA kernel driver and the highest CUDA version it supports (what `cuDriverGetVersion`
+    answers in a container), from its version and NVIDIA's table (docs/cdi.md)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    version: str | None = Field(description="the running kernel driver's version (570.86.15); null: unreadable")
+    read_from: str | None = Field(
+        description="the host file it was read from (/proc/driver/nvidia/version, /sys/module/nvidia/version)"
+    )
+    cuda: str | None = Field(
+        description="the highest CUDA major.minor the driver supports (12.8); null when cuda_state is unknown"
+    )
+    cuda_state: Literal["known", "at-least", "unknown"] = Field(
+        description=(
+            "known: the driver is of the branch of the table's row for `cuda`; at-least: of a newer branch than the "
+            "table knows for a newer CUDA, so it supports `cuda` and may support more; unknown: the version is "
+            "unreadable or older than the table (never a guess)"
+        )
+    )
+    reason: str = Field(description="why, in one sentence, with the table's source or what to fix")
+
+
 # --- local and krunkit: what the probe saw ----------------------------------------------------------
 
 
@@ -341,6 +364,13 @@ class Report(BaseModel):
         description=(
             "cdi: each container engine found (or named with --engine), what it reads and what its containers get; "
             "the one whose rules judged has judged = true; empty with --engine none and for other backends"
+        ),
+    )
+    nvidia_driver: NvidiaDriver | None = Field(
+        default=None,
+        description=(
+            "cdi: the host's NVIDIA driver version and the highest CUDA it supports, so a scheduler can match an image "
+            "that needs cuda>=X.Y; null where the node shows no NVIDIA driver, and for other backends"
         ),
     )
     cgpu_version: str = Field(description="the cgpu that wrote the report")
