@@ -134,7 +134,10 @@ class CdiDevice(_Device):
         description="another name of the same device in the same spec (a GPU's UUID beside its index), if any",
     )
     checks: dict[ContainerApi, str] = Field(
-        description="per API, the rule's finding: `provided: ...`, `partial: ...` or `absent: ...` with its reason"
+        description=(
+            "per API, the rule's finding: `provided: ...`, `partial: ...`, `unknown: ...` (the host cannot tell, e.g. "
+            "a GPU target ROCm runs only with an override) or `absent: ...` with its reason"
+        )
     )
     missing: list[str] | None = Field(
         default=None, description="blocked devices only: the host paths the container needs that do not exist"
