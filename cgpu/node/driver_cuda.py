@@ -93,18 +93,7 @@ def nvidia_driver(host: HostFS, *, nvidia_devices: bool) -> dict[str, Any] | Non
     if version is None:
         if not nvidia_devices and not host.exists("/dev/nvidiactl"):
             return None
-        files = " or ".join(host.display(path) for path in DRIVER_VERSION_FILES)
-        return {
-            "version": None,
-            "read_from": None,
-            "cuda": None,
-            "cuda_state": "unknown",
-            "reason": (
-                f"the NVIDIA driver's version could not be read ({files} is missing or unreadable: is the nvidia "
-                f"kernel module loaded, and /proc and /sys mounted under the root?), so which CUDA it supports is "
-                f"unknown"
-            ),
-        }
+        return {"version": None, "read_from": None, "cuda": None, "cuda_state": "unknown", "reason": _unread(host)}
     cuda, state, reason = cuda_for_driver(version)
     return {
         "version": version,
@@ -113,3 +102,22 @@ def nvidia_driver(host: HostFS, *, nvidia_devices: bool) -> dict[str, Any] | Non
         "cuda_state": state,
         "reason": reason,
     }
+
+
+def _unread(host: HostFS) -> str:
+    """Why the driver's version is not known here, and where it is."""
+    if host.exists("/dev/dxg"):
+        return (
+            "the NVIDIA driver is Windows' (WSL's /dev/dxg), whose version is not under /proc: `nvidia-smi` in the "
+            "distro names it and the CUDA it supports"
+        )
+    if host.exists("/dev/nvmap") or host.exists("/etc/nv_tegra_release"):
+        return (
+            "a Jetson (Tegra) driver, whose CUDA comes with its L4T/JetPack release (/etc/nv_tegra_release), not "
+            "NVIDIA's desktop driver table"
+        )
+    files = " or ".join(host.display(path) for path in DRIVER_VERSION_FILES)
+    return (
+        f"the NVIDIA driver's version could not be read ({files} is missing or unreadable: is the nvidia kernel "
+        f"module loaded, and /proc and /sys mounted under the root?), so which CUDA it supports is unknown"
+    )

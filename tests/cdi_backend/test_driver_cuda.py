@@ -134,3 +134,10 @@ def test_metrics_of_an_unknown_cuda_give_no_number(tmp_path: Path):
     text = metrics_text(probe([spec], make_host(tmp_path / "host")), finished_at=0.0, duration=0.0, writes={})
     assert 'cgpu_nvidia_driver_info{version="",cuda="",cuda_state="unknown"} 1\n' in text
     assert "cgpu_nvidia_driver_cuda_version" not in text
+
+
+def test_wsl_and_jetson_say_where_their_drivers_cuda_is():
+    wsl = probe([SAMPLES / "nvidia-wsl/spec"], HOSTS / "wsl")["nvidia_driver"]
+    assert wsl["cuda_state"] == "unknown" and "nvidia-smi" in wsl["reason"] and "Windows" in wsl["reason"]
+    jetson = probe([SAMPLES / "jetson-xavier/spec"], HOSTS / "jetson-xavier")["nvidia_driver"]
+    assert jetson["cuda_state"] == "unknown" and "JetPack" in jetson["reason"]
