@@ -54,6 +54,7 @@ def test_a_gfx803_gets_no_rocm_but_vulkan_and_opencl_stand(tmp_path: Path):
     report = probe([AMD_SPEC], amd_host(tmp_path, (80003, 128), (80003, 129)))
     state, evidence, check = rocm_of(report)
     assert state == "absent" and "gfx803" in evidence and "below ROCm's floor" in evidence
+    assert "Vulkan (Mesa RADV)" in evidence  # the fix: what a container can use instead
     assert check.startswith("absent: ")
     assert report["apis"]["vulkan"]["state"] == "provided"  # RADV runs on gfx8: judged apart
     assert "rocm" not in report["containers"]

@@ -680,8 +680,8 @@ def _rocm_target(view: ContainerView, amd: list[RenderNode]) -> Finding | None:
     return Finding(
         ABSENT,
         f"gets {KFD} and {render.path} of an AMD GPU whose target {gfx_name(version)} ({where}) is below ROCm's "
-        f"floor (gfx9: no ROCm release supports an older target), so the ROCm runtime does not use it "
-        f"(Vulkan and OpenCL are judged apart)",
+        f"floor (gfx9: no ROCm release supports an older target), so the ROCm runtime does not use it: its Vulkan "
+        f"(Mesa RADV) is judged apart and is what a container can use instead",
     )
 
 
