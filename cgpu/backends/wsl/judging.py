@@ -110,7 +110,7 @@ def judge(report: ReportBuilder, session: Session, distro: str, sent_local_probe
     cuda_ok = _judge_cuda(report, libs, local.get("cuda"), smi, musl)
     listed = adapters(local["directml"]) if "directml" in local else None
     if directml_ok:  # a hardware D3D12 adapter, /dev/dxg and the D3D12 libraries: what Dozen runs on
-        _judge_dozen(report, listed, stores, smi, session.names("dzn_icd") is not None)
+        _judge_dozen(report, listed, stores, smi, "dzn_icd" in session.values)
     rocm = _judge_rocm(
         report, libs, listed, stores, [p.decode("utf-8", "backslashreplace") for p in session.values.get("rocdxg", [])]
     )
