@@ -13,6 +13,7 @@ from cgpu.node.host import DRIVER_VERSION_FILES, HostFS
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time
 if TYPE_CHECKING:
+    from collections.abc import Iterable
     from typing import Any
 
 # (CUDA major.minor, the lowest Linux x86_64 driver that supports it), newest first. 12.7 was never
@@ -85,13 +86,14 @@ def cuda_for_driver(driver: str) -> tuple[str | None, str, str]:
     return None, "unknown", f"driver {driver} is older than {oldest} (CUDA {oldest_cuda}), the table's first row"
 
 
-def nvidia_driver(host: HostFS, *, nvidia_devices: bool) -> dict[str, Any] | None:
+def nvidia_driver(host: HostFS, *, names: Iterable[str]) -> dict[str, Any] | None:
     """The report's `nvidia_driver`: the running driver's version and the CUDA it supports; None
-    where the node shows no NVIDIA driver (no version file, no /dev/nvidiactl, no NVIDIA device
-    in the specs)."""
+    where the node shows no NVIDIA driver (no version file, no /dev/nvidiactl, none of the CDI
+    device `names` of an NVIDIA kind: nvidia.com/, management.nvidia.com/, k8s.gpu.nvidia.com/...)."""
     version, read_from = host.nvidia_driver_version()
     if version is None:
-        if not nvidia_devices and not host.exists("/dev/nvidiactl"):
+        vendors = {name.partition("/")[0] for name in names}
+        if not any(vendor.endswith("nvidia.com") for vendor in vendors) and not host.exists("/dev/nvidiactl"):
             return None
         return {"version": None, "read_from": None, "cuda": None, "cuda_state": "unknown", "reason": _unread(host)}
     cuda, state, reason = cuda_for_driver(version)

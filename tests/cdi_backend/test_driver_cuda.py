@@ -141,3 +141,20 @@ def test_wsl_and_jetson_say_where_their_drivers_cuda_is():
     assert wsl["cuda_state"] == "unknown" and "nvidia-smi" in wsl["reason"] and "Windows" in wsl["reason"]
     jetson = probe([SAMPLES / "jetson-xavier/spec"], HOSTS / "jetson-xavier")["nvidia_driver"]
     assert jetson["cuda_state"] == "unknown" and "JetPack" in jetson["reason"]
+
+
+def test_the_drivers_cuda_is_reported_where_the_engine_has_cdi_off(tmp_path: Path, monkeypatch):
+    from tests.cdi_backend import engine_files as ef
+    from tests.cdi_backend.test_installed import judge, nvidia_node
+
+    monkeypatch.setenv("CGPU_CACHE_DIR", str(tmp_path / "cache"))
+    root = nvidia_node(
+        tmp_path,
+        {
+            "/usr/bin/containerd": ef.debian_binary("github.com/containerd/containerd/cmd/containerd"),
+            "/var/lib/dpkg/status": ef.DEBIAN_13_CONTAINERD,
+        },
+    )
+    report = judge(root)
+    assert report["containers"] == []  # CDI off: no answer read the host's devices
+    assert (report["nvidia_driver"]["version"], report["nvidia_driver"]["cuda"]) == ("580.82.07", "13.0")

@@ -48,8 +48,8 @@ def probe(
     if judge.entry is not None:
         judge.entry["containers"] = [api for api in APIS if report.state(api) == "provided"]
     report.engines = [engine_entry(e) for e in judge.engines]
-    report.nvidia_driver = _nvidia_driver(root, entries.answers if entries is not None else [])
-    if entries is None:
+    if entries is None:  # no answer read the host (a broken configuration, CDI off): the driver still runs
+        report.nvidia_driver = _nvidia_driver(root)
         return
     live: dict[str, LiveCheck] = {}
     if verify:
@@ -66,14 +66,12 @@ def probe(
     entries.put(report, live)
 
 
-def _nvidia_driver(root: str, answers: Sequence[DeviceAnswer]) -> dict[str, Any] | None:
-    """The host's NVIDIA driver and the highest CUDA it supports (the report's `nvidia_driver`)."""
+def _nvidia_driver(root: str) -> dict[str, Any] | None:
+    """The host's NVIDIA driver and the highest CUDA it supports, where no answer read the host."""
     from cgpu.node.driver_cuda import nvidia_driver
     from cgpu.node.host import HostFS
 
-    kinds = {answer.name.partition("=")[0] for answer in answers}
-    nvidia = any(kind.partition("/")[0].endswith("nvidia.com") for kind in kinds)
-    return nvidia_driver(HostFS(root), nvidia_devices=nvidia)
+    return nvidia_driver(HostFS(root), names=())
 
 
 def spec_dirs_read(spec_dirs: Sequence[str] | None, root: str, judging: Mapping[str, Any] | None) -> list[str]:
