@@ -1,5 +1,6 @@
 """Judging a WSL session's facts: DirectML and CUDA from /dev/dxg, the WSL libraries, the driver
-store, the local probe and nvidia-smi; why there is no GPU; the device entries."""
+store, the local probe and nvidia-smi; ROCm (AMD's librocdxg) and Vulkan (Mesa's Dozen), whose user
+space the image brings; why there is no GPU; the device entries."""
 
 from __future__ import annotations
 
