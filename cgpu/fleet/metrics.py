@@ -79,7 +79,7 @@ def _driver_cuda_lines(driver: Any) -> list[str]:
         f'cuda_state="{_escape(state)}"}} 1',
     ]
     major, dot, minor = cuda.partition(".")
-    if state in ("known", "at-least") and dot and major.isdigit() and minor.isdigit():
+    if state in ("known", "at-least") and dot and f"{major}{minor}".isascii() and major.isdigit() and minor.isdigit():
         lines += [
             "# HELP cgpu_nvidia_driver_cuda_version The highest CUDA the driver supports, 1000 * major + 10 * minor.",
             "# TYPE cgpu_nvidia_driver_cuda_version gauge",

@@ -76,14 +76,20 @@ def driver_cuda_labels(driver: Any) -> dict[str, str]:
     found: dict[str, str] = {}
     version = str(driver.get("version") or "")
     parts = version.split(".")
-    if 2 <= len(parts) <= 3 and all(part.isdigit() for part in parts):
+    if 2 <= len(parts) <= 3 and len(version) <= 63 and all(part.isascii() and part.isdigit() for part in parts):
         found["cuda.driver-version.major"], found["cuda.driver-version.minor"] = parts[0], parts[1]
         if len(parts) == 3:
             found["cuda.driver-version.revision"] = parts[2]
         found["cuda.driver-version.full"] = version
     cuda = str(driver.get("cuda") or "")
     major, dot, minor = cuda.partition(".")
-    if driver.get("cuda_state") in ("known", "at-least") and dot and major.isdigit() and minor.isdigit():
+    if (
+        driver.get("cuda_state") in ("known", "at-least")
+        and dot
+        and f"{major}{minor}".isascii()
+        and major.isdigit()
+        and minor.isdigit()
+    ):
         found["cuda.runtime-version.major"], found["cuda.runtime-version.minor"] = major, minor
         found["cuda.runtime-version.full"] = cuda
     else:

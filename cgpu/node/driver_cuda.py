@@ -56,7 +56,7 @@ TABLE_SOURCE = "NVIDIA CUDA Toolkit Release Notes (13.2 Update 2), table CUDA To
 def version_key(version: str) -> tuple[int, ...] | None:
     """`570.86.15` as (570, 86, 15); None for text that is not a dotted number."""
     parts = version.split(".")
-    if not all(part.isdigit() for part in parts):
+    if not all(part.isascii() and part.isdigit() for part in parts):  # not "²", which int() refuses
         return None
     return tuple(int(part) for part in parts)
 

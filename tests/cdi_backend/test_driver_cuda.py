@@ -158,3 +158,29 @@ def test_the_drivers_cuda_is_reported_where_the_engine_has_cdi_off(tmp_path: Pat
     report = judge(root)
     assert report["containers"] == []  # CDI off: no answer read the host's devices
     assert (report["nvidia_driver"]["version"], report["nvidia_driver"]["cuda"]) == ("580.82.07", "13.0")
+
+
+@given(
+    st.fixed_dictionaries(
+        {
+            "version": st.one_of(st.none(), st.text(max_size=30), st.from_regex(r"\A[0-9]{1,70}\.[0-9]{1,9}\Z")),
+            "cuda": st.one_of(st.none(), st.text(max_size=10)),
+            "cuda_state": st.sampled_from(["known", "at-least", "unknown", "odd"]),
+        }
+    )
+)
+def test_any_driver_entry_gives_valid_labels_and_metrics(driver):
+    from cgpu.fleet.nfd import driver_cuda_labels
+
+    found = driver_cuda_labels(driver)
+    assert all(kubernetes_label_ok(f"{NS}/{key}", value) for key, value in found.items())
+    text = metrics_text(
+        {
+            "apis": {api: {"state": "absent"} for api in ("cuda", "rocm", "vulkan", "opencl", "directml", "metal")},
+            "nvidia_driver": driver,
+        },
+        finished_at=0.0,
+        duration=0.0,
+        writes={},
+    )
+    assert text.count("cgpu_nvidia_driver_info{") == 1

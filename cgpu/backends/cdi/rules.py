@@ -649,7 +649,7 @@ def _rocm_target(view: ContainerView, amd: list[RenderNode]) -> Finding | None:
     for render in amd:
         name = posixpath.basename(view.nodes[render.path].host_path or render.path)
         minor = name.removeprefix("renderD")
-        if minor.isdigit() and int(minor) in targets:
+        if minor.isascii() and minor.isdigit() and int(minor) in targets:
             known.append((render, targets[int(minor)]))
     if not known:
         return None
