@@ -44,6 +44,14 @@ IMAGE_NEEDS: Final[dict[str, str]] = {
     "mesa-venus-libkrun": "the libkrun build of Mesa's Venus driver (stock Mesa fails vkCreateInstance under krunkit)",
     "rocm-runtime": "the ROCm runtime (HSA: libhsa-runtime64.so.1)",
     "rocm-opencl": "ROCm's OpenCL driver and its ICD registration",
+    "rocm-dxg": (
+        "on WSL: AMD's librocdxg.so (ROCm 7.1 or later; built from the same ROCm as the image's HSA runtime, in the "
+        "image or mounted from the distro) and HSA_ENABLE_DXG_DETECTION=1 in the container's environment"
+    ),
+    "mesa-dozen": (
+        "Mesa's Dozen Vulkan driver (dzn: Vulkan on D3D12, Mesa's `microsoft-experimental` driver; not a "
+        "conformant Vulkan implementation)"
+    ),
     "intel-compute-runtime": "Intel's compute-runtime (NEO) OpenCL driver and its ICD registration",
 }
 

@@ -152,7 +152,10 @@ class CdiDevice(_Device):
         description="another name of the same device in the same spec (a GPU's UUID beside its index), if any",
     )
     checks: dict[ContainerApi, str] = Field(
-        description="per API, the rule's finding: `provided: ...`, `partial: ...` or `absent: ...` with its reason"
+        description=(
+            "per API, the rule's finding: `provided: ...`, `partial: ...`, `unknown: ...` (the host cannot tell, e.g. "
+            "a GPU target ROCm runs only with an override) or `absent: ...` with its reason"
+        )
     )
     missing: list[str] | None = Field(
         default=None, description="blocked devices only: the host paths the container needs that do not exist"
@@ -244,6 +247,29 @@ class Engine(BaseModel):
             "mode injects from the driver, not the spec files; null otherwise"
         ),
     )
+
+
+class NvidiaDriver(BaseModel):
+    """The host's NVIDIA kernel driver and the highest CUDA version it supports (what `cuDriverGetVersion`
+    answers in a container), from its version and NVIDIA's table (docs/cdi.md)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    version: str | None = Field(description="the running kernel driver's version (570.86.15); null: unreadable")
+    read_from: str | None = Field(
+        description="the host file it was read from (/proc/driver/nvidia/version, /sys/module/nvidia/version)"
+    )
+    cuda: str | None = Field(
+        description="the highest CUDA major.minor the driver supports (12.8); null when cuda_state is unknown"
+    )
+    cuda_state: Literal["known", "at-least", "unknown"] = Field(
+        description=(
+            "known: the driver is of the branch of the table's row for `cuda`; at-least: of a newer branch than the "
+            "table knows for a newer CUDA, so it supports `cuda` and may support more; unknown: the version is "
+            "unreadable or older than the table (never a guess)"
+        )
+    )
+    reason: str = Field(description="why, in one sentence, with the table's source or what to fix")
 
 
 # --- local and krunkit: what the probe saw ----------------------------------------------------------
@@ -381,6 +407,13 @@ class Report(BaseModel):
         description=(
             "cdi: the spec dirs read for the answer, lowest priority first, as paths on the machine cgpu ran on "
             "(under --root, inside the root: ROOT/etc/cdi); absent for other backends"
+        ),
+    )
+    nvidia_driver: NvidiaDriver | None = Field(
+        default=None,
+        description=(
+            "cdi: the host's NVIDIA driver version and the highest CUDA it supports, so a scheduler can match an image "
+            "that needs cuda>=X.Y; null where the node shows no NVIDIA driver, and for other backends"
         ),
     )
     cgpu_version: str = Field(description="the cgpu that wrote the report")

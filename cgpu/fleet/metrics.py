@@ -8,6 +8,11 @@ Metrics (gauges; stable like the labels, see docs/kubernetes.md):
   cgpu_last_probe_timestamp_seconds     when the last probe finished (Unix time)
   cgpu_last_probe_duration_seconds      how long it took
   cgpu_write_ok{file}                   1 when the last write of that output file succeeded
+  cgpu_nvidia_driver_info{version, cuda, cuda_state}
+                                        1, where the report has an NVIDIA driver (`nvidia_driver`)
+  cgpu_nvidia_driver_cuda_version       the highest CUDA the driver supports, as cuDriverGetVersion
+                                        encodes it (1000 * major + 10 * minor: 12080 for 12.8); only
+                                        where it is known (or a floor: cuda_state at-least)
 """
 
 from __future__ import annotations
@@ -59,4 +64,25 @@ def metrics_text(report: Mapping[str, Any], *, finished_at: float, duration: flo
         "# TYPE cgpu_write_ok gauge",
     ]
     lines += [f'cgpu_write_ok{{file="{_escape(name)}"}} {int(ok)}' for name, ok in writes.items()]
+    lines += _driver_cuda_lines(report.get("nvidia_driver"))
     return "\n".join(lines) + "\n"
+
+
+def _driver_cuda_lines(driver: Any) -> list[str]:
+    if not isinstance(driver, Mapping):
+        return []
+    version, cuda, state = (str(driver.get(key) or "") for key in ("version", "cuda", "cuda_state"))
+    lines = [
+        "# HELP cgpu_nvidia_driver_info The host's NVIDIA driver and the highest CUDA it supports (1: current).",
+        "# TYPE cgpu_nvidia_driver_info gauge",
+        f'cgpu_nvidia_driver_info{{version="{_escape(version)}",cuda="{_escape(cuda)}",'
+        f'cuda_state="{_escape(state)}"}} 1',
+    ]
+    major, dot, minor = cuda.partition(".")
+    if state in ("known", "at-least") and dot and f"{major}{minor}".isascii() and major.isdigit() and minor.isdigit():
+        lines += [
+            "# HELP cgpu_nvidia_driver_cuda_version The highest CUDA the driver supports, 1000 * major + 10 * minor.",
+            "# TYPE cgpu_nvidia_driver_cuda_version gauge",
+            f"cgpu_nvidia_driver_cuda_version {1000 * int(major) + 10 * int(minor)}",
+        ]
+    return lines

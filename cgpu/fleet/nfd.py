@@ -17,6 +17,10 @@ Labels (stable; documented in docs/kubernetes.md):
                        `kind`, never their wording), else blocked
   <ns>/engine=<name>, <ns>/engine-version=<version>, <ns>/engine-max-cdi=<cdiVersion|off|none>
                        the engine that judged the specs (the report's `engines`, where it has one)
+  <ns>/cuda.driver-version.{major,minor,revision,full}, <ns>/cuda.runtime-version.{major,minor,full}
+                       the NVIDIA driver and the highest CUDA it supports (the report's `nvidia_driver`),
+                       named as GPU Feature Discovery names them (internal/lm/nvml.go); where that CUDA is
+                       unknown only cuda.runtime-version.full=unknown
 """
 
 from __future__ import annotations
@@ -61,7 +65,37 @@ def labels(report: Mapping[str, Any]) -> dict[str, str]:
             found["engine-max-cdi"] = "off"
         else:
             found["engine-max-cdi"] = label_value(str(ceiling)) if ceiling else "none"
+    found.update(driver_cuda_labels(report.get("nvidia_driver")))
     return {f"{NAMESPACE}/{name}": value for name, value in found.items()}
+
+
+def driver_cuda_labels(driver: Any) -> dict[str, str]:
+    """GFD's version labels from the report's `nvidia_driver`: `cuda.driver-version.*` is the driver's own
+    version, `cuda.runtime-version.*` the highest CUDA it supports (what GFD reads from cuDriverGetVersion)."""
+    if not isinstance(driver, Mapping):
+        return {}
+    found: dict[str, str] = {}
+    version = str(driver.get("version") or "")
+    parts = version.split(".")
+    if 2 <= len(parts) <= 3 and len(version) <= 63 and all(part.isascii() and part.isdigit() for part in parts):
+        found["cuda.driver-version.major"], found["cuda.driver-version.minor"] = parts[0], parts[1]
+        if len(parts) == 3:
+            found["cuda.driver-version.revision"] = parts[2]
+        found["cuda.driver-version.full"] = version
+    cuda = str(driver.get("cuda") or "")
+    major, dot, minor = cuda.partition(".")
+    if (
+        driver.get("cuda_state") in ("known", "at-least")
+        and dot
+        and f"{major}{minor}".isascii()
+        and major.isdigit()
+        and minor.isdigit()
+    ):
+        found["cuda.runtime-version.major"], found["cuda.runtime-version.minor"] = major, minor
+        found["cuda.runtime-version.full"] = cuda
+    else:
+        found["cuda.runtime-version.full"] = "unknown"
+    return found
 
 
 def judging_engine(report: Mapping[str, Any]) -> Mapping[str, Any] | None:

@@ -30,6 +30,7 @@ MAX_SMALL_FILE = 64 * 1024  # ICD manifests, .icd files, sysfs values: anything 
 
 _NVRM_VERSION = lazy(r"Kernel Module(?: for \S+)?\s+(\d+\.\d+(?:\.\d+)?)")
 _BARE_VERSION = lazy(r"^\s*(\d+\.\d+(?:\.\d+)?)\s*$")
+_KFD_PROPERTY = lazy(r"(?m)^(gfx_target_version|drm_render_minor) (\d{1,10})$")
 # Where the running NVIDIA kernel driver says its version, first found wins.
 DRIVER_VERSION_FILES = ("/proc/driver/nvidia/version", "/sys/module/nvidia/version")
 
@@ -426,3 +427,17 @@ class HostFS(NodeFiles):
             return None
         target = self._read(_link_target, device + "/driver")
         return posixpath.basename(target.rstrip("/")) if target else None
+
+    def kfd_gfx_targets(self) -> dict[int, int]:
+        """`gfx_target_version` of each GPU in amdkfd's topology, by its `drm_render_minor` (128 for
+        renderD128); CPU nodes (version 0) left out. The kernel writes both in each node's
+        `properties` (amdkfd `kfd_topology.c`, `node_show`)."""
+        targets: dict[int, int] = {}
+        folder = "/sys/class/kfd/kfd/topology/nodes"
+        for node in self.listdir(folder):
+            text, _ = self.read_small(f"{folder}/{node}/properties")
+            values = dict(_KFD_PROPERTY.findall(text or ""))
+            version, minor = values.get("gfx_target_version"), values.get("drm_render_minor")
+            if version and minor and int(version) > 0:
+                targets[int(minor)] = int(version)
+        return targets

@@ -50,6 +50,7 @@ def engine_answer(
     """The answer of one engine (`entry`; None: the newest rules) into `report`: its device entries,
     for the caller to put in the report, and the APIs its containers get."""
     from cgpu.cdi.scan import scan_spec_dirs
+    from cgpu.node.driver_cuda import nvidia_driver
     from cgpu.node.files import default_cache_dir_text
 
     label = None
@@ -80,7 +81,9 @@ def engine_answer(
             _spec_dir_hints(report, dirs)
     host = HostFS(root)
     answers = _scan_answers(report, scan, host, devices=devices, dirs=dirs, engine_label=label)
-    if not quiet:
+    if not quiet:  # the driver's CUDA, from the same host view: its reads join the remembered trace
+        names = [answer.name for answer in answers.answers] if answers is not None else []
+        report.nvidia_driver = nvidia_driver(host, names=names)
         for path, why in host.refused_files():
             report.problem(
                 "warning", host.display(path), f"this host file {why}; cgpu did not open it", "unreadable-file"

@@ -14,6 +14,8 @@ from cgpu.report import ReportBuilder
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time
 if TYPE_CHECKING:
+    from typing import Any
+
     from cgpu.backends.cdi.verify import LiveCheck
 
 
@@ -50,7 +52,8 @@ def probe(
             own = list(spec_dirs) if spec_dirs else [under_root(root, d) for d in entry.spec_dirs]
             containers[index] = engine_answer(ReportBuilder("cdi"), entry, own, root, devices, quiet=True)[1]
     report.engines = judge.report_entries(containers)
-    if entries is None:
+    if entries is None:  # no answer read the host (a broken configuration, CDI off): the driver still runs
+        report.nvidia_driver = _nvidia_driver(root)
         return
     live: dict[str, LiveCheck] = {}
     if verify:
@@ -65,6 +68,14 @@ def probe(
             timeout=timeout,
         )
     entries.put(report, live)
+
+
+def _nvidia_driver(root: str) -> dict[str, Any] | None:
+    """The host's NVIDIA driver and the highest CUDA it supports, where no answer read the host."""
+    from cgpu.node.driver_cuda import nvidia_driver
+    from cgpu.node.host import HostFS
+
+    return nvidia_driver(HostFS(root), names=())
 
 
 def spec_dirs_read(spec_dirs: Sequence[str] | None, root: str, judging_dirs: Sequence[str] | None) -> list[str]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from cgpu.backends.cdi.device import APIS, DeviceAnswer
 from cgpu.backends.cdi.problems import _drivers_without_spec, _names, stale_spec
-from cgpu.backends.cdi.rules import PARTIAL, PROVIDED
+from cgpu.backends.cdi.rules import PARTIAL, PROVIDED, UNKNOWN
 from cgpu.cdi.model import ScanResult
 from cgpu.node.host import HostFS
 from cgpu.report import ReportBuilder
@@ -33,6 +33,10 @@ def _evidence(
         if providers:
             finding = providers[0].findings[api]
             report.provide(api, f"{_lead(providers)} {finding.text}", image_needs=finding.needs)
+            continue
+        undecided = [a for a in runnable if a.findings[api].state == UNKNOWN]
+        if undecided:
+            report.unknown(api, f"unknown: {_lead(undecided)} {undecided[0].findings[api].text}")
             continue
         partial = [a for a in runnable if a.findings[api].state == PARTIAL]
         if partial:

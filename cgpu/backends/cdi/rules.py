@@ -25,6 +25,7 @@ else:
 
 
 PROVIDED, PARTIAL, ABSENT = "provided", "partial", "absent"
+UNKNOWN = "unknown"  # the host cannot tell: a GPU ROCm may run only with an override
 _RANK = {PROVIDED: 2, PARTIAL: 1, ABSENT: 0}
 
 NVIDIA_GPU_NODE = lazy(r"/dev/nvidia\d+")
@@ -633,11 +634,80 @@ def _kfd_advice(view: ContainerView) -> str:
     return f"add {KFD} to the device (`amd-ctk cdi generate` does)"
 
 
+# The GPU / LLVM targets of ROCm's compatibility matrix (ROCm/ROCm docs/compatibility/compatibility-matrix.rst,
+# the ROCm 7.x columns); ROCm supports none below gfx9.
+ROCM_TARGETS = frozenset(
+    {"gfx908", "gfx90a", "gfx942", "gfx950", "gfx1030", "gfx1100", "gfx1101", "gfx1200", "gfx1201"}
+)
+ROCM_FLOOR_MAJOR = 9
+
+
+def gfx_name(version: int) -> str:
+    """amdkfd's gfx_target_version (major * 10000 + minor * 100 + stepping) as ROCm names it: 90010 is gfx90a."""
+    major, minor, stepping = version // 10000, version // 100 % 100, version % 100
+    return f"gfx{major}{minor:x}{stepping:x}"
+
+
+def _override(version: int) -> str:
+    """HSA_OVERRIDE_GFX_VERSION's value that makes ROCm treat an RDNA GPU as a supported target of its own
+    major.minor (gfx1031 as gfx1030), or '' where there is none."""
+    major, minor = version // 10000, version // 100 % 100
+    same = sorted(t for t in ROCM_TARGETS if t.startswith(f"gfx{major}{minor:x}") and len(t) == len(gfx_name(version)))
+    if major < 10 or not same:
+        return ""
+    stepping = int(same[0][-1], 16)
+    return f"{major}.{minor}.{stepping}"
+
+
+def _rocm_target(view: ContainerView, amd: list[RenderNode]) -> Finding | None:
+    """ROCm's verdict on the AMD GPUs' gfx targets (amdkfd's topology under the root); None where the
+    topology names none of them."""
+    targets = view.host.kfd_gfx_targets()
+    known: list[tuple[RenderNode, int]] = []
+    for render in amd:
+        name = posixpath.basename(view.nodes[render.path].host_path or render.path)
+        minor = name.removeprefix("renderD")
+        if minor.isascii() and minor.isdigit() and int(minor) in targets:
+            known.append((render, targets[int(minor)]))
+    if not known:
+        return None
+    where = "amdkfd's topology in /sys/class/kfd"
+    for render, version in known:
+        if gfx_name(version) in ROCM_TARGETS:
+            return Finding(
+                PROVIDED,
+                f"gets {KFD} and {render.path} of an AMD GPU ({render.source}), target {gfx_name(version)} ({where}), "
+                f"on ROCm's compatibility matrix; the image brings the ROCm runtime (HIP, ROCr)",
+                ("rocm-runtime",),
+            )
+    near = [(render, version) for render, version in known if version // 10000 >= ROCM_FLOOR_MAJOR]
+    if near:
+        render, version = near[0]
+        value = _override(version)
+        override = (
+            f"HSA_OVERRIDE_GFX_VERSION={value} in the container makes ROCm treat it as gfx{value.replace('.', '')}"
+            if value
+            else "HSA_OVERRIDE_GFX_VERSION set to a supported target of its family may make ROCm run it"
+        )
+        return Finding(
+            UNKNOWN,
+            f"gets {KFD} and {render.path} of an AMD GPU whose target {gfx_name(version)} ({where}) is not on ROCm's "
+            f"compatibility matrix, so the ROCm runtime may not use it: {override} (unsupported by AMD)",
+        )
+    render, version = known[0]
+    return Finding(
+        ABSENT,
+        f"gets {KFD} and {render.path} of an AMD GPU whose target {gfx_name(version)} ({where}) is below ROCm's "
+        f"floor (gfx9: no ROCm release supports an older target), so the ROCm runtime does not use it: its Vulkan "
+        f"(Mesa RADV) is judged apart and is what a container can use instead",
+    )
+
+
 def _rocm(view: ContainerView, renders: list[RenderNode]) -> Finding:
     amd = [r for r in renders if r.vendor == "0x1002"]
     kfd = view.usable_node(KFD)
     if amd and kfd:
-        return Finding(
+        return _rocm_target(view, amd) or Finding(
             PROVIDED,
             f"gets {KFD} and {amd[0].path} of an AMD GPU ({amd[0].source}); "
             f"the image brings the ROCm runtime (HIP, ROCr)",

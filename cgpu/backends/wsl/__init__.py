@@ -6,8 +6,9 @@ probe's answer is in-band (hex-valued `key=value` lines), so wsl.exe's own failu
 -1, UTF-16LE text with a `Wsl/...` code) are never mistaken for it.
 
 On WSL the GPU is `/dev/dxg` (dxgkrnl) plus the libraries in `/usr/lib/wsl`: Microsoft's
-D3D12/DXCore for every vendor, NVIDIA's `libcuda.so.1` for CUDA. `/dev/dri` there is VGEM,
-never a GPU.
+D3D12/DXCore for every vendor, NVIDIA's `libcuda.so.1` for CUDA; ROCm (AMD's librocdxg) and
+Vulkan (Mesa's Dozen) ride on the same path with their user space in the image. `/dev/dri` there
+is VGEM, never a GPU.
 
 The code lives in named modules: `backend` (the entry, `probe`), `output` (reading what came
 back) and `judging` (what a container gets).

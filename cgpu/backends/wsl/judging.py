@@ -1,12 +1,13 @@
 """Judging a WSL session's facts: DirectML and CUDA from /dev/dxg, the WSL libraries, the driver
-store, the local probe and nvidia-smi; why there is no GPU; the device entries."""
+store, the local probe and nvidia-smi; ROCm (AMD's librocdxg) and Vulkan (Mesa's Dozen), whose user
+space the image brings; why there is no GPU; the device entries."""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 
-from cgpu.backends.wsl.output import Session, _host_wslconfig_disables_gpu, adapters, ini_value
+from cgpu.backends.wsl.output import Adapter, Session, _host_wslconfig_disables_gpu, adapters, ini_value
 from cgpu.gpu_probe.answer import ApiAnswer, read_child_answer
 from cgpu.problem import Problem
 from cgpu.report import ReportBuilder
@@ -27,13 +28,39 @@ VENDOR_FOLDERS = (
 )
 
 OTHER_APIS = {
-    "rocm": "not provided: WSL exposes no /dev/kfd; HIP on WSL needs ROCm with librocdxg in the image, "
-    "which cgpu does not assume",
+    "rocm": "not provided: WSL exposes no /dev/kfd; ROCm reaches WSL only through AMD's librocdxg over /dev/dxg, "
+    "which needs an AMD GPU with its Windows driver",
     "vulkan": "not provided: the Windows drivers project only D3D12 (and CUDA) into WSL; Vulkan there is "
-    "Mesa's non-conformant Dozen in the image, not a host capability",
+    "Mesa's non-conformant Dozen in the image, over a hardware D3D12 adapter",
     "opencl": "not provided: the Windows drivers project only D3D12 (and CUDA) into WSL; OpenCL needs a "
     "vendor runtime in the image (Intel compute-runtime), not a host capability",
 }
+# The GPUs of librocdxg 1.1.0's compatibility matrix (ROCm 7.2.x; ROCm/librocdxg README.md, "WSL
+# Compatiblity Matrix"), as DXCore names the adapters: the Ryzen processors by their integrated GPU.
+ROCDXG_GPUS = frozenset(
+    {
+        "amd radeon rx 9070",
+        "amd radeon rx 9070 xt",
+        "amd radeon rx 9070 gre",
+        "amd radeon ai pro r9700",
+        "amd radeon rx 9060",
+        "amd radeon rx 9060 xt",
+        "amd radeon rx 7900 xtx",
+        "amd radeon rx 7900 xt",
+        "amd radeon rx 7900 gre",
+        "amd radeon pro w7900",
+        "amd radeon pro w7900 dual slot",
+        "amd radeon pro w7800",
+        "amd radeon pro w7800 48gb",
+        "amd radeon rx 7800 xt",
+        "amd radeon pro w7700",
+        "amd radeon 8060s graphics",  # Ryzen AI Max+ 395
+        "amd radeon 8050s graphics",  # Ryzen AI Max 390, 385
+        "amd radeon 890m graphics",  # Ryzen AI 9 HX 375, HX 370
+        "amd radeon 880m graphics",  # Ryzen AI 9 365
+    }
+)
+DOZEN_CRASH = "microsoft/wslg#1492: vkCreateDevice crashes in NVIDIA's D3D12 driver"
 CONTAINER_NOTE = (
     "a container gets it with /dev/dxg and /usr/lib/wsl mounted and a glibc-based image "
     "(musl images such as Alpine cannot load these libraries)"
@@ -84,7 +111,13 @@ def judge(report: ReportBuilder, session: Session, distro: str, sent_local_probe
             report.add(*found[1])
     directml_ok = _judge_directml(report, source, libs, local.get("directml"), smi, stores)
     cuda_ok = _judge_cuda(report, libs, local.get("cuda"), smi, musl)
-    _devices(report, local.get("directml"), directml_ok, cuda_ok, stores, smi, details)
+    listed = adapters(local["directml"]) if "directml" in local else None
+    if directml_ok:  # a hardware D3D12 adapter, /dev/dxg and the D3D12 libraries: what Dozen runs on
+        _judge_dozen(report, listed, stores, smi, "dzn_icd" in session.values)
+    rocm = _judge_rocm(
+        report, libs, listed, stores, [p.decode("utf-8", "backslashreplace") for p in session.values.get("rocdxg", [])]
+    )
+    _devices(report, local.get("directml"), directml_ok, cuda_ok, stores, smi, details, rocm=rocm)
 
 
 def _judge_directml(
@@ -192,6 +225,98 @@ def _judge_cuda(report: ReportBuilder, libs: set[str], local: ApiAnswer | None, 
         how = "not initialised (no python3 with the local probe, no nvidia-smi)"
     report.provide("cuda", f"/dev/dxg and NVIDIA's WSL libcuda.so.1 present; {how}; {CONTAINER_NOTE}")
     return True
+
+
+def _judge_dozen(
+    report: ReportBuilder, listed: list[Adapter] | None, stores: dict[str, str], smi: NvidiaSmi, session_has: bool
+) -> None:
+    """Vulkan through Mesa's Dozen (in the image) over D3D12: experimental everywhere, never counted where an
+    NVIDIA adapter is one of those it lists (the crash)."""
+    dozen = "Mesa's Dozen (Vulkan on D3D12) in the image, which is not a conformant Vulkan implementation"
+    hardware = [a for a in listed if a.hardware] if listed is not None else []
+    nvidia = (
+        any(a.vendor == "NVIDIA" for a in hardware) if listed is not None else (smi.ok or "NVIDIA" in stores.values())
+    )
+    if nvidia:
+        report.unknown(
+            "vulkan",
+            f"unknown: Vulkan on WSL is {dozen}, and on an NVIDIA adapter it is known to crash ({DOZEN_CRASH}, "
+            "open), so cgpu does not count it: `vulkaninfo` in a container with Dozen decides",
+        )
+        return
+    if listed is None:
+        report.unknown(
+            "vulkan",
+            f"unknown: Vulkan on WSL is {dozen}, over a hardware D3D12 adapter, but adapters were not enumerated "
+            "(no python3 with the local probe in the session), so the software adapter (WARP, a CPU device under "
+            "Dozen) could not be ruled out: install python3 in the distro",
+        )
+        return
+    names = ", ".join(a.name for a in hardware)
+    where = " (the distro has a Dozen ICD too)" if session_has else ""
+    report.provide(
+        "vulkan",
+        f"experimental: Vulkan through {dozen}, over D3D12 on {names}{where}; {CONTAINER_NOTE}",
+        image_needs=["glibc", "vulkan-loader", "mesa-dozen"],
+    )
+
+
+def _judge_rocm(
+    report: ReportBuilder, libs: set[str], listed: list[Adapter] | None, stores: dict[str, str], rocdxg: list[str]
+) -> set[str]:
+    """ROCm through AMD's librocdxg over /dev/dxg: an AMD adapter librocdxg supports and libdxcore.so (which
+    librocdxg loads); the runtime, librocdxg and HSA_ENABLE_DXG_DETECTION=1 come with the container. Returns
+    the names of the adapters that give it."""
+    amd_stores = sorted(folder for folder, vendor in stores.items() if vendor == "AMD")
+    amd = [a for a in listed if a.hardware and a.vendor == "AMD"] if listed is not None else []
+    if not amd and not (listed is None and amd_stores):
+        return set()  # OTHER_APIS says why
+    if "libdxcore.so" not in libs:
+        report.absent(
+            "rocm",
+            "not provided: libdxcore.so, which librocdxg loads, is missing from /usr/lib/wsl/lib; "
+            "update WSL (`wsl.exe --update`)",
+        )
+        return set()
+    if listed is None:
+        report.unknown(
+            "rocm",
+            f"unknown: an AMD display driver is in the driver store ({', '.join(amd_stores)}), and ROCm reaches WSL "
+            "through AMD's librocdxg over /dev/dxg, but adapters were not enumerated (no python3 with the local "
+            "probe in the session), so whether the GPU is one librocdxg supports is not known: install python3 in "
+            "the distro",
+        )
+        return set()
+    supported = [a for a in amd if _plain_name(a.name) in ROCDXG_GPUS]
+    if not supported:
+        report.unknown(
+            "rocm",
+            f"unknown: DXCore lists {', '.join(a.name for a in amd)}, which librocdxg 1.1.0's compatibility matrix "
+            "(Radeon RX 7000 and 9000 series, Radeon PRO W7000, Ryzen AI Max and AI 9) does not list: `rocminfo` "
+            "with HSA_ENABLE_DXG_DETECTION=1 in a container decides",
+        )
+        return set()
+    mount = (
+        f" (the distro has {rocdxg[0]}: mount it, e.g. `-v {rocdxg[0]}:/usr/lib/librocdxg.so`, or bring it in the "
+        "image)"
+        if rocdxg
+        else ""
+    )
+    report.provide(
+        "rocm",
+        f"/dev/dxg and libdxcore.so present, and DXCore lists {', '.join(a.name for a in supported)}, on librocdxg "
+        f"1.1.0's compatibility matrix: ROCm 7.1 or later reaches it through AMD's librocdxg with "
+        f"HSA_ENABLE_DXG_DETECTION=1{mount}; {CONTAINER_NOTE}",
+        image_needs=["glibc", "rocm-runtime", "rocm-dxg"],
+    )
+    return {a.name for a in supported}
+
+
+def _plain_name(name: str) -> str:
+    """An adapter's name without trademark marks, lower case, single-spaced: `AMD Radeon(TM) 8060S Graphics`."""
+    for mark in ("(TM)", "(tm)", "(R)", "(r)", "\u2122", "\u00ae"):
+        name = name.replace(mark, " ")
+    return " ".join(name.lower().split())
 
 
 @dataclass
@@ -314,7 +439,10 @@ def _devices(
     stores: dict[str, str],
     smi: NvidiaSmi,
     details: dict[str, str],
+    *,
+    rocm: set[str],
 ) -> None:
+    vulkan = report.state("vulkan") == "provided"
     if local is not None and local.devices:
         nvidia_listed = False
         for adapter in adapters(local):
@@ -322,6 +450,10 @@ def _devices(
             if adapter.hardware and cuda and adapter.vendor == "NVIDIA":
                 apis.append("cuda")
                 nvidia_listed = True
+            if adapter.hardware and vulkan:
+                apis.append("vulkan")
+            if adapter.name in rocm:
+                apis.append("rocm")
             report.device(
                 adapter.name,
                 apis,

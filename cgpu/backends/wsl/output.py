@@ -39,9 +39,11 @@ KEYS = frozenset(
         "local_cuda",
         "nvidia_smi_rc",
         "nvidia_smi",
+        "rocdxg",
+        "dzn_icd",
     }
 )
-REPEATED_KEYS = frozenset({"driver_so"})
+REPEATED_KEYS = frozenset({"driver_so", "rocdxg", "dzn_icd"})
 MAX_EXCERPT = 300
 
 # The WSL error codes a user can act on (wsl.exe prints `Error code: Wsl/<where>/<code>`).

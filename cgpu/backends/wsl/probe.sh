@@ -73,6 +73,17 @@ if [ -d "$drivers" ]; then
     done
 fi
 
+# What the distro itself has of the two image-side routes: AMD's librocdxg (ROCm's /dev/dxg path,
+# which a container can mount from here) and Mesa's Dozen ICD (Vulkan on D3D12).
+for file in /opt/rocm/lib/librocdxg.so /opt/rocm-*/lib/librocdxg.so /usr/lib/librocdxg.so \
+    /usr/local/lib/librocdxg.so /usr/lib/x86_64-linux-gnu/librocdxg.so; do
+    [ -e "$file" ] && emit rocdxg "$file"
+done
+for file in /usr/share/vulkan/icd.d/dzn_icd*.json /etc/vulkan/icd.d/dzn_icd*.json \
+    /usr/local/share/vulkan/icd.d/dzn_icd*.json; do
+    [ -e "$file" ] && emit dzn_icd "$file"
+done
+
 # libc: glibc's loader is ld-linux*, musl's is ld-musl-*.
 loaders=
 for loader in /lib/ld-musl-*.so.1 /lib/ld-linux*.so.* /lib64/ld-linux*.so.* /lib/*-linux-gnu*/ld-linux*.so.* \
