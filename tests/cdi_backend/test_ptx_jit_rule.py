@@ -6,9 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cgpu.backends.cdi.host import HostFS
-
 from cgpu.backends.cdi import answer_scan
+from cgpu.node.host import HostFS
 from cgpu.report import ReportBuilder
 from tests.cdi_backend.build import scan, spec
 from tests.cdi_backend.helpers import make_host
