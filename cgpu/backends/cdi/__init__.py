@@ -8,14 +8,35 @@ container can start with.
 
 The code lives in named modules: `backend` (the entry, `probe`), `judging` (which engine judges),
 `answer` (the scan into device answers), `selection` (`--device`), `problems`, `evidence` (the
-node answer), `device`, `host`, `view`, `rules`, `verify` with `probe_image` (`--verify`), and
-`inputs` (what an answer depends on, for `cgpu watch`).
+node answer), `device`, `host`, `view`, `rules`, `verify` with `probe_image` (`--verify`),
+`memory` (what is kept from one probe to the next) and `inputs` (what an answer depends on, for
+`cgpu watch`). It offers `new_memory` and `answer_inputs` (`cgpu.backends`).
 """
 
-from cgpu.backends.cdi.answer import _REMEMBERED, answer_scan, remake_kept
+from __future__ import annotations
+
+from cgpu.backends.cdi.answer import answer_scan
 from cgpu.backends.cdi.backend import probe
 from cgpu.backends.cdi.device import APIS, DeviceAnswer
 from cgpu.backends.cdi.judging import engine_entry
-from cgpu.backends.cdi.problems import _RISKY
+from cgpu.backends.cdi.memory import Memory
 
-__all__ = ["APIS", "_REMEMBERED", "_RISKY", "DeviceAnswer", "answer_scan", "engine_entry", "probe", "remake_kept"]
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time
+if TYPE_CHECKING:
+    from typing import Any
+
+    from cgpu.backends import AnswerInputs
+
+__all__ = ["APIS", "DeviceAnswer", "Memory", "answer_inputs", "answer_scan", "engine_entry", "new_memory", "probe"]
+
+
+def new_memory() -> Memory:
+    """What a process keeps from one probe to the next: the spec reader and the answers per spec file."""
+    return Memory()
+
+
+def answer_inputs(report: Any = None, **options: Any) -> AnswerInputs:
+    """What the answer for these options depends on (`cgpu.backends.cdi.inputs.answer_inputs`)."""
+    from cgpu.backends.cdi.inputs import answer_inputs as inputs
+
+    return inputs(report, **options)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 
-from cgpu.backends.cdi.answer import _answer
+from cgpu.backends.cdi.answer import engine_answer
 from cgpu.backends.cdi.device import APIS, DeviceAnswer
-from cgpu.backends.cdi.judging import _engine_rules, engine_entry
+from cgpu.backends.cdi.judging import engine_entry, engine_rules
 from cgpu.engines.option import EngineOption
 from cgpu.options import DEFAULT_ROOT, DEFAULT_SPEC_DIRS
 from cgpu.report import ReportBuilder
@@ -16,6 +16,7 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run ti
 if TYPE_CHECKING:
     from typing import Any
 
+    from cgpu.backends.cdi.memory import Memory
     from cgpu.backends.cdi.verify import LiveCheck
 
 
@@ -29,22 +30,25 @@ def probe(
     verify: bool = False,
     probe_image: str | None = None,
     timeout: float | None = None,
+    memory: Memory | None = None,
 ) -> None:
+    """The answer for these options into `report`; `memory`: what is kept from the last probe
+    (`cgpu.backends.cdi.new_memory`; None: nothing)."""
     for missing in [d for d in spec_dirs or () if _not_found(d)]:  # the defaults may well be absent
         report.problem("warning", missing, f"the spec dir {missing} does not exist: nothing was read from it")
     root = root or DEFAULT_ROOT
     if not os.path.isdir(root):
         report.usage_error("root", f"{root!r} is not a directory")
         return
-    judge = _engine_rules(report, engine, timeout, root)
+    judge = engine_rules(report, engine, timeout, root)
     if judge is None:
         return
     dirs = spec_dirs_read(spec_dirs, root, judge.entry)
-    entries = _answer(report, judge.entry, dirs, root, devices)[0]
+    entries = engine_answer(report, judge.entry, dirs, root, devices, memory=memory)[0]
     for entry in judge.engines:
         if entry is not judge.entry:  # each other engine's answer, as data
-            own = list(spec_dirs) if spec_dirs else [_under(root, d) for d in entry["spec_dirs"]]
-            entry["containers"] = _answer(ReportBuilder("cdi"), entry, own, root, devices, quiet=True)[1]
+            own = list(spec_dirs) if spec_dirs else [under_root(root, d) for d in entry["spec_dirs"]]
+            entry["containers"] = engine_answer(ReportBuilder("cdi"), entry, own, root, devices, quiet=True)[1]
     if judge.entry is not None:
         judge.entry["containers"] = [api for api in APIS if report.state(api) == "provided"]
     report.engines = [engine_entry(e) for e in judge.engines]
@@ -71,11 +75,11 @@ def spec_dirs_read(spec_dirs: Sequence[str] | None, root: str, judging: Mapping[
     if spec_dirs:
         return list(spec_dirs)
     if judging is not None:
-        return [_under(root, d) for d in judging["spec_dirs"]]
+        return [under_root(root, d) for d in judging["spec_dirs"]]
     return list(DEFAULT_SPEC_DIRS)
 
 
-def _under(root: str, path: str) -> str:
+def under_root(root: str, path: str) -> str:
     if os.path.abspath(root) == os.path.abspath(os.sep):
         return path
     return os.path.join(os.path.abspath(root), path.lstrip("/"))

@@ -46,7 +46,7 @@ class _Judge:
         return f"{self.entry['name']} {version}" if version else str(self.entry["name"])
 
 
-def _engine_rules(
+def engine_rules(
     report: ReportBuilder, engine: str | EngineOption | None, timeout: float | None, root: str
 ) -> _Judge | None:
     """Who judges the specs, with every engine found as data. None when the option is unusable
@@ -101,7 +101,7 @@ def _engine_rules(
     _report_engine_problems(report, engines)
     _nvidia_runtime_note(report, entry)
     judge = _Judge(option, entry, engines)
-    if _unlearned(entry):
+    if unlearned(entry):
         report.problem(
             "warning",
             f"--engine {option}",
@@ -125,7 +125,7 @@ def _engine_rules(
     return judge
 
 
-def _unlearned(entry: dict[str, Any]) -> bool:
+def unlearned(entry: dict[str, Any]) -> bool:
     """Installed, but neither its version nor its library could be learned: the newest rules judge."""
     return entry["version"] is None and entry["learned_from"] == "version"
 
