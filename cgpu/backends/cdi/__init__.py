@@ -13,30 +13,19 @@ node answer), `device`, `host`, `view`, `rules`, `verify` with `probe_image` (`-
 `cgpu watch`). It offers `new_memory` and `answer_inputs` (`cgpu.backends`).
 """
 
-from __future__ import annotations
-
 from cgpu.backends.cdi.answer import answer_scan
 from cgpu.backends.cdi.backend import probe
 from cgpu.backends.cdi.device import APIS, DeviceAnswer
 from cgpu.backends.cdi.judging import engine_entry
-from cgpu.backends.cdi.memory import Memory
-
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time
-if TYPE_CHECKING:
-    from typing import Any
-
-    from cgpu.backends import AnswerInputs
+from cgpu.backends.cdi.memory import Memory, new_memory
 
 __all__ = ["APIS", "DeviceAnswer", "Memory", "answer_inputs", "answer_scan", "engine_entry", "new_memory", "probe"]
 
 
-def new_memory() -> Memory:
-    """What a process keeps from one probe to the next: the spec reader and the answers per spec file."""
-    return Memory()
+def __getattr__(name: str) -> object:
+    """`answer_inputs`, imported on first use (`cgpu watch`), not on a probe's path."""
+    if name == "answer_inputs":
+        from cgpu.backends.cdi.inputs import answer_inputs
 
-
-def answer_inputs(report: Any = None, **options: Any) -> AnswerInputs:
-    """What the answer for these options depends on (`cgpu.backends.cdi.inputs.answer_inputs`)."""
-    from cgpu.backends.cdi.inputs import answer_inputs as inputs
-
-    return inputs(report, **options)
+        return answer_inputs
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -60,3 +60,8 @@ class Memory:
     def stats(self) -> dict[str, int]:
         """The reader's counts (`files`, and per file `answers`, `risky`) and the host reads kept."""
         return {**self.reader.stats(), "host_reads": len(self._trace.reads) if self._trace is not None else 0}
+
+
+def new_memory() -> Memory:
+    """What the cdi backend offers `cgpu.backends.Backend.new_memory`."""
+    return Memory()
