@@ -43,6 +43,9 @@ containerEdits:
 """
 
 
+REQUEST_KIB = 32 * 1024  # the DaemonSet's memory request (deploy/kubernetes/daemonset.yaml)
+
+
 def rss_kib(pid: int, field: str = "VmRSS") -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith(field + ":"):
@@ -136,7 +139,8 @@ def many(work: Path, count: int, idle: float) -> None:
     time.sleep(idle)
     idle_cpu = cpu_seconds(watch.proc.pid) - cpu
     print(f"{count} specs: first answer {first:.1f} s, a change {second:.1f} s ({change_cpu:.2f} s CPU), "
-          f"answer file {size / 2**20:.1f} MiB, RSS between probes {between / 1024:.1f} MiB, "
+          f"answer file {size / 2**20:.1f} MiB, RSS between probes {between / 1024:.1f} MiB "
+          f"({'within' if between < REQUEST_KIB else 'over'} the DaemonSet's 32 Mi request), "
           f"{rss / 1024:.1f} after the change (peak {peak / 1024:.1f}), "
           f"idle CPU {idle_cpu:.2f} s in {idle:g} s")  # fmt: skip
     watch.stop()
