@@ -66,7 +66,23 @@ class _File:
     def __init__(self, key: str, result: Spec | SpecError) -> None:
         self.key = key  # "size mtime inode ctime library"
         self.result = result
-        self.notes: dict[str, Any] | None = None
+        # name, value, name, value...: a flat tuple, a third of a dict's size (thousands of claim specs)
+        self.notes: tuple[Any, ...] = ()
+
+    def note(self, name: str) -> Any:
+        notes = self.notes
+        for index in range(0, len(notes), 2):
+            if notes[index] == name:
+                return notes[index + 1]
+        return None
+
+    def set_note(self, name: str, value: object) -> None:
+        notes = self.notes
+        for index in range(0, len(notes), 2):
+            if notes[index] == name:
+                self.notes = (*notes[: index + 1], value, *notes[index + 2 :])
+                return
+        self.notes = (*notes, name, value)
 
 
 class SpecReader:
@@ -100,7 +116,7 @@ class SpecReader:
         """Forget what callers remembered of the files (`remember`), keep what parsing gave."""
         with self._lock:
             for entry in self._entries.values():
-                entry.notes = None
+                entry.notes = ()
 
     def stats(self) -> dict[str, int]:
         """`files`: spec files kept parsed; `remembered`: what callers keep of them, counted per name."""
@@ -108,7 +124,7 @@ class SpecReader:
             entries = list(self._entries.values())
         counts = {"files": len(entries)}
         for entry in entries:
-            for name in entry.notes or ():
+            for name in entry.notes[::2]:
                 counts[name] = counts.get(name, 0) + 1
         return counts
 
@@ -116,25 +132,23 @@ class SpecReader:
         """What was remembered as `name` of `spec`'s file, while it is the file this reader read
         (None: nothing, or the file changed since)."""
         entry = self._entries.get(spec.path)
-        if entry is None or entry.notes is None or not _same_file(entry.result, spec):
+        if entry is None or not entry.notes or not _same_file(entry.result, spec):
             return None
-        return entry.notes.get(name)
+        return entry.note(name)
 
     def remember(self, spec: Spec, name: str, value: object) -> None:
         """Keep `value` as `name` of `spec`'s file, for as long as the file is unchanged."""
         entry = self._entries.get(spec.path)
         if entry is None or not _same_file(entry.result, spec):
             return  # changed since (another thread's scan), or read without keeping
-        if entry.notes is None:
-            entry.notes = {name: value}
-        else:
-            entry.notes[name] = value
+        entry.set_note(name, value)
 
     def recalled(self, name: str) -> list[Any]:
         """Every file's `name`."""
         with self._lock:
             entries = list(self._entries.values())
-        return [entry.notes[name] for entry in entries if entry.notes and name in entry.notes]
+        found = [entry.note(name) for entry in entries]
+        return [value for value in found if value is not None]
 
     def _read(self, path: str, info: os.stat_result, priority: int, cache: _DiskCache) -> Spec:
         """Parse one spec file (through the caches); raises SpecError."""
