@@ -38,7 +38,7 @@ def offering(monkeypatch) -> types.ModuleType:
     module = types.ModuleType("cgpu.backends.offering")
     given: list[object] = []
 
-    def probe(report: ReportBuilder, *, memory: object = None, timeout: float | None = None) -> None:
+    def probe(report: ReportBuilder, memory: object = None, /, *, timeout: float | None = None) -> None:
         given.append(memory)
 
     def answer_inputs(report: object = None, **options: object) -> AnswerInputs:

@@ -7,7 +7,8 @@ options (`cgpu.options.OPTIONS`, the table of them), passed as keywords.
 A module may also offer, asked for by name (`Backend`), never by which backend it is:
 - `new_memory()`: what it keeps from one probe to the next in one process (an object with
   `clear()` and `stats()`, and optionally `tidy()`, run by `cgpu watch` between probes once a
-  probe's objects are freed); its `probe` then takes it as `memory=`. A library process keeps
+  probe's objects are freed); its `probe` then takes it as its second argument, positional only
+  (`probe(report, memory, /, **options)`: the keywords stay the options'). A library process keeps
   one per backend (`memory(name)`), `cgpu watch` holds its own;
 - `answer_inputs(report, **options) -> AnswerInputs`: what an answer for these options depends
   on (`report`: the last answer, None before the first), so that `cgpu watch` probes again when
@@ -114,7 +115,7 @@ class Backend:
         seconds("timeout", options.get("timeout"))
         report = ReportBuilder(self.name, progress=progress)
         if memory is not None:
-            self.module.probe(report, memory=memory, **options)
+            self.module.probe(report, memory, **options)
         else:
             self.module.probe(report, **options)
         return report

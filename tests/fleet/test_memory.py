@@ -32,7 +32,7 @@ containerEdits:
 
 def _probe(specs: Path, memory: cdi_backend.Memory) -> dict:
     builder = ReportBuilder("cdi")
-    cdi_backend.probe(builder, spec_dirs=[str(specs)], root=str(HOST), engine="none", memory=memory)
+    cdi_backend.probe(builder, memory, spec_dirs=[str(specs)], root=str(HOST), engine="none")
     return builder.build()
 
 

@@ -22,6 +22,8 @@ if TYPE_CHECKING:
 
 def probe(
     report: ReportBuilder,
+    memory: Memory | None = None,
+    /,
     *,
     spec_dirs: Sequence[str] | None = None,
     root: str | None = DEFAULT_ROOT,
@@ -30,7 +32,6 @@ def probe(
     verify: bool = False,
     probe_image: str | None = None,
     timeout: float | None = None,
-    memory: Memory | None = None,
 ) -> None:
     """The answer for these options into `report`; `memory`: what is kept from the last probe
     (`cgpu.backends.cdi.new_memory`; None: nothing)."""
