@@ -87,9 +87,7 @@ def _scaled_spec(folder: Path, factor: int) -> int:
 def _library(folder: Path, cache: Path, runs: int) -> tuple[float, ...]:
     """Median CPU ms of the library call (process time: steady on a busy machine): no cache,
     disk cache, specs parsed in memory, and again with nothing changed."""
-    import cgpu.backends.cdi as backend
-    from cgpu.backends import run_backend
-    from cgpu.cdi import scan
+    from cgpu.backends import memory, run_backend
 
     options = {"spec_dirs": [str(folder)], "root": str(HOST), "engine": "none"}
 
@@ -98,18 +96,17 @@ def _library(folder: Path, cache: Path, runs: int) -> tuple[float, ...]:
         run_backend("cdi", options).build()
         series.append(time.process_time() - start)
 
+    kept = memory("cdi")  # what the library keeps between calls in this process
+    assert kept is not None
     uncached, disk, parsed, again = [], [], [], []
     for _ in range(runs):
         shutil.rmtree(cache, ignore_errors=True)
-        scan.clear_parse_cache()
-        backend._REMEMBERED.clear()
+        kept.clear()
         timed(uncached)
-        scan.clear_parse_cache()
-        backend._REMEMBERED.clear()
+        kept.clear()
         timed(disk)
         timed(again)
-        backend._REMEMBERED.clear()  # every rule redone: the answers and the risky-edits memo
-        backend._RISKY.clear()
+        kept.forget()  # every rule redone: the answers and the risky edits, the parsed specs kept
         timed(parsed)
     return tuple(statistics.median(series) * 1000 for series in (uncached, disk, parsed, again))
 

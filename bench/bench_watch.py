@@ -1,8 +1,12 @@
 """`cgpu watch` under churn, as a DRA driver loads a node (a spec per claim): RSS after 500 spec
-changes, RSS and probe time with 20,000 specs, idle CPU, and how soon a change reaches the NFD
-feature file (one inotify event on its visible name, as nfd-worker >= v0.19 watches features.d).
+changes, RSS, probe time and the CPU of a change with 200, 2,000 and 20,000 specs, idle CPU, and
+how soon a change reaches the NFD feature file (one inotify event on its visible name, as
+nfd-worker >= v0.19 watches features.d).
 
-    uv run python bench/bench_watch.py [--changes 500] [--specs 20000] [--idle 20]
+    uv run python bench/bench_watch.py [--changes 500] [--specs 200 2000 20000] [--idle 20] [--only many]
+
+Runs as deployed (PYTHONMALLOC=malloc, deploy/kubernetes/daemonset.yaml). Prints one line per
+figure; docs/kubernetes.md quotes them.
 
 Prints one line per figure; docs/kubernetes.md quotes them.
 """
@@ -37,6 +41,9 @@ containerEdits:
     - path: /dev/nvidiactl
     - path: /dev/nvidia-uvm
 """
+
+
+REQUEST_KIB = 32 * 1024  # the DaemonSet's memory request (deploy/kubernetes/daemonset.yaml)
 
 
 def rss_kib(pid: int, field: str = "VmRSS") -> int:
@@ -105,6 +112,7 @@ def churn(work: Path, changes: int) -> None:
 
 def many(work: Path, count: int, idle: float) -> None:
     specs, out = work / "many-specs", work / "many-out"
+    work.mkdir()
     specs.mkdir()
     out.mkdir()
     for index in range(count):
@@ -114,20 +122,27 @@ def many(work: Path, count: int, idle: float) -> None:
         os.utime(entry.path, (past, past))
     watch = Watch(specs, out)
     first = watch.wait_written(0)
+    time.sleep(3)  # the probe's tail: the collection and heap trim after the write
+    between = rss_kib(watch.proc.pid)
     before = watch.written()
+    cpu_before = cpu_seconds(watch.proc.pid)
     started = time.monotonic()
-    (specs / "claim-new.yaml").write_text(CLAIM.format(uid="uid-new"))
+    (specs / f"claim-{count // 2:05d}.yaml").write_text(CLAIM.format(uid="uid-changed"))  # one claim changed
     watch.wait_written(before)
     second = time.monotonic() - started
+    time.sleep(3)
+    change_cpu = cpu_seconds(watch.proc.pid) - cpu_before
     size = os.stat(watch.answer).st_size
-    time.sleep(3)  # the probe's tail: the collection and heap trim after the write
     rss = rss_kib(watch.proc.pid)
     peak = rss_kib(watch.proc.pid, "VmHWM")
     cpu = cpu_seconds(watch.proc.pid)
     time.sleep(idle)
     idle_cpu = cpu_seconds(watch.proc.pid) - cpu
-    print(f"{count} specs: first answer {first:.1f} s, a change {second:.1f} s, answer file {size / 2**20:.1f} MiB, "
-          f"RSS {rss / 1024:.1f} MiB (peak {peak / 1024:.1f}), idle CPU {idle_cpu:.2f} s in {idle:g} s")  # fmt: skip
+    print(f"{count} specs: first answer {first:.1f} s, a change {second:.1f} s ({change_cpu:.2f} s CPU), "
+          f"answer file {size / 2**20:.1f} MiB, RSS between probes {between / 1024:.1f} MiB "
+          f"({'within' if between < REQUEST_KIB else 'over'} the DaemonSet's 32 Mi request), "
+          f"{rss / 1024:.1f} after the change (peak {peak / 1024:.1f}), "
+          f"idle CPU {idle_cpu:.2f} s in {idle:g} s")  # fmt: skip
     watch.stop()
     watch.answer.unlink()
     watch = Watch(specs, out)  # a new process: specs from the disk cache
@@ -173,13 +188,18 @@ def idle_and_delay(work: Path, idle: float) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--changes", type=int, default=500)
-    parser.add_argument("--specs", type=int, default=20_000)
+    parser.add_argument("--specs", type=int, nargs="+", default=[200, 2_000, 20_000])
     parser.add_argument("--idle", type=float, default=20.0)
+    parser.add_argument("--only", choices=["idle", "churn", "many"], help="one part of the bench")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="cgpu-bench-watch-") as work:
-        idle_and_delay(Path(work), args.idle)
-        churn(Path(work), args.changes)
-        many(Path(work), args.specs, args.idle)
+        if args.only in (None, "idle"):
+            idle_and_delay(Path(work), args.idle)
+        if args.only in (None, "churn"):
+            churn(Path(work), args.changes)
+        if args.only in (None, "many"):
+            for count in args.specs:
+                many(Path(work) / str(count), count, args.idle)
 
 
 if __name__ == "__main__":

@@ -86,6 +86,10 @@ def probe(
     - krunkit: `machine`, `vm_image`, `probe_image`, `refresh` (ignore the cached answer);
     - all: `timeout` (seconds, for each command cgpu runs).
 
+    The process keeps what a backend keeps from one call to the next (the cdi backend: the specs
+    parsed and the answers worked out from each file, while the file and every host file read are
+    unchanged): `cgpu.backends.memory(name)`, with `clear()` and `stats()`.
+
     An option the chosen backend does not take is a TypeError (False and None count as not
     given), as is a value of the wrong type: a lone string where a list is expected, a
     `verify` or `refresh` that is not a bool, a `timeout` that is not a number. A value that

@@ -483,11 +483,16 @@ def backend_options(
 
 
 def _run(
-    command: str, backend: str, given: dict[str, Any], progress: Callable[[str], None] | None
+    command: str,
+    backend: str,
+    given: dict[str, Any],
+    progress: Callable[[str], None] | None,
+    memory: object = None,
 ) -> tuple[ReportBuilder, ExitCode]:
-    """Run the backend: its report and the exit status it earns (a bug in cgpu is a report too)."""
+    """Run the backend (with `memory`, what it keeps from the last probe: None, this process's):
+    its report and the exit status it earns (a bug in cgpu is a report too)."""
     try:
-        builder = run_backend(backend, given, progress=progress)
+        builder = run_backend(backend, given, progress=progress, memory=memory)
         if builder.bad_usage:
             code = ExitCode.USAGE
         elif builder.could_not_run:
@@ -568,7 +573,7 @@ def _say_problems(report: dict[str, Any]) -> None:
 
 def _watch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     """Runs until SIGTERM (143) or Ctrl-C (130); bad usage found by the first probe is 2."""
-    from cgpu.fleet.watch import MIN_INTERVAL_S, watch
+    from cgpu.fleet.watch import MIN_INTERVAL_S, WatchOptions, watch
 
     if not (args.answer_file or args.nfd_file or args.metrics_file):
         parser.error("give --answer-file, --nfd-file or both (and/or --metrics-file): watch keeps its answer there")
@@ -586,21 +591,15 @@ def _watch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             f"--expiry {args.expiry:g} is shorter than --interval {args.interval:g}: NFD would drop the labels "
             "before the next write renews them"
         )
+    from cgpu.backends import Backend
+
     backend = args.backend or default_backend()
     given = backend_options(parser, args, backend)
-    inputs_of = between = None
-    if backend == "cdi":  # what its answer depends on, as the backend says after each report
-        from functools import partial
-
-        from cgpu.backends.cdi.answer import remake_kept, warm_up
-        from cgpu.backends.cdi.inputs import answer_inputs
-
-        inputs_of = partial(answer_inputs, **given)
-        between = remake_kept
-        warm_up()
+    chosen = Backend(backend)
+    memory = chosen.new_memory()  # what this watch keeps from one probe to the next
 
     def probe() -> dict[str, Any]:
-        builder, code = _run("watch", backend, given, None)
+        builder, code = _run("watch", backend, given, None, memory)
         if code == ExitCode.USAGE:
             raise _BadUsage()
         return builder.build()
@@ -614,8 +613,7 @@ def _watch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         print(f"cgpu watch {stamp} {escape_lines(message)}", file=sys.stderr, flush=True)
 
     try:
-        watch(
-            probe,
+        options = WatchOptions(
             root=args.root or DEFAULT_ROOT,
             answer_file=args.answer_file,
             nfd_file=args.nfd_file,
@@ -624,9 +622,8 @@ def _watch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             expiry=args.expiry or 3 * args.interval,
             log=log,
             terminated=Terminated,
-            inputs_of=inputs_of,
-            between=between,
         )
+        watch(probe, options, chosen.watching(given, memory))
     except _BadUsage:
         return ExitCode.USAGE
     return ExitCode.OK

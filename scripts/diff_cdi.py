@@ -49,7 +49,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from cgpu.cdi import versions  # noqa: E402
-from cgpu.cdi.scan import clear_parse_cache, scan_spec_dirs  # noqa: E402
+from cgpu.cdi.scan import scan_spec_dirs  # noqa: E402
 
 CDI_MODULE = "tags.cncf.io/container-device-interface"
 LIBRARY_PACKAGES = ("pkg/cdi", "pkg/parser", "internal/validation", "internal/validation/k8s", "specs-go")
@@ -201,8 +201,7 @@ class Verdict:
 
 def cgpu_verdict(dirs: list[str], library: str) -> tuple[Verdict, set[str], bool]:
     """cgpu's verdict, the files it declines on purpose, and whether a panic is random."""
-    clear_parse_cache()
-    result = scan_spec_dirs(dirs, library=library)
+    result = scan_spec_dirs(dirs, library=library)  # no reader: every file read afresh
     errors = sorted({os.path.normpath(path) for severity, path, _ in result.problems if severity == "error"})
     deliberate = {os.path.normpath(p.source) for p in result.problems if p.kind == "unreadable-file"}
     random_panic = any(RANDOM_PANIC in message for _, _, message in result.problems)

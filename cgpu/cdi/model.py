@@ -33,7 +33,7 @@ class _Frozen:
     _values: Callable[[Any], tuple[Any, ...]]
 
     def __init_subclass__(cls) -> None:
-        cls._fields = tuple(name for name in cls.__slots__ if not name.startswith("_"))  # _hash, _origin: no fields
+        cls._fields = tuple(name for name in cls.__slots__ if not name.startswith("_"))  # _hash: no field
         getter = attrgetter(*cls._fields)
         cls._values = getter if len(cls._fields) > 1 else lambda self: (getter(self),)
 
@@ -207,7 +207,7 @@ _NO_EDITS = ContainerEdits()
 
 
 class Spec(_Frozen):
-    __slots__ = ("path", "version", "kind", "devices", "edits", "annotations", "priority", "warnings", "_origin")  # noqa: RUF023 (field order)
+    __slots__ = ("path", "version", "kind", "devices", "edits", "annotations", "priority", "warnings")  # noqa: RUF023 (field order)
     path: str  # the file it came from
     version: str  # as declared, without a leading "v"
     kind: str  # vendor/class
@@ -218,7 +218,6 @@ class Spec(_Frozen):
     # Findings that do not reject the spec (keys in another case, a one-character vendor or
     # class that crashes older engines); the scan reports them as warnings.
     warnings: tuple[str, ...]
-    _origin: object
 
     def __init__(
         self,
@@ -239,16 +238,6 @@ class Spec(_Frozen):
         _set(self, "annotations", {} if annotations is None else annotations)
         _set(self, "priority", priority)
         _set(self, "warnings", warnings)
-
-    @property
-    def origin(self) -> object:
-        """One object for as long as its file is unchanged, whatever object the reader hands back:
-        the parse cache's record of the file (this spec while it is kept parsed, its encoded bytes
-        once it is kept encoded). What the answers remember per spec is kept by it."""
-        try:
-            return self._origin
-        except AttributeError:
-            return self
 
     @property
     def vendor(self) -> str:

@@ -31,10 +31,10 @@ import errno
 import os
 import stat
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from cgpu.cdi import spec_cache, versions
-from cgpu.cdi.model import ContainerEdits, ResolvedDevice, ScanResult, Spec, SpecDevice, _set
+from cgpu.cdi.model import ResolvedDevice, ScanResult, Spec
 from cgpu.cdi.names import go_quote
 from cgpu.cdi.parse import MAX_SPEC_BYTES, SpecError, parse_spec, too_big_message
 from cgpu.errors import CgpuError, CgpuTypeError
@@ -51,280 +51,147 @@ SPEC_EXTENSIONS = (".json", ".yaml")  # exactly these, case-sensitive: not .yml,
 # where a DRA driver writes a spec per claim would otherwise keep every claim's spec), however
 # many there are (20,000 specs must not thrash it).
 PARSE_CACHE_SIZE = 256  # the most kept while one scan runs, beyond the files it has read so far
-# With more spec files than this, the scan keeps each spec encoded (compressed: about 100 bytes
-# for a claim spec, where its objects take 0.9 KiB) and decodes it at each read: a node with
-# 20,000 claim specs would otherwise keep 18 MiB of them. A node's few GPU specs stay parsed.
-KEPT_PARSED = 256
-# Library calls from several threads share these: every change of the order or the entries,
-# and every walk over them, holds the lock (a walk beside a change raised "OrderedDict mutated
-# during iteration" in a thread of the load test). Parsing happens outside it.
-_PARSE_CACHE_LOCK = _thread.allocate_lock()
-# An entry is (key, result), or for a spec kept encoded, one bytes object: key, newline, encoding.
-_parse_cache: OrderedDict[str, tuple[str, Spec | SpecError] | bytes] = OrderedDict()
 
-
-_kept = [0]  # how many entries the last scan left
-
-
-def clear_parse_cache() -> None:
-    with _PARSE_CACHE_LOCK:
-        _parse_cache.clear()
-        _kept[0] = 0
-        _encoded_since[0] = 0
-        _kept_edits[0] = {}
-    _shared.clear()
-    _shared_floor[0] = None
-
-
-# Equal parts of different files, one object: a DRA driver's claim specs differ in a name and an
-# env value, and their spec-level edits, device nodes and most strings are the same (20,000 claim
-# specs held 20,000 copies of each). Values are frozen; only what the parse cache keeps is kept.
-_shared: dict[object, object] = {}
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time
 if TYPE_CHECKING:
-    from typing import Any, TypeVar
-
-    _T = TypeVar("_T")
+    from typing import Any
 
 
-def _one(value: _T) -> _T:
-    return _shared.setdefault(value, value)  # type: ignore[return-value]
+class _File:
+    """One spec file as the reader last read it: its identity, what parsing gave, and what a
+    caller worked out from it (`SpecReader.remember`), which goes when the file changes."""
 
+    __slots__ = ("key", "notes", "result")
 
-def _share_edits(edits: ContainerEdits) -> ContainerEdits:
-    try:
-        known = _shared.get(edits)
-    except TypeError:  # holding dicts (intelRdt, netDevices): kept as parsed
-        return edits
-    if known is not None:
-        return known  # type: ignore[return-value]
-    shared: ContainerEdits = edits.replace(
-        env=_one(tuple(map(_one, edits.env))),
-        device_nodes=_one(tuple(map(_one, edits.device_nodes))),
-        mounts=_one(tuple(map(_one, edits.mounts))),
-        hooks=_one(tuple(map(_one, edits.hooks))),
-    )
-    _shared[shared] = shared
-    return shared
+    def __init__(self, key: str, result: Spec | SpecError) -> None:
+        self.key = key  # "size mtime inode ctime library"
+        self.result = result
+        # name, value, name, value...: a flat tuple, a third of a dict's size (thousands of claim specs)
+        self.notes: tuple[Any, ...] = ()
 
-
-SHARED_DEVICES = 8  # a spec with more devices (a GPU node's) is one of a few: its devices' edits are its own
-
-
-_NO_ANNOTATIONS: dict[str, str] = {}  # of every kept spec and device that has none (never changed)
-
-
-def _share(spec: Spec) -> Spec:
-    """`spec` with its edits, device nodes, mounts, hooks and env strings shared with the other specs'
-    (its devices' only for a spec of a few devices, as a claim spec is: thousands of files of them)."""
-    edits = _share_edits(spec.edits)
-    devices = spec.devices if len(spec.devices) > SHARED_DEVICES else tuple(map(_share_device, spec.devices))
-    annotations = spec.annotations or _NO_ANNOTATIONS
-    if (
-        edits is spec.edits
-        and annotations is spec.annotations
-        and all(a is b for a, b in zip(devices, spec.devices, strict=True))
-    ):
-        return spec
-    shared_spec: Spec = spec.replace(
-        edits=edits, devices=devices, kind=_one(spec.kind), version=_one(spec.version), annotations=annotations
-    )
-    return shared_spec
-
-
-def _share_device(device: SpecDevice) -> SpecDevice:
-    edits = _share_edits(device.edits)
-    annotations = device.annotations or _NO_ANNOTATIONS
-    if edits is device.edits and annotations is device.annotations:
-        return device
-    shared: SpecDevice = device.replace(edits=edits, annotations=annotations)
-    return shared
-
-
-_shared_floor: list[int | None] = [None]  # the table's size after the last prune (None: none yet)
-
-
-def _prune_shared() -> None:
-    """After the first scan, and whenever the table has doubled since the last prune: keep only
-    what the kept specs use twice or more. A value one file alone holds (a claim's own name, env
-    tuple and edits) gains nothing from its entry, which was a tenth of what a claim spec kept;
-    one no kept spec uses any more (its files removed) goes too. So the table stays within twice
-    what the spec dirs share now, and the kept specs stay as they are (their devices' answers too)."""
-    floor = _shared_floor[0]
-    if floor is not None and len(_shared) <= 2 * floor + 64:
-        return
-    uses: dict[int, int] = {}
-    for entry in _parse_cache.values():
-        result = entry[1] if type(entry) is tuple else None  # a spec kept encoded holds no shared object
-        if not isinstance(result, Spec):
-            continue
-        parts: list[object] = [result.kind, result.version]
-        for edits in (result.edits, *(d.edits for d in result.devices[: SHARED_DEVICES + 1])):
-            parts += (edits, edits.env, edits.device_nodes, edits.mounts, edits.hooks)
-            parts += (*edits.env, *edits.device_nodes, *edits.mounts, *edits.hooks)
-        for part in parts:
-            uses[id(part)] = uses.get(id(part), 0) + 1
-    kept = [(key, value) for key, value in list(_shared.items()) if uses.get(id(key), 0) >= 2]
-    _shared.clear()  # and made anew: a dict's table does not shrink as entries are deleted
-    _shared.update(kept)
-    _shared_floor[0] = len(_shared)
-
-
-def _current(entry: tuple[str, Spec | SpecError] | bytes, key: str) -> bool:
-    if isinstance(entry, bytes):
-        return entry.startswith(f"{key}\n".encode())
-    return entry[0] == key
-
-
-def _read_spec(path: str, info: os.stat_result, priority: int, cache: _DiskCache) -> Spec:
-    """Parse one spec file (through the caches); raises SpecError."""
-    key = f"{info.st_size} {info.st_mtime_ns} {info.st_ino} {info.st_ctime_ns} {cache.library}"  # one object
-    with _PARSE_CACHE_LOCK:
-        cached = _parse_cache.get(path)
-        if cached is not None and not _current(cached, key):
-            cached = None
-        if cached is not None:
-            _parse_cache.move_to_end(path)
-    result: Spec | SpecError | None = None
-    if isinstance(cached, bytes):
-        decoded = _decode_kept(cached, path, priority, cache)  # None: not decodable (never seen): read the file
-        if decoded is not None:
-            cache.read.add(path)
-            return decoded
-    elif cached is not None:
-        result = cached[1]
-    if result is None:
-        if info.st_size > MAX_SPEC_BYTES:
-            raise SpecError(path, too_big_message(info.st_size), by_library=False)
-        # What is kept is made here, among this file's short-lived parsing objects (freed before
-        # the next file's), not beside the listing's stat results of every file: a kept path left
-        # there would keep the listing's memory from going back to the kernel.
-        path = (path + "/")[:-1]
-        result = cache.load(path, info, priority) or _parse_file(path, info, priority, cache)
-        if isinstance(result, Spec):
-            result = _share(result) if len(_parse_cache) <= KEPT_PARSED else _with_kept_edits(result, cache)
-        cache.read.add(path)
-        with _PARSE_CACHE_LOCK:
-            _parse_cache[path] = (key, result)
-            _parse_cache.move_to_end(path)
-            # beyond what the last scan kept (all of which this scan may still read: evicting one
-            # of those would evict the next file ahead, and so on, re-reading every later file)
-            if len(_parse_cache) > PARSE_CACHE_SIZE + len(cache.read) + _kept[0]:
-                _parse_cache.popitem(last=False)
-    cache.read.add(path)
-    if isinstance(result, SpecError):
-        raise result
-    if result.priority == priority:
-        return result
-    placed: Spec = result.replace(priority=priority)  # read from another spec dir's place in the order
-    _set(placed, "_origin", result.origin)
-    return placed
-
-
-_kept_dictionary: list[bytes] = []  # the compressor's preset dictionary: the first spec kept encoded
-_encoded_since = [0]  # specs kept encoded since the kept encodings were last made anew
-# The spec-level edits of the specs kept encoded, one object for equal ones, from one scan to the
-# next: what the risky-edits memo keeps its answers by (a decoded spec's edits are new objects).
-_kept_edits: list[dict[ContainerEdits, ContainerEdits]] = [{}]
-
-
-def _keep_encoded(cache: _DiskCache) -> None:
-    """After a scan (the lock held): with more than KEPT_PARSED files, every parsed spec is kept
-    encoded instead (all of them: a spec kept parsed among thousands would be a long-lived object
-    made among a probe's short-lived ones). The spec objects of this scan see their new origin,
-    so that what the answers remember of them is found again by the decoded specs."""
-    import marshal
-    import zlib
-
-    if len(_parse_cache) > KEPT_PARSED:
-        parsed = [
-            (path, entry[0], entry[1])
-            for path, entry in _parse_cache.items()
-            if isinstance(entry, tuple) and isinstance(entry[1], Spec)
-        ]
-    else:
-        parsed = []
-    for path, key, spec in parsed:
-        try:
-            data = marshal.dumps(spec_cache.encode_spec(spec))
-        except ValueError:  # defensive: a parsed spec holds only JSON values; else it stays parsed
-            continue
-        if not _kept_dictionary:
-            _kept_dictionary.append(data)
-        compressor = zlib.compressobj(9, zlib.DEFLATED, -15, 9, zlib.Z_DEFAULT_STRATEGY, _kept_dictionary[0])
-        kept = f"{key}\n".encode() + compressor.compress(data) + compressor.flush()
-        _set(spec, "_origin", kept)
-        _parse_cache[path] = kept
-        _encoded_since[0] += 1
-        _kept_edits_of(spec, cache)
-    _kept_edits[0] = cache.edits
-
-
-def remake_encoded(detach: Callable[[list[bytes]], Any], attach: Callable[[list[bytes], Any], None]) -> None:
-    """Make the kept encodings and their paths anew, in one run, if any was added since the last
-    time: called between probes, once a probe's own objects are freed. Each was made among a
-    probe's short-lived objects (the paths while their files were read, the encodings while the
-    scan's parsed specs were alive), and CPython's allocator returns a 1 MiB arena to the kernel
-    only when every object in it is freed: 20,000 claim specs kept 35 arenas of mostly freed
-    memory. They are written into one buffer outside that heap, let go of, and read back into
-    pools next to each other. `detach(encodings)` lets go of what is kept by them elsewhere (the
-    answers' memo) and returns it; `attach(new_encodings, it)` keeps it by the new ones."""
-    import marshal
-
-    with _PARSE_CACHE_LOCK:
-        if not _encoded_since[0]:
-            return
-        entries = list(_parse_cache.items())
-        parsed = [entry for _, entry in entries if not isinstance(entry, bytes)]
-        encoded = [entry for _, entry in entries if isinstance(entry, bytes)]
-        held = detach(encoded)
-        # two flat lists, not a pair per entry: no small object is made beside the new ones
-        buffer = marshal.dumps(
-            ([path for path, _ in entries], [entry if isinstance(entry, bytes) else None for _, entry in entries])
-        )
-        del entries, encoded
-        _parse_cache.clear()
-        paths, kept = marshal.loads(buffer)
-        del buffer
-        parsed.reverse()
-        for path, entry in zip(paths, kept, strict=True):
-            _parse_cache[path] = parsed.pop() if entry is None else entry
-        attach([entry for entry in kept if entry is not None], held)
-        _encoded_since[0] = 0
-
-
-def _decode_kept(kept: bytes, path: str, priority: int, cache: _DiskCache) -> Spec | None:
-    """The spec a kept encoding holds; None if it does not decode (never expected: then the file
-    is read again)."""
-    import marshal
-    import zlib
-
-    try:
-        encoded = memoryview(kept)[kept.index(b"\n") + 1 :]
-        data = zlib.decompressobj(-15, zdict=_kept_dictionary[0]).decompress(encoded)
-        spec = spec_cache.decode_spec(marshal.loads(data), path, priority)
-    except Exception:  # an optimisation never fails a scan
+    def note(self, name: str) -> Any:
+        notes = self.notes
+        for index in range(0, len(notes), 2):
+            if notes[index] == name:
+                return notes[index + 1]
         return None
-    _set(spec, "edits", _kept_edits_of(spec, cache))  # a new object no one else has seen yet
-    _set(spec, "_origin", kept)
-    return spec
+
+    def set_note(self, name: str, value: object) -> None:
+        notes = self.notes
+        for index in range(0, len(notes), 2):
+            if notes[index] == name:
+                self.notes = (*notes[: index + 1], value, *notes[index + 2 :])
+                return
+        self.notes = (*notes, name, value)
 
 
-def _kept_edits_of(spec: Spec, cache: _DiskCache) -> ContainerEdits:
-    """The one object for the spec-level edits equal to `spec`'s, of the specs kept encoded."""
-    try:
-        edits = cache.edits.get(spec.edits) or _kept_edits[0].get(spec.edits, spec.edits)
-        cache.edits[edits] = edits
-    except TypeError:  # edits holding dicts (intelRdt, netDevices): not shared
-        return spec.edits
-    return edits
+class SpecReader:
+    """What the reader keeps from one scan to the next, as the CDI library's Cache keeps its specs:
+    each spec file's parse result while the file is unchanged, and what a caller worked out from
+    that file (`remember`, `recall`: the cdi backend's answers per spec), which goes with the file
+    when it changes or leaves the spec dirs. So it holds what the spec dirs hold now, never history.
+
+    `cgpu watch` holds one, a CLI run makes one, a library process keeps one per backend
+    (`cgpu.backends.memory`). Library calls from several threads may share one: every change of
+    the entries, and every walk over them, holds its lock (parsing happens outside it)."""
+
+    __slots__ = ("_entries", "_kept", "_lock")
+
+    def __init__(self) -> None:
+        self._lock = _thread.allocate_lock()
+        self._entries: OrderedDict[str, _File] = OrderedDict()
+        self._kept = 0  # how many entries the last scan left
+
+    def scan(self, spec_dirs: Sequence[str] = DEFAULT_SPEC_DIRS, **options: Any) -> ScanResult:
+        """`scan_spec_dirs` through this reader."""
+        return scan_spec_dirs(spec_dirs, reader=self, **options)
+
+    def clear(self) -> None:
+        """Forget everything: the next scan reads every file again (from the disk cache, if any)."""
+        with self._lock:
+            self._entries.clear()
+            self._kept = 0
+
+    def forget(self) -> None:
+        """Forget what callers remembered of the files (`remember`), keep what parsing gave."""
+        with self._lock:
+            for entry in self._entries.values():
+                entry.notes = ()
+
+    def stats(self) -> dict[str, int]:
+        """`files`: spec files kept parsed; `remembered`: what callers keep of them, counted per name."""
+        with self._lock:
+            entries = list(self._entries.values())
+        counts = {"files": len(entries)}
+        for entry in entries:
+            for name in entry.notes[::2]:
+                counts[name] = counts.get(name, 0) + 1
+        return counts
+
+    def recall(self, spec: Spec, name: str) -> Any:
+        """What was remembered as `name` of `spec`'s file, while it is the file this reader read
+        (None: nothing, or the file changed since)."""
+        entry = self._entries.get(spec.path)
+        if entry is None or not entry.notes or not _same_file(entry.result, spec):
+            return None
+        return entry.note(name)
+
+    def remember(self, spec: Spec, name: str, value: object) -> None:
+        """Keep `value` as `name` of `spec`'s file, for as long as the file is unchanged."""
+        entry = self._entries.get(spec.path)
+        if entry is None or not _same_file(entry.result, spec):
+            return  # changed since (another thread's scan), or read without keeping
+        entry.set_note(name, value)
+
+    def recalled(self, name: str) -> list[Any]:
+        """Every file's `name`."""
+        with self._lock:
+            entries = list(self._entries.values())
+        found = [entry.note(name) for entry in entries]
+        return [value for value in found if value is not None]
+
+    def _read(self, path: str, info: os.stat_result, priority: int, cache: _DiskCache) -> Spec:
+        """Parse one spec file (through the caches); raises SpecError."""
+        key = f"{info.st_size} {info.st_mtime_ns} {info.st_ino} {info.st_ctime_ns} {cache.library}"
+        with self._lock:
+            entry = self._entries.get(path)
+            if entry is not None and entry.key != key:
+                entry = None
+            if entry is not None:
+                self._entries.move_to_end(path)
+        if entry is not None:
+            result = entry.result
+        else:
+            if info.st_size > MAX_SPEC_BYTES:
+                raise SpecError(path, too_big_message(info.st_size), by_library=False)
+            result = cache.load(path, info, priority) or _parse_file(path, info, priority, cache)
+            cache.read.add(path)
+            with self._lock:
+                self._entries[path] = _File(key, result)
+                self._entries.move_to_end(path)
+                # beyond what the last scan kept (all of which this scan may still read: evicting one
+                # of those would evict the next file ahead, and so on, re-reading every later file)
+                if len(self._entries) > PARSE_CACHE_SIZE + len(cache.read) + self._kept:
+                    self._entries.popitem(last=False)
+        cache.read.add(path)
+        if isinstance(result, SpecError):
+            raise result
+        if result.priority == priority:
+            return result
+        placed: Spec = result.replace(priority=priority)  # read from another spec dir's place in the order
+        return placed
+
+    def _keep_only(self, read: set[str]) -> None:
+        """After a scan: only the files it read (the spec dirs' current files) stay."""
+        with self._lock:
+            for stale in [path for path in self._entries if path not in read]:
+                del self._entries[stale]
+            self._kept = len(self._entries)
 
 
-def _with_kept_edits(spec: Spec, cache: _DiskCache) -> Spec:
-    """A spec to be kept encoded, with the spec-level edits the others equal to them have: what the
-    risky-edits memo keeps its answer by (one entry for 20,000 claim specs, not 20,000)."""
-    edits = _kept_edits_of(spec, cache)
-    return spec if edits is spec.edits else spec.replace(edits=edits)
+def _same_file(result: Spec | SpecError, spec: Spec) -> bool:
+    """`spec` is what the reader read from its file (perhaps placed at another priority)."""
+    return result is spec or (isinstance(result, Spec) and result.devices is spec.devices)
 
 
 class _DiskCache:
@@ -336,7 +203,6 @@ class _DiskCache:
         self.library = library
         self.stored = False
         self.read: set[str] = set()  # every spec path this scan read (the current spec dirs' files)
-        self.edits: dict[ContainerEdits, ContainerEdits] = {}  # of the specs it keeps encoded (_kept_edits)
 
     def load(self, path: str, info: os.stat_result, priority: int) -> Spec | SpecError | None:
         if self.directory is None or self.library != versions.LIBRARY:
@@ -562,6 +428,7 @@ def scan_spec_dirs(
     cache_dir: str | os.PathLike[str] | None = None,
     library: str = versions.LIBRARY,
     root: str | None = None,
+    reader: SpecReader | None = None,
 ) -> ScanResult:
     """Read every spec in the dirs (lowest priority first) with the reference library's rules.
 
@@ -571,6 +438,7 @@ def scan_spec_dirs(
     library: versions.LIBRARY (what engines ship) or versions.LIBRARY_MAIN.
     root: the node's root (`--root`): a spec dir under it is read as the node reads it, every
     link in the dir's path and to a spec file resolved inside the root (None: this machine's `/`).
+    reader: what is kept from one scan to the next (None: nothing, each file read afresh).
     """
     if isinstance(spec_dirs, str):
         raise CgpuTypeError("spec_dirs is a list of directories, not one string")
@@ -584,6 +452,7 @@ def scan_spec_dirs(
     engine = engine_label or "the engine"
     files = NodeFiles(root or DEFAULT_ROOT)
     cache = _DiskCache(cache_dir, library, files)
+    reader = SpecReader() if reader is None else reader
     stop: _StopScan | None = None
     for priority, directory in enumerate(spec_dirs):
         directory = os.path.normpath(directory)
@@ -593,7 +462,7 @@ def scan_spec_dirs(
             stop, spec_files = stopped, stopped.files
         for path, info, withhold in spec_files:
             try:
-                spec = _read_spec(path, info, priority, cache)
+                spec = reader._read(path, info, priority, cache)
             except SpecError as exc:
                 if exc.crash:
                     crashes.append(path)
@@ -639,7 +508,7 @@ def scan_spec_dirs(
     unreached: dict[str, Spec] = {}
     if stop is not None:
         later = [os.path.normpath(d) for d in spec_dirs[priority + 1 :]]
-        if later:  # read as data: what the engine would have found there
+        if later:  # read as data (by a reader of its own): what the engine would have found there
             beyond = scan_spec_dirs(
                 later,
                 max_version=max_version,
@@ -654,12 +523,7 @@ def scan_spec_dirs(
         )
     if cache.stored and cache.directory is not None:
         spec_cache.prune(cache.directory, keep=cache.read)
-    with _PARSE_CACHE_LOCK:
-        for stale in [path for path in _parse_cache if path not in cache.read]:
-            del _parse_cache[stale]
-        _kept[0] = len(_parse_cache)
-        _keep_encoded(cache)
-        _prune_shared()
+    reader._keep_only(cache.read)
     for qualified, conflict_priority in conflicts.items():
         survivor = devices.pop(qualified, None)
         if survivor is not None and survivor.spec.priority > conflict_priority:

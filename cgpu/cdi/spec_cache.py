@@ -238,8 +238,7 @@ class _Tables:
 
 
 def encode_spec(spec: Spec) -> dict[str, Any]:
-    """`spec` as JSON values (the path and priority left out): the disk cache's entry, and the
-    reader's compressed form of a spec kept encoded in memory."""
+    """`spec` as JSON values (the path and priority left out): the disk cache's entry."""
     tables = _Tables()
     devices = [[d.name, d.annotations, tables.edits_index(d.edits)] for d in spec.devices]
     edits = tables.edits_index(spec.edits)

@@ -1,7 +1,7 @@
 """`cgpu watch`: keep an answer file, an NFD feature file and a metrics file current as the node changes.
 
 It probes once, then again when what decides the answer may have changed, as the backend says
-(`cgpu.backends.cdi.inputs`, after each probe): a file added, removed or edited in a spec dir, a
+(`cgpu.backends.Watching`, after each probe): a file added, removed or edited in a spec dir, a
 host file's text (the NVIDIA driver version under the root), an engine's file (its binary, package
 database or configuration), SIGHUP, and at every interval (which also renews the feature file's
 expiry). Spec dirs are watched with inotify where the kernel has it (through inotify_simple): a dir
@@ -39,7 +39,7 @@ from cgpu.apis import API_ORDER
 from cgpu.options import DEFAULT_ROOT
 
 if TYPE_CHECKING:
-    from cgpu.backends.cdi.inputs import AnswerInputs
+    from cgpu.backends import AnswerInputs, Watching
 
 POLL_S: Final = 2.0  # fingerprint check; also how soon a driver change or a new spec dir is seen
 QUIET_S: Final = 0.2  # a burst of changes ends after this much calm ...
@@ -49,7 +49,6 @@ NFD_RATE_S: Final = 1.0  # nfd-worker (>= v0.19) acts on at most one features.d 
 
 Probe = Callable[[], dict[str, Any]]
 Log = Callable[[str], None]
-InputsOf = Callable[[dict[str, Any] | None], "AnswerInputs"]
 
 
 def host_fingerprint(root: str, host_files: Sequence[str], engine_files: Sequence[str] = ()) -> tuple[Any, ...]:
@@ -357,11 +356,53 @@ class Control:
 
 
 class Output:
-    __slots__ = ("failing", "kind", "path")
+    """One file `watch` keeps current: `name` says which in log lines (and in the metrics)."""
 
-    def __init__(self, kind: str, path: str) -> None:
-        self.kind, self.path = kind, path
+    __slots__ = ("failing", "path")
+    name = ""
+    rate_limited = False  # its dir is watched by a reader that acts on at most one event a second
+
+    def __init__(self, path: str) -> None:
+        self.path = path
         self.failing: str | None = None  # why the last write failed; None when it succeeded
+
+    def data(self, report: dict[str, Any], publisher: Publisher) -> bytes | Iterator[bytes]:
+        raise NotImplementedError
+
+
+class AnswerOutput(Output):
+    __slots__ = ()
+    name = "answer"
+
+    def data(self, report: dict[str, Any], publisher: Publisher) -> bytes | Iterator[bytes]:
+        from cgpu.report import json_chunks
+
+        return json_chunks(report)  # streamed: 20,000 devices are 16 MiB of JSON
+
+
+class FeatureOutput(Output):
+    __slots__ = ()
+    name = "NFD feature"
+    rate_limited = True  # nfd-worker (>= v0.19): NFD_RATE_S
+
+    def data(self, report: dict[str, Any], publisher: Publisher) -> bytes | Iterator[bytes]:
+        from cgpu.fleet.nfd import feature_file
+
+        expires = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=publisher.expiry)
+        return feature_file(report, expires=expires).encode()
+
+
+class MetricsOutput(Output):
+    __slots__ = ()
+    name = "metrics"
+
+    def data(self, report: dict[str, Any], publisher: Publisher) -> bytes | Iterator[bytes]:
+        from cgpu.fleet.metrics import metrics_text
+
+        assert publisher.finished is not None
+        finished_at, duration = publisher.finished
+        writes = {o.name: o.failing is None for o in publisher.outputs if o is not self}
+        return metrics_text(report, finished_at=finished_at, duration=duration, writes=writes).encode()
 
 
 class Publisher:
@@ -377,16 +418,18 @@ class Publisher:
         expiry: float,
         log: Log,
     ) -> None:
-        self.outputs = [
-            Output(kind, path)
-            # the answer after the feature file (once it is there, the other was tried: a probe's
-            # whole round), the metrics last (they say how the others' writes went)
-            for kind, path in (("NFD feature", nfd_file), ("answer", answer_file), ("metrics", metrics_file))
-            if path
+        # the answer after the feature file (once it is there, the other was tried: a probe's whole
+        # round), the metrics last (they say how the others' writes went)
+        kinds: list[tuple[type[Output], str | None]] = [
+            (FeatureOutput, nfd_file),
+            (AnswerOutput, answer_file),
+            (MetricsOutput, metrics_file),
         ]
+        self.outputs = [kind(path) for kind, path in kinds if path]
         self.expiry = expiry
         self._log = log
-        self._last: tuple[dict[str, Any], float, float] | None = None
+        self._last: dict[str, Any] | None = None
+        self.finished: tuple[float, float] | None = None  # the last probe's (end, duration)
         self._nfd_not_before = 0.0
 
     def prepare(self) -> None:
@@ -407,7 +450,7 @@ class Publisher:
             existed = os.path.lexists(os.path.join(directory, TEMP_DIR))
             with contextlib.suppress(OSError):  # reported by the write that needs it
                 temp_dir(directory)
-                if not existed and output.kind == "NFD feature":
+                if not existed and output.rate_limited:
                     self._nfd_not_before = time.monotonic() + NFD_RATE_S
 
     def settle(self) -> None:
@@ -423,50 +466,33 @@ class Publisher:
         return any(output.failing for output in self.outputs)
 
     def publish(self, report: dict[str, Any], *, finished_at: float, duration: float) -> None:
+        self.finished = (finished_at, duration)
         for output in self.outputs:
-            self._write(output, report, finished_at, duration)
+            self._write(output, report)
         # kept only for a write to retry: a report lists every device (20,000 DRA claims: ~20 MB)
-        self._last = (report, finished_at, duration) if self.failing else None
+        self._last = report if self.failing else None
 
     def retry(self) -> None:
         if self._last is not None:
-            report, finished_at, duration = self._last
             for output in self.outputs:
                 if output.failing:
-                    self._write(output, report, finished_at, duration)
+                    self._write(output, self._last)
             if not self.failing:
                 self._last = None
 
-    def _data(
-        self, output: Output, report: dict[str, Any], finished_at: float, duration: float
-    ) -> bytes | Iterator[bytes]:
-        if output.kind == "answer":
-            from cgpu.report import json_chunks
-
-            return json_chunks(report)  # streamed: 20,000 devices are 16 MiB of JSON
-        if output.kind == "NFD feature":
-            from cgpu.fleet.nfd import feature_file
-
-            expires = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=self.expiry)
-            return feature_file(report, expires=expires).encode()
-        from cgpu.fleet.metrics import metrics_text
-
-        writes = {o.kind: o.failing is None for o in self.outputs if o is not output}
-        return metrics_text(report, finished_at=finished_at, duration=duration, writes=writes).encode()
-
-    def _write(self, output: Output, report: dict[str, Any], finished_at: float, duration: float) -> None:
+    def _write(self, output: Output, report: dict[str, Any]) -> None:
         from cgpu.node.files import write_atomic, write_failure
 
         try:
-            write_atomic(output.path, self._data(output, report, finished_at, duration))
+            write_atomic(output.path, output.data(report, self))
         except (OSError, ValueError) as exc:
             why = write_failure(output.path, exc) if isinstance(exc, OSError) else str(exc)
             if why != output.failing:
-                self._log(f"cannot write the {output.kind} file {output.path}: {why}; trying again at the next wake-up")
+                self._log(f"cannot write the {output.name} file {output.path}: {why}; trying again at the next wake-up")
             output.failing = why
             return
         if output.failing:
-            self._log(f"wrote the {output.kind} file {output.path} again")
+            self._log(f"wrote the {output.name} file {output.path} again")
         output.failing = None
 
 
@@ -484,41 +510,77 @@ def describe(report: dict[str, Any]) -> str:
     return f"containers get: {provided}" + (f"; unknown: {', '.join(unknown)}" if unknown else "")
 
 
-def watch(
-    probe: Probe,
-    *,
-    spec_dirs: Sequence[str] = (),
-    root: str,
-    answer_file: str | None,
-    nfd_file: str | None,
-    interval: float,
-    expiry: float,
-    log: Log,
-    metrics_file: str | None = None,
-    rounds: int | None = None,
-    terminated: type[BaseException] = KeyboardInterrupt,
-    inputs_of: InputsOf | None = None,
-    between: Callable[[], None] | None = None,
-) -> None:
+class WatchOptions:
+    """How `watch` runs: the spec dirs to watch (before the backend says which; without its
+    `inputs`, these alone) and the root the host files are under, the files it keeps (at least
+    one), how often it probes at the latest (`interval`, s) and how long the NFD labels live
+    (`expiry`, s), where its log lines go, what SIGTERM raises (`terminated`; SIGINT raises
+    KeyboardInterrupt), and `rounds`: stop after that many probes (tests; None: until a signal)."""
+
+    __slots__ = (
+        "answer_file",
+        "expiry",
+        "interval",
+        "log",
+        "metrics_file",
+        "nfd_file",
+        "root",
+        "rounds",
+        "spec_dirs",
+        "terminated",
+    )
+
+    def __init__(
+        self,
+        *,
+        root: str,
+        interval: float,
+        expiry: float,
+        log: Log,
+        spec_dirs: Sequence[str] = (),
+        answer_file: str | None = None,
+        nfd_file: str | None = None,
+        metrics_file: str | None = None,
+        rounds: int | None = None,
+        terminated: type[BaseException] = KeyboardInterrupt,
+    ) -> None:
+        self.spec_dirs = spec_dirs
+        self.root = root
+        self.answer_file = answer_file
+        self.nfd_file = nfd_file
+        self.metrics_file = metrics_file
+        self.interval = interval
+        self.expiry = expiry
+        self.log = log
+        self.rounds = rounds
+        self.terminated = terminated
+
+
+def watch(probe: Probe, options: WatchOptions, backend: Watching | None = None) -> None:
     """Probe and publish, then again on every change, SIGHUP and interval; runs until SIGTERM
-    (raises `terminated`) or SIGINT (KeyboardInterrupt), or for `rounds` probes (tests).
-    `inputs_of`: what the answer depends on, from the backend (`answer_inputs`), asked before the
-    first probe (None) and after each with its report; without it, `spec_dirs` alone are watched.
-    `between`: the backend's own tidying after each probe, once its report is freed and before
-    memory goes back to the kernel (`cdi`: `remake_kept`)."""
-    control = Control(terminated)
+    (raises `options.terminated`) or SIGINT (KeyboardInterrupt), or for `options.rounds` probes.
+    `backend`: what the backend offers a watch (`cgpu.backends.Watching`): what the answer depends
+    on, asked before the first probe (None) and after each with its report, and its tidying after
+    each probe, once its report is freed and before memory goes back to the kernel."""
+    inputs_of = backend.inputs if backend is not None else None
+    rounds, log = options.rounds, options.log
+    control = Control(options.terminated)
     control.install()
     wakeup: Wakeup | None = None
     try:
         publisher = Publisher(
-            answer_file=answer_file, nfd_file=nfd_file, metrics_file=metrics_file, expiry=expiry, log=log
+            answer_file=options.answer_file,
+            nfd_file=options.nfd_file,
+            metrics_file=options.metrics_file,
+            expiry=options.expiry,
+            log=log,
         )
         with control.held():
             publisher.prepare()
-        wakeup = Wakeup(spec_dirs, root, signal_fd=control.fd)
+        wakeup = Wakeup(options.spec_dirs, options.root, signal_fd=control.fd)
         if inputs_of is not None:
             wakeup.set_inputs(inputs_of(None))
-        log(f"watching {wakeup.describe()}{_files(wakeup)}, and every {interval:g} s")
+        log(f"watching {wakeup.describe()}{_files(wakeup)}, and every {options.interval:g} s")
         last = None
         done = 0
         while rounds is None or done < rounds:
@@ -538,10 +600,10 @@ def watch(
                 last = summary(report)
                 log(describe(report))
             del report  # not held while asleep (the publisher keeps it only for a failed write)
-            _release_memory(between)
+            _release_memory(backend.tidy if backend is not None else None)
             if rounds is not None and done >= rounds:
                 break
-            _sleep(wakeup, control, publisher, interval, log)
+            _sleep(wakeup, control, publisher, options.interval, log)
     finally:
         if wakeup is not None:
             wakeup.close()
@@ -558,16 +620,16 @@ def _files(wakeup: Wakeup) -> str:
 _trim: list[Any] = []
 
 
-def _release_memory(between: Callable[[], None] | None) -> None:
-    """Collect what the probe left, let the backend tidy what it keeps (`between`: with every
+def _release_memory(tidy: Callable[[], None] | None) -> None:
+    """Collect what the probe left, let the backend tidy what it keeps (`tidy`: with every
     object of the probe gone), and hand what was freed back to the kernel (glibc keeps a freed
     heap for reuse): the watch's resident size between probes is then that of what it keeps, not
     of the last probe's peak. The last step is Linux's (glibc) only."""
     import gc
 
     gc.collect()
-    if between is not None:
-        between()
+    if tidy is not None:
+        tidy()
     if not sys.platform.startswith("linux"):
         return
     if not _trim:

@@ -11,7 +11,6 @@ import pytest
 from cgpu.cdi import spec_cache
 from cgpu.cdi.model import Spec
 from cgpu.cdi.parse import SpecError, parse_spec
-from cgpu.cdi.scan import clear_parse_cache
 
 
 def parse(text: str, path: str = "/etc/cdi/test.yaml") -> Spec:
@@ -76,6 +75,3 @@ def _fresh_parse_cache(monkeypatch):
     # Nothing goes to the disk cache here (however slowly a test runs, its files count as just
     # changed), so "cleared" means parsed again; test_spec_cache.py turns the disk cache on.
     monkeypatch.setattr(spec_cache, "RACY_SECONDS", math.inf)
-    clear_parse_cache()
-    yield
-    clear_parse_cache()

@@ -8,7 +8,7 @@ import shutil
 import pytest
 
 from cgpu.cdi import scan as scan_module
-from cgpu.cdi.scan import scan_spec_dirs
+from cgpu.cdi.scan import SpecReader, scan_spec_dirs
 from cgpu.node import host as host_module
 
 from .conftest import minimal, write
@@ -170,7 +170,7 @@ def test_fifo_is_never_opened(tmp_path):
 def test_unreadable_file_and_dir(tmp_path):
     etc, locked = tmp_path / "etc", tmp_path / "locked"
     path = write(etc, "a.yaml", minimal())
-    write(locked, "b.yaml", minimal(kind="example.com/b"))
+    write(locked, "b.yaml", minimal(kind="example.com/bb"))
     path.chmod(0)
     locked.chmod(0)
     try:
@@ -203,19 +203,23 @@ def test_parse_cache_reuses_unchanged_files_and_rereads_changed_ones(tmp_path, p
     etc = tmp_path / "etc"
     path = write(etc, "a.yaml", minimal(env="A=1"))
     write(etc, "bad.yaml", "kind: [")
-    first = scan_spec_dirs([str(etc)])
-    second = scan_spec_dirs([str(etc)])
+    reader = SpecReader()
+    first = reader.scan([str(etc)])
+    second = reader.scan([str(etc)])
     assert len(parses) == 2 and first.problems == second.problems
     assert second.devices["example.com/gpu=gpu0"].device.edits.env == ("A=1",)
     path.write_text(minimal(env="A=22"))  # size changes
-    third = scan_spec_dirs([str(etc)])
+    third = reader.scan([str(etc)])
     assert len(parses) == 3 and third.devices["example.com/gpu=gpu0"].device.edits.env == ("A=22",)
     # the same file under another priority keeps its parse and gets the new priority
-    assert scan_spec_dirs([str(tmp_path / "none"), str(etc)]).devices["example.com/gpu=gpu0"].spec.priority == 1
+    assert reader.scan([str(tmp_path / "none"), str(etc)]).devices["example.com/gpu=gpu0"].spec.priority == 1
     assert len(parses) == 3
-    scan_module.clear_parse_cache()
-    scan_spec_dirs([str(etc)])
+    reader.clear()
+    reader.scan([str(etc)])
     assert len(parses) == 5
+    scan_spec_dirs([str(etc)])  # no reader: nothing kept from one scan to the next
+    scan_spec_dirs([str(etc)])
+    assert len(parses) == 9
 
 
 def test_parse_cache_is_bounded_by_the_current_spec_dirs_not_by_history(tmp_path, monkeypatch):
@@ -223,122 +227,41 @@ def test_parse_cache_is_bounded_by_the_current_spec_dirs_not_by_history(tmp_path
     etc = tmp_path / "etc"
     for index in range(5):
         write(etc, f"{index}.yaml", minimal(kind=f"example.com/k{index}"))
-    assert len(scan_spec_dirs([str(etc)]).devices) == 5
-    assert sorted(scan_module._parse_cache) == sorted(str(etc / f"{i}.yaml") for i in range(5))  # no thrashing
+    reader = SpecReader()
+    assert len(reader.scan([str(etc)]).devices) == 5
+    assert reader.stats() == {"files": 5}  # no thrashing
     for churn in range(50):  # a spec per claim: each written, read, then removed
         (etc / f"claim-{churn}.yaml").write_text(minimal(kind=f"example.com/c{churn}"))
-        scan_spec_dirs([str(etc)])
+        reader.scan([str(etc)])
         (etc / f"claim-{churn}.yaml").unlink()
     for index in range(3):
         (etc / f"{index}.yaml").unlink()
-    assert len(scan_spec_dirs([str(etc)]).devices) == 2
-    assert sorted(scan_module._parse_cache) == [str(etc / "3.yaml"), str(etc / "4.yaml")]
+    assert sorted(reader.scan([str(etc)]).devices) == ["example.com/k3=gpu0", "example.com/k4=gpu0"]
+    assert reader.stats() == {"files": 2}
 
 
-CLAIM = """cdiVersion: 0.6.0
-kind: k8s.gpu.nvidia.com/claim
-devices:
-  - name: {uid}
-    containerEdits:
-      env: [NVIDIA_VISIBLE_DEVICES=void, CLAIM_UID={uid}]
-      deviceNodes: [{{path: /dev/nvidia0}}]
-containerEdits:
-  deviceNodes: [{{path: /dev/nvidiactl}}, {{path: /dev/nvidia-uvm}}]
-"""
-
-
-def test_claim_specs_share_their_equal_parts_and_the_table_keeps_only_those(tmp_path):
+def test_what_is_remembered_of_a_file_lasts_while_it_is_unchanged_and_goes_with_it(tmp_path):
     etc = tmp_path / "etc"
-    live = 200  # kept parsed (at most KEPT_PARSED files)
-    assert live <= scan_module.KEPT_PARSED
-    for index in range(live):
-        write(etc, f"claim-{index:03d}.yaml", CLAIM.format(uid=f"uid-{index:03d}"))
-    devices = list(scan_spec_dirs([str(etc)]).devices.values())
-    assert len(devices) == live
-    first, last = devices[0], devices[-1]
-    assert first.spec.edits is last.spec.edits and first.spec.kind is last.spec.kind
-    assert first.device.edits.device_nodes is last.device.edits.device_nodes
-    assert first.device.edits.env[0] is last.device.edits.env[0]  # NVIDIA_VISIBLE_DEVICES=void
-    assert first.spec.annotations is last.device.annotations == {}
-    # what one file alone holds (its name, its env tuple and edits) has no entry: 200 files, a few entries
-    assert len(scan_module._shared) < 20
-    for index in range(live, 3 * live):  # claims come and go: the table stays within what the files share
-        write(etc, f"claim-{index:03d}.yaml", CLAIM.format(uid=f"uid-{index:03d}"))
-        (etc / f"claim-{index - live:03d}.yaml").unlink()
-        if index % 50 == 0:
-            scan_spec_dirs([str(etc)])
-    newest = list(scan_spec_dirs([str(etc)]).devices.values())
-    assert len(newest) == live and newest[0].spec.edits is first.spec.edits
-    assert len(scan_module._shared) < 2 * 20 + 64
-
-
-def _decoded_view(scan):
-    return [(d.qualified_name, d.spec.path, d.spec.kind, d.spec.edits, d.device) for d in scan.devices.values()]
-
-
-def test_past_kept_parsed_every_spec_is_kept_encoded_and_reads_back_the_same(tmp_path):
-    etc = tmp_path / "etc"
-    count = scan_module.KEPT_PARSED + 40
-    for index in range(count):
-        write(etc, f"claim-{index:04d}.yaml", CLAIM.format(uid=f"uid-{index:04d}"))
-    first = scan_spec_dirs([str(etc)])
-    assert all(type(entry) is bytes for entry in scan_module._parse_cache.values())
-    assert len(scan_module._shared) == 0  # nothing kept parsed: nothing to share
-    again = scan_spec_dirs([str(etc)])
-    assert _decoded_view(again) == _decoded_view(first)  # the decoded specs equal the parsed ones
-    one, other = list(again.devices.values())[:2]
-    parsed = next(iter(first.devices.values()))
-    assert one.spec is not parsed.spec  # decoded anew
-    assert one.spec.edits is other.spec.edits  # equal spec-level edits: one object, as the memos need
-    assert one.spec.origin is parsed.spec.origin  # the file is unchanged: one origin
-    assert isinstance(one.spec.origin, bytes) and len(one.spec.origin) < 200
-    write(etc, "claim-0000.yaml", CLAIM.format(uid="uid-changed"))
-    changed = scan_spec_dirs([str(etc)])
-    names = list(changed.devices)
-    assert "k8s.gpu.nvidia.com/claim=uid-changed" in names and "k8s.gpu.nvidia.com/claim=uid-0000" not in names
-    assert changed.devices["k8s.gpu.nvidia.com/claim=uid-changed"].spec.origin is not one.spec.origin
-
-
-def test_a_kept_encoding_that_does_not_decode_means_the_file_is_read_again(tmp_path, parses):
-    etc = tmp_path / "etc"
-    for index in range(scan_module.KEPT_PARSED + 1):
-        write(etc, f"claim-{index:04d}.yaml", CLAIM.format(uid=f"uid-{index:04d}"))
-    first = scan_spec_dirs([str(etc)])
-    path = str(etc / "claim-0003.yaml")
-    kept = scan_module._parse_cache[path]
-    assert isinstance(kept, bytes)
-    scan_module._parse_cache[path] = kept[: kept.index(b"\n") + 1] + b"not an encoding"  # the file's key, no spec
-    parses.clear()
-    again = scan_spec_dirs([str(etc)])
-    assert parses == [path] and again.problems == first.problems == []
-    assert _decoded_view(again) == _decoded_view(first)
-
-
-def test_remade_encodings_read_back_the_same_and_what_is_kept_by_them_follows(tmp_path):
-    etc = tmp_path / "etc"
-    for index in range(scan_module.KEPT_PARSED + 10):
-        write(etc, f"claim-{index:04d}.yaml", CLAIM.format(uid=f"uid-{index:04d}"))
-    before = scan_spec_dirs([str(etc)])
-    order = list(scan_module._parse_cache)
-    origins = {d.spec.path: d.spec.origin for d in before.devices.values()}
-    kept_by = {id(origin): path for path, origin in origins.items()}  # what another table keeps by them
-
-    def detach(encodings):
-        return [kept_by.pop(id(encoding)) for encoding in encodings]
-
-    def attach(encodings, held):
-        kept_by.update({id(encoding): path for encoding, path in zip(encodings, held, strict=True)})
-
-    scan_module.remake_encoded(detach, attach)
-    assert list(scan_module._parse_cache) == order  # the read order is kept
-    after = scan_spec_dirs([str(etc)])
-    assert _decoded_view(after) == _decoded_view(before)
-    for device in after.devices.values():
-        assert device.spec.origin is not origins[device.spec.path]  # made anew...
-        assert device.spec.origin == origins[device.spec.path]
-        assert kept_by[id(device.spec.origin)] == device.spec.path  # ...and found by the new ones
-    scan_module.remake_encoded(detach, attach)  # nothing encoded since: nothing done
-    assert all(kept_by[id(d.spec.origin)] == d.spec.path for d in scan_spec_dirs([str(etc)]).devices.values())
+    a = write(etc, "a.yaml", minimal(kind="example.com/aa"))
+    write(etc, "b.yaml", minimal(kind="example.com/bb"))
+    reader = SpecReader()
+    first = reader.scan([str(etc)])
+    for device in first.devices.values():
+        reader.remember(device.spec, "answer", device.spec.path)
+    assert reader.stats() == {"files": 2, "answer": 2}
+    again = reader.scan([str(tmp_path / "none"), str(etc)])  # unchanged, placed at another priority
+    assert [reader.recall(d.spec, "answer") for d in again.devices.values()] == [str(a), str(etc / "b.yaml")]
+    assert sorted(reader.recalled("answer")) == [str(a), str(etc / "b.yaml")]
+    a.write_text(minimal(kind="example.com/aa", env="A=1"))  # changed: what was worked out from it goes
+    changed = reader.scan([str(etc)])
+    assert reader.recall(changed.devices["example.com/aa=gpu0"].spec, "answer") is None
+    assert reader.recall(first.devices["example.com/aa=gpu0"].spec, "answer") is None  # the old spec is not the file's
+    reader.remember(first.devices["example.com/aa=gpu0"].spec, "answer", "stale")  # nor kept for the new one
+    assert reader.recall(changed.devices["example.com/aa=gpu0"].spec, "answer") is None
+    (etc / "b.yaml").unlink()
+    reader.scan([str(etc)])
+    assert reader.stats() == {"files": 1}  # a file that goes leaves nothing
+    assert reader.recalled("answer") == []
 
 
 # --- the reading parts of cdi.md §8 with the corpus's published shapes ----------------------------------

@@ -16,7 +16,7 @@ import pytest
 
 from cgpu.cdi import spec_cache
 from cgpu.cdi.parse import parse_spec
-from cgpu.cdi.scan import clear_parse_cache, scan_spec_dirs
+from cgpu.cdi.scan import scan_spec_dirs
 from tests.conftest import REPO, corpus_files, validate_report
 
 from .conftest import ALL_FIELDS, minimal, write
@@ -32,8 +32,7 @@ def cache_dir(tmp_path, monkeypatch) -> Path:
 
 
 def fresh_scan(dirs: list[Path]):
-    """A scan as a new process does it: nothing parsed in memory."""
-    clear_parse_cache()
+    """A scan as a new process does it: nothing parsed in memory (no reader kept)."""
     return scan_spec_dirs([str(d) for d in dirs], cache_dir=os.environ["CGPU_CACHE_DIR"])
 
 
@@ -302,7 +301,6 @@ def test_entries_no_longer_used_are_pruned(tmp_path, cache_dir, monkeypatch):
 def test_the_spec_cache_is_told_its_dir_and_reads_no_other(tmp_path, cache_dir, parses):
     etc = tmp_path / "etc"
     write(etc, "a.yaml", minimal())
-    clear_parse_cache()
     scan_spec_dirs([str(etc)])  # no cache dir: nothing kept, even with CGPU_CACHE_DIR set
     assert not cache_dir.exists()
     # it keeps cgpu.node.files's rules for private files, never its default dir (CGPU_CACHE_DIR)

@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-import cgpu.backends.cdi as backend
-from cgpu.cdi.scan import clear_parse_cache
+from cgpu.backends import memory
 
 from .helpers import HOSTS, SAMPLES, probe
 
@@ -19,8 +18,7 @@ NVRM = "proc/driver/nvidia/version"
 
 def fresh(root: Path) -> dict:
     """The report with nothing remembered, as a new process computes it."""
-    backend._REMEMBERED.clear()
-    clear_parse_cache()
+    memory("cdi").clear()
     return probe([SPEC], root)
 
 
@@ -100,80 +98,35 @@ def test_a_host_change_shows_on_the_next_call(host, change):
     assert (without_timestamps(after) != without_timestamps(before)) == matters
 
 
+def _kept(reader) -> list[tuple[object, object]]:
+    """What the reader keeps per spec file: its answers and risky edits, the very objects."""
+    return list(zip(reader.recalled("answers"), reader.recalled("risky"), strict=True))
+
+
 def test_a_repeat_call_over_unchanged_specs_leaves_the_memos_as_they_were(host):
-    """No new object is kept by a call that finds nothing changed: the remembered answers and the
-    risky-edits memo hold the very objects they held (a new one made per device at each call would
-    sit among that call's short-lived objects and keep their memory from being returned)."""
+    """No new object is kept by a call that finds nothing changed: what is remembered per spec
+    file is the very objects it was (a new one made per device at each call would sit among that
+    call's short-lived objects and keep their memory from being returned)."""
     fresh(host)
-    memos = [next(iter(backend._REMEMBERED.values())).results, backend._RISKY]
-    before = [(list(memo._values), list(memo._values.values()), list(memo._held)) for memo in memos]
+    kept = memory("cdi")
+    before = _kept(kept.reader)
     probe([SPEC], host)
-    assert next(iter(backend._REMEMBERED.values())).results is memos[0]
-    after = [(list(memo._values), list(memo._values.values()), list(memo._held)) for memo in memos]
+    after = _kept(kept.reader)
+    assert len(before) == len(after) > 0
     for was, now in zip(before, after, strict=True):
-        assert len(was[0]) == len(now[0]) > 0
-        for old, new in zip(was, now, strict=True):
-            assert all(a is b for a, b in zip(old, new, strict=True))
+        assert was[0] is now[0] and was[1] is now[1]
 
 
 def test_a_call_while_another_holds_the_memos_answers_alone_and_keeps_nothing(host):
     before = fresh(host)
-    memos = [next(iter(backend._REMEMBERED.values())).results, backend._RISKY]
-    kept = [dict(memo._values) for memo in memos]
-    for memo in memos:
-        assert memo.begin()  # as another thread's probe does
+    kept = memory("cdi")
+    answers = [entry[0] for entry in _kept(kept.reader)]
+    assert kept.begin()  # as another thread's probe does
     try:
         (host / LIBCUDA).unlink()
         during = probe([SPEC], host)
     finally:
-        for memo in memos:
-            memo.end()
-    assert [dict(memo._values) for memo in memos] == kept
+        kept.end()
+    assert all(a is b for a, b in zip(answers, [entry[0] for entry in _kept(kept.reader)], strict=True))
     assert without_timestamps(during) != without_timestamps(before)
     assert without_timestamps(during) == without_timestamps(fresh(host))
-
-
-def test_a_remembered_answer_is_never_given_to_another_object(host):
-    """An id names an object only while it lives: the memo holds what its keys name."""
-    from cgpu.backends.cdi.device import ByIdentity
-
-    memo = ByIdentity()
-    assert memo.begin()
-    first = [object() for _ in range(100)]
-    for index, item in enumerate(first):
-        memo.keep(item, index)
-    memo.commit()
-    memo.end()
-    ids = {id(item) for item in first}
-    del first  # still held by the memo: no new object can take one of their ids
-    assert all(id(object()) not in ids for _ in range(1000))
-    assert memo.begin()
-    memo.commit()  # a call that kept nothing: nothing is remembered or held
-    memo.end()
-    assert len(memo) == 0 and not memo._held
-
-
-def test_a_commit_keeps_exactly_what_the_call_kept():
-    from cgpu.backends.cdi.device import ByIdentity
-
-    items = [object() for _ in range(5)]
-    memo = ByIdentity()
-
-    def call(kept: dict[int, int]) -> None:
-        assert memo.begin()
-        memo.keep_all([items[index] for index in kept], list(kept.values()))
-        memo.commit()
-        memo.end()
-
-    def remembered() -> dict[int, int]:
-        return {index: memo.get(item) for index, item in enumerate(items) if memo.get(item) is not None}
-
-    values = [1000 + n for n in range(5)]  # ints above the small-int cache: one object each
-    call({0: values[0], 1: values[1], 2: values[2]})
-    assert remembered() == {0: 1000, 1: 1001, 2: 1002}
-    call({0: values[0], 1: values[1], 2: values[2]})  # the same again: nothing changes
-    assert remembered() == {0: 1000, 1: 1001, 2: 1002}
-    call({0: values[0], 1: values[3], 3: values[2]})  # as many entries, one key and one value new
-    assert remembered() == {0: 1000, 1: 1003, 3: 1002}
-    call({4: values[4]})
-    assert remembered() == {4: 1004} and len(memo) == 1

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import cgpu.backends.cdi as backend
+from cgpu.backends import memory
 from cgpu.backends.cdi import answer as cdi_answer
 from cgpu.backends.cdi import problems as cdi_problems
-from cgpu.cdi import scan, spec_cache
+from cgpu.cdi import spec_cache
 
 from .helpers import HOSTS, probe
 
@@ -43,9 +43,7 @@ def test_risky_edits_are_checked_once_per_shared_edits_object(tmp_path: Path, mo
 
     monkeypatch.setattr(cdi_problems, "risky_edits", counting)  # a spec's edits
     monkeypatch.setattr(cdi_answer, "risky_edits", counting)  # a device's, with its answer
-    scan.clear_parse_cache()  # a new process: the parse result read back from the disk cache
-    backend._REMEMBERED.clear()
-    backend._RISKY.clear()
+    memory("cdi").clear()  # a new process: the parse result read back from the disk cache
     again = probe([specs], HOSTS / "nvidia-580")
     # the disk cache reads the 50 equal device edits back as one object: the spec's and that one
     assert len(calls) == 2

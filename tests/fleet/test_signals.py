@@ -29,7 +29,7 @@ LOST_S = 15.0  # watch sleeps 1000 s between probes here: a signal not acted on 
 
 CHILD = r"""
 import json, os, random, signal, sys, time
-from cgpu.fleet.watch import watch
+from cgpu.fleet.watch import WatchOptions, watch
 from cgpu.report import ReportBuilder
 
 class Terminated(KeyboardInterrupt):
@@ -68,9 +68,9 @@ def leftovers():
 while True:
     try:
         say("ready")
-        watch(probe, spec_dirs=[etc], root="/", answer_file=os.path.join(out, "answer.json"),
-              nfd_file=os.path.join(out, "cgpu"), metrics_file=os.path.join(out, "cgpu.prom"),
-              interval=1000, expiry=3000, log=lambda m: say("log " + m), terminated=Terminated)
+        watch(probe, WatchOptions(spec_dirs=[etc], root="/", answer_file=os.path.join(out, "answer.json"),
+                                  nfd_file=os.path.join(out, "cgpu"), metrics_file=os.path.join(out, "cgpu.prom"),
+                                  interval=1000, expiry=3000, log=lambda m: say("log " + m), terminated=Terminated))
         say("returned")
     except Terminated:
         say("stopped TERM")

@@ -16,7 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from cgpu.backends import Watching
 from cgpu.fleet import watch as watch_module
+from cgpu.fleet.watch import WatchOptions
 from cgpu.node.files import TEMP_DIR
 from tests.conftest import REPO, validate_report
 from tests.timing import assert_within, interpreter_run, timed, wait_for
@@ -199,8 +201,8 @@ def _run_in_thread(probe, etc: Path, host: Path, interval: float) -> threading.T
     def target() -> None:
         try:
             watch_module.watch(
-                probe, spec_dirs=[str(etc)], root=str(host), answer_file=None, nfd_file=None,
-                interval=interval, expiry=60, log=lambda message: None,
+                probe, WatchOptions(spec_dirs=[str(etc)], root=str(host), interval=interval, expiry=60,
+                                    log=lambda message: None),
             )  # fmt: skip
         except _Stop:
             pass
@@ -486,18 +488,19 @@ def test_the_backends_tidying_runs_after_each_probe_once_its_report_is_gone(node
         (etc / "next.yaml").write_text(f"# probe {len(seen)}\n")  # a change: the next probe at once
 
     watch_module.watch(
-        probe, spec_dirs=[str(etc)], root=str(host), answer_file=str(answer), nfd_file=None,
-        interval=60, expiry=180, log=lambda message: None, rounds=3, between=between,
+        probe, WatchOptions(spec_dirs=[str(etc)], root=str(host), answer_file=str(answer), interval=60, expiry=180,
+                            log=lambda message: None, rounds=3),
+        Watching(tidy=between),
     )  # fmt: skip
     assert seen == [(True, True)] * 3
 
 
-def test_watch_with_the_cdi_backend_remakes_what_it_keeps_between_probes(monkeypatch, tmp_path):
+def test_watch_asks_the_backend_for_what_it_offers_by_name(monkeypatch, tmp_path):
     from cgpu import cli
-    from cgpu.backends.cdi.answer import remake_kept
 
     given: dict = {}
-    monkeypatch.setattr(watch_module, "watch", lambda probe, **options: given.update(options))
+    monkeypatch.setattr(watch_module, "watch", lambda probe, options, backend: given.update(backend=backend))
     argv = ["watch", "--backend", "cdi", "--spec-dir", str(tmp_path), "--answer-file", str(tmp_path / "a.json")]
     assert cli.main(argv) == 0
-    assert given["between"] is remake_kept
+    assert given["backend"].inputs(None).spec_dirs == [str(tmp_path)]  # the cdi backend's answer_inputs
+    assert given["backend"].tidy is None  # it keeps nothing that needs tidying between probes

@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from cgpu.backends import run_backend
+from cgpu.backends import Watching, run_backend
 from cgpu.backends.cdi.inputs import answer_inputs
 from cgpu.fleet import watch as watch_module
+from cgpu.fleet.watch import WatchOptions
 from cgpu.node.host import DRIVER_VERSION_FILES
 from tests.cdi_backend import engine_files as ef
 from tests.conftest import REPO
@@ -148,8 +149,8 @@ def test_an_idle_node_is_not_answered_again(node):
     def target() -> None:
         try:
             watch_module.watch(
-                probe, root=str(node), answer_file=None, nfd_file=None, interval=600, expiry=1200,
-                log=lambda message: None, inputs_of=partial(answer_inputs, root=str(node)),
+                probe, WatchOptions(root=str(node), interval=600, expiry=1200, log=lambda message: None),
+                Watching(inputs=partial(answer_inputs, root=str(node))),
             )  # fmt: skip
         except Stop:
             pass

@@ -17,9 +17,9 @@ from cgpu.backends.wsl.output import (
     KEYS,
     REPEATED_KEYS,
     ProbeOutputError,
-    _explain_failure,
     adapters,
     decode_wsl_text,
+    explain_failure,
     ini_value,
     parse_output,
 )
@@ -95,17 +95,17 @@ def test_wsl_text_in_utf8_and_garbage():
 
 @given(st.binary(max_size=200), st.binary(max_size=200), st.sampled_from([0, 1, 127, 255, -1, 0xFFFFFFFF]))
 def test_failure_explanations_never_crash(stdout, stderr, code):
-    assert _explain_failure(code, stdout, stderr, "Ubuntu")
+    assert explain_failure(code, stdout, stderr, "Ubuntu")
 
 
 def test_wsl_error_codes_are_explained():
     text = "There is no distribution with the supplied name.\r\nError code: Wsl/Service/WSL_E_DISTRO_NOT_FOUND\r\n"
-    message = _explain_failure(0xFFFFFFFF, text.encode("utf-16-le"), b"", "Ubuntu")
+    message = explain_failure(0xFFFFFFFF, text.encode("utf-16-le"), b"", "Ubuntu")
     assert message.startswith("Wsl/Service/WSL_E_DISTRO_NOT_FOUND: there is no WSL distro named Ubuntu")
-    message = _explain_failure(255, b"", b"Error code: Wsl/Service/CreateInstance/E_ACCESSDENIED", None)
+    message = explain_failure(255, b"", b"Error code: Wsl/Service/CreateInstance/E_ACCESSDENIED", None)
     assert "E_ACCESSDENIED" in message
     # Exit -1 from the Linux side is not wsl.exe's: our script never exits 255, so say what we saw.
-    assert "did not answer (exit 1)" in _explain_failure(1, b"Wsl/ nothing", b"", None)
+    assert "did not answer (exit 1)" in explain_failure(1, b"Wsl/ nothing", b"", None)
 
 
 json_values = st.recursive(

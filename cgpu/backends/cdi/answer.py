@@ -3,24 +3,25 @@ device's container view checked against the host and judged by the per-API rules
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Mapping, Sequence
 
-from cgpu.backends.cdi.device import APIS, ByIdentity, DeviceAnswer
-from cgpu.backends.cdi.evidence import _evidence
-from cgpu.backends.cdi.problems import _report_problems, _spec_dir_hints
+from cgpu.backends.cdi.device import APIS, DeviceAnswer
+from cgpu.backends.cdi.evidence import node_evidence
+from cgpu.backends.cdi.problems import report_problems, spec_dir_hints
 from cgpu.backends.cdi.rules import Finding, driver_mismatch, judge
-from cgpu.backends.cdi.selection import _select
+from cgpu.backends.cdi.selection import select_devices
 from cgpu.backends.cdi.view import ContainerView, is_bind, node_fully_specified, risky_edits
 from cgpu.cdi.model import ContainerEdits, ResolvedDevice, ScanResult, Spec
-from cgpu.node.host import HostFS, HostTrace
+from cgpu.node.host import HostFS
 from cgpu.report import ReportBuilder
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time
 if TYPE_CHECKING:
     from typing import Any
 
+    from cgpu.backends.cdi.memory import Memory
     from cgpu.backends.cdi.verify import LiveCheck
+    from cgpu.cdi.scan import SpecReader
     from cgpu.engines.installed import InstalledEngine
 
 
@@ -46,9 +47,11 @@ def engine_answer(
     devices: Sequence[str] | None,
     *,
     quiet: bool = False,
+    memory: Memory | None = None,
 ) -> tuple[DeviceEntries | None, list[str]]:
     """The answer of one engine (`entry`; None: the newest rules) into `report`: its device entries,
-    for the caller to put in the report, and the APIs its containers get."""
+    for the caller to put in the report, and the APIs its containers get. `memory`: what is kept
+    from the last probe (None: nothing)."""
     from cgpu.cdi.scan import scan_spec_dirs
     from cgpu.node.driver_cuda import nvidia_driver
     from cgpu.node.files import default_cache_dir_text
@@ -75,12 +78,17 @@ def engine_answer(
         return _cdi_off(report, entry, label, quiet)
     else:
         scan = scan_spec_dirs(
-            dirs, max_version=max_version, engine_label=label, cache_dir=default_cache_dir_text(), root=root
+            dirs,
+            max_version=max_version,
+            engine_label=label,
+            cache_dir=default_cache_dir_text(),
+            root=root,
+            reader=memory.reader if memory is not None else None,
         )
         if not quiet:
-            _spec_dir_hints(report, dirs)
+            spec_dir_hints(report, dirs)
     host = HostFS(root)
-    answers = _scan_answers(report, scan, host, devices=devices, dirs=dirs, engine_label=label)
+    answers = _scan_answers(report, scan, host, devices=devices, dirs=dirs, engine_label=label, memory=memory)
     if not quiet:  # the driver's CUDA, from the same host view: its reads join the remembered trace
         names = [answer.name for answer in answers.answers] if answers is not None else []
         report.nvidia_driver = nvidia_driver(host, names=names)
@@ -166,19 +174,20 @@ def _scan_answers(
     devices: Sequence[str] | None = None,
     dirs: Sequence[str] = (),
     engine_label: str | None = None,
+    memory: Memory | None = None,
 ) -> DeviceEntries | None:
     """The problems and the node answer with evidence into `report`; the device entries to put there."""
     report.add(*scan.problems)
     dropped = _engine_dropped(scan)
-    selected = _select(report, scan, devices, list(dirs), {**scan.unreached, **dropped})
+    selected = select_devices(report, scan, devices, list(dirs), {**scan.unreached, **dropped})
     if selected is None:
         return None
-    answers = _answers(selected, host)
-    _report_problems(report, answers, host)
+    answers = _answers(selected, host, memory)
+    report_problems(report, answers, host, memory.reader if memory is not None else None)
     ignored = [name for name in (devices or dropped) if name in dropped]
     unreached = [n for n in (devices or scan.unreached) if n in scan.unreached and n not in dropped]
     label = engine_label or "the engine"
-    _evidence(report, answers, scan, list(dirs), host, ignored, label)
+    node_evidence(report, answers, scan, list(dirs), host, ignored, label)
     return DeviceEntries(answers, scan, {n: dropped[n] for n in ignored}, list(dict.fromkeys(unreached)), label)
 
 
@@ -212,75 +221,32 @@ _Result = tuple[dict[str, Finding], list[tuple[str, str]], tuple[str, str, str] 
 _SpecResults = _Result | list[_Result | int | None]
 
 
-class _Remembered:
-    __slots__ = ("results", "trace")
-
-    def __init__(self, trace: HostTrace, results: ByIdentity) -> None:
-        self.trace = trace
-        self.results = results  # a spec's origin -> what its devices give (_SpecResults)
-
-
-# The last answers per root, per spec file: a spec's `origin` is one object while its file is
-# unchanged (the reader's record of the file: the parsed spec it hands back again, or the encoding
-# it decodes a new spec from), so when every host question of the last probe gets the same
-# answer again only the devices of new or changed files are judged (one claim spec among 20,000
-# costs one judgement, not 20,000). Bounded by the specs read now.
-_REMEMBERED: dict[str, _Remembered] = {}
 _NOTHING_MISSING: list[tuple[str, str]] = []  # shared by every device that can start; never mutated
+ANSWERS = "answers"  # what the reader keeps per spec file: (generation, _SpecResults)
 
 
-def _answers(selected: list[ResolvedDevice], host: HostFS) -> list[DeviceAnswer]:
-    last = _REMEMBERED.get(host.root)
-    memo = last.results if last is not None else ByIdentity()
-    if not memo.begin():  # another thread's probe is using it: this one judges every device, keeps nothing
-        return _judged(selected, host, None)
+def _answers(selected: list[ResolvedDevice], host: HostFS, memory: Memory | None) -> list[DeviceAnswer]:
+    """Each device's answer. With `memory`, the last answers per spec file are reused while every host
+    question of the last probe gets the same answer again: only the devices of new or changed files
+    are judged (one claim spec among 20,000 costs one judgement, not 20,000)."""
+    if memory is None or not memory.begin():  # another thread's probe is using it: judge every device
+        return _judged(selected, host, None, None)
     try:
-        answers = _judged(selected, host, memo if last is None or host.replay(last.trace) else None, keep=memo)
-        memo.commit()
-        _REMEMBERED.clear()  # one root at a time: a long-running agent asks about one node
-        _REMEMBERED[host.root] = _Remembered(host.trace, memo)
+        answers = _judged(selected, host, memory.reader, memory.generation(host))
+        memory.keep(host)
     finally:
-        memo.end()
+        memory.end()
     return answers
 
 
-def warm_up() -> None:
-    """Before a long-running watch's first probe: what a probe makes once on first use (the YAML
-    loader, the encoders of the kept specs) made now, not among that probe's objects, where each
-    long-lived piece would keep a 1 MiB arena of them from going back to the kernel."""
-    import zlib  # noqa: F401  (marshal is built in)
-
-    from cgpu.cdi import scan  # noqa: F401  (and the disk cache's encoder with it)
-    from cgpu.cdi.parse import SpecError, parse_spec
-
-    with contextlib.suppress(SpecError):
-        parse_spec(b"cdiVersion: 0.5.0\nkind: cgpu.example/warm-up\ndevices: [{name: a, containerEdits: {}}]", path="-")
-
-
-def remake_kept() -> None:
-    """Between probes, once a probe's own objects are freed (a long-running watch): what the reader
-    keeps encoded made anew in one run (`scan.remake_encoded`: so that it frees its arenas), with
-    the answers remembered by it."""
-    from cgpu.cdi.scan import remake_encoded
-
-    last = next(iter(_REMEMBERED.values()), None)
-    memo = last.results if last is not None else ByIdentity()
-    if not memo.begin():  # a probe in another thread has it
-        return
-    try:
-        remake_encoded(memo.take, memo.give)
-    finally:
-        memo.end()
-
-
 def _judged(
-    selected: list[ResolvedDevice], host: HostFS, known: ByIdentity | None, keep: ByIdentity | None = None
+    selected: list[ResolvedDevice], host: HostFS, reader: SpecReader | None, generation: object
 ) -> list[DeviceAnswer]:
-    """Each device's answer: `known`'s where it has its spec's (the last probe's, every host
-    question answered the same again), else judged; each spec's kept in `keep`. A device with the
-    same edits as an earlier one of its spec (a GPU's index and UUID names: one device) shares
-    that device's result, and is kept as its index (so that a probe over unchanged files compares
-    no edits)."""
+    """Each device's answer: what `reader` remembers of its spec's file where that was judged in
+    this `generation` (the last probe's, every host question answered the same again), else
+    judged; each spec's remembered there. A device with the same edits as an earlier one of its
+    spec (a GPU's index and UUID names: one device) shares that device's result, and is kept as
+    its index (so that a probe over unchanged files compares no edits)."""
     bases: dict[int, tuple[ContainerView, list[tuple[str, str]]]] = {}
     same_edits: dict[Any, int] = {}  # equal edits of one spec: the first device's index
     shared: dict[tuple[str, str, tuple[str, ...]], Finding] = {}  # equal findings of any spec: one object
@@ -288,9 +254,11 @@ def _judged(
     equal_results: dict[tuple[Any, ...], _Result] = {}  # ... and one result tuple
     seeded = False
 
-    def seed(known: ByIdentity) -> None:  # the last probe's, so that a new judgement equal to one shares it
+    def seed(reader: SpecReader) -> None:  # the last probe's, so that a new judgement equal to one shares it
         done: set[int] = set()
-        for value in known.values():
+        for kept_in, value in reader.recalled(ANSWERS):
+            if kept_in is not generation:
+                continue
             for result in value if type(value) is list else (value,):
                 if type(result) is tuple and id(result) not in done:
                     done.add(id(result))
@@ -300,15 +268,15 @@ def _judged(
                     equal_findings.setdefault(tuple(map(id, findings.values())), findings)
                     equal_results.setdefault(_result_key(result), result)
 
-    found_by_id = known.by_id() if known is not None else None
-    by_spec: dict[int, tuple[Spec, list[Any]]] = {}  # this probe's results of each spec's devices
+    by_spec: dict[int, tuple[Spec, list[Any], Any]] = {}  # this probe's results of each spec's devices, and the kept
     positions: dict[int, dict[int, int]] = {}  # a spec of several devices: each one's index
     answers = []
     for device in selected:
         spec = device.spec
         entry = by_spec.get(id(spec))
         if entry is None:
-            found = found_by_id(id(spec.origin)) if found_by_id is not None else None
+            kept = reader.recall(spec, ANSWERS) if reader is not None else None
+            found = kept[1] if kept is not None and kept[0] is generation else None
             count = len(spec.devices)
             if count == 1 and type(found) is tuple:
                 values: list[Any] = [found]
@@ -316,7 +284,7 @@ def _judged(
                 values = found  # never changed: every device has its result
             else:
                 values = [None] * count
-            entry = by_spec[id(spec)] = (spec, values)
+            entry = by_spec[id(spec)] = (spec, values, found)
         values = entry[1]
         if len(values) == 1:
             index = 0
@@ -341,8 +309,8 @@ def _judged(
                 same, result = first, values[first]
                 values[index] = first
             else:
-                if not seeded and known is not None:
-                    seed(known)
+                if not seeded and reader is not None:
+                    seed(reader)
                     seeded = True
                 if id(spec) not in bases:
                     bases[id(spec)] = (ContainerView.of(spec.edits, host), _missing(spec.edits, host))
@@ -360,11 +328,11 @@ def _judged(
                 same_edits[key] = index
         findings, missing, mismatch, risky = result
         answers.append(DeviceAnswer(device, findings, missing, mismatch, same=spec.devices[same], risky=risky))
-    if keep is not None:
-        keep.keep_all(
-            [spec.origin for spec, _ in by_spec.values()],
-            [values[0] if len(values) == 1 else values for _, values in by_spec.values()],
-        )
+    if reader is not None:
+        for spec, values, found in by_spec.values():
+            value = values[0] if len(values) == 1 else values
+            if value is not found:  # judged now (a file unchanged since the last probe keeps what it has)
+                reader.remember(spec, ANSWERS, (generation, value))
     return answers
 
 

@@ -16,11 +16,14 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run ti
 if TYPE_CHECKING:
     from typing import Any
 
+    from cgpu.backends.cdi.memory import Memory
     from cgpu.backends.cdi.verify import LiveCheck
 
 
 def probe(
     report: ReportBuilder,
+    memory: Memory | None = None,
+    /,
     *,
     spec_dirs: Sequence[str] | None = None,
     root: str | None = DEFAULT_ROOT,
@@ -30,6 +33,8 @@ def probe(
     probe_image: str | None = None,
     timeout: float | None = None,
 ) -> None:
+    """The answer for these options into `report`; `memory`: what is kept from the last probe
+    (`cgpu.backends.cdi.new_memory`; None: nothing)."""
     for missing in [d for d in spec_dirs or () if _not_found(d)]:  # the defaults may well be absent
         report.problem(
             "warning", missing, f"the spec dir {missing} does not exist: nothing was read from it", "spec-dir"
@@ -43,7 +48,7 @@ def probe(
         return
     dirs = spec_dirs_read(spec_dirs, root, judge.entry.spec_dirs if judge.entry is not None else None)
     report.spec_dirs = dirs
-    entries = engine_answer(report, judge.entry, dirs, root, devices)[0]
+    entries = engine_answer(report, judge.entry, dirs, root, devices, memory=memory)[0]
     containers: dict[int, list[str]] = {}
     for index, entry in enumerate(judge.engines):
         if entry is judge.entry:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from cgpu.backends.cdi.device import APIS, DeviceAnswer
-from cgpu.backends.cdi.problems import _drivers_without_spec, _names, stale_spec
+from cgpu.backends.cdi.problems import drivers_without_spec, name_list, stale_spec
 from cgpu.backends.cdi.rules import PARTIAL, PROVIDED, UNKNOWN
 from cgpu.cdi.model import ScanResult
 from cgpu.node.host import HostFS
@@ -17,7 +17,7 @@ def _lead(answers: list[DeviceAnswer]) -> str:
     return first if rest == 0 else f"{first} (and {rest} other device{'s' if rest > 1 else ''})"
 
 
-def _evidence(
+def node_evidence(
     report: ReportBuilder,
     answers: list[DeviceAnswer],
     scan: ScanResult,
@@ -66,7 +66,7 @@ def _evidence(
         elif ignored:
             report.absent(
                 api,
-                f"not provided: {engine_label} ignores the spec that defines {_names(ignored)}, as its "
+                f"not provided: {engine_label} ignores the spec that defines {name_list(ignored)}, as its "
                 f"cdiVersion is newer than {engine_label} accepts",
             )
         elif scan.devices:
@@ -75,16 +75,16 @@ def _evidence(
             report.absent(
                 api,
                 f"not provided: the engine's CDI library crashes loading {', '.join(dirs)} (on "
-                f"{_names(scan.crashed, 2)}), so no CDI device resolves: fix or remove that file",
+                f"{name_list(scan.crashed, 2)}), so no CDI device resolves: fix or remove that file",
             )
         elif scan.unreached:
             report.absent(
                 api,
                 f"not provided: {engine_label}'s scan of the spec dirs ends at {scan.stopped_at} (see problems), "
-                f"so it never reads the specs that define {_names(list(scan.unreached))}",
+                f"so it never reads the specs that define {name_list(list(scan.unreached))}",
             )
         else:
-            found = _drivers_without_spec(host)
+            found = drivers_without_spec(host)
             advice = f": the host has {found[0][0]} loaded, generate a spec with {found[0][1]}" if found else ""
             report.absent(api, f"not provided: no valid CDI spec defines a device in {', '.join(dirs)}{advice}")
     if scan.unreadable:  # what those files define is not known: no API is absent for sure
@@ -92,11 +92,11 @@ def _evidence(
             if report.state(api) != "provided":
                 report.unknown(
                     api,
-                    f"unknown: cgpu could not read {_names(scan.unreadable, 2)} (see problems), which the engine "
+                    f"unknown: cgpu could not read {name_list(scan.unreadable, 2)} (see problems), which the engine "
                     f"may read and which may define devices that give {api}",
                 )
     if not answers and not ignored and not scan.devices and not scan.crashed and not scan.unreached:
-        for driver, command in _drivers_without_spec(host):
+        for driver, command in drivers_without_spec(host):
             report.problem(
                 "warning",
                 ", ".join(dirs),

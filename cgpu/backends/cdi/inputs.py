@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 
+from cgpu.backends import AnswerInputs
 from cgpu.backends.cdi.backend import spec_dirs_read
 from cgpu.engines.option import ENGINE_CONFIGS, EngineOption
 from cgpu.node.host import DRIVER_VERSION_FILES
@@ -17,22 +18,6 @@ if TYPE_CHECKING:
     from typing import Any
 
 LEARN_TIMEOUT = 10.0  # as the probe's own default: the engines' files are usually remembered
-
-
-class AnswerInputs:
-    """The inputs of one answer: `spec_dirs` as the reader opens them (a file added, removed or
-    edited there); host paths under the root, read through `HostFS`: `host_files` compared by their
-    text (procfs and sysfs keep no useful times), `engine_files` by their identity (size, times, inode)."""
-
-    __slots__ = ("engine_files", "host_files", "spec_dirs")
-
-    def __init__(self, spec_dirs: list[str], host_files: list[str], engine_files: list[str]) -> None:
-        self.spec_dirs = spec_dirs
-        self.host_files = host_files
-        self.engine_files = engine_files
-
-    def __repr__(self) -> str:
-        return f"AnswerInputs({self.spec_dirs!r}, {self.host_files!r}, {self.engine_files!r})"
 
 
 def answer_inputs(

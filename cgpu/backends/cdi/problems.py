@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-from cgpu.backends.cdi.device import ByIdentity, DeviceAnswer
+from cgpu.backends.cdi.device import DeviceAnswer
 from cgpu.backends.cdi.rules import mismatch_fix
 from cgpu.backends.cdi.view import risky_edits
 from cgpu.cdi.model import ContainerEdits, Spec
@@ -14,11 +14,15 @@ from cgpu.node.host import HostFS
 from cgpu.patterns import lazy
 from cgpu.report import ReportBuilder
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time
+if TYPE_CHECKING:
+    from cgpu.cdi.scan import SpecReader
+
 _DRIVER_VERSION_IN_PATH = lazy(r"\.so\.(\d{3}\.\d+(?:\.\d+)?)$|/nvidia/(\d{3}\.\d+(?:\.\d+)?)/")
 _HOST_DRIVER_ARG = lazy(r"--host-driver-version=(\d+\.\d+(?:\.\d+)?)")
 
 
-def _names(names: list[str], limit: int = 3) -> str:
+def name_list(names: list[str], limit: int = 3) -> str:
     if len(names) <= limit:
         return ", ".join(names)
     return f"{', '.join(names[:limit])} and {len(names) - limit} more"
@@ -57,7 +61,7 @@ class StaleSpec:
             (
                 f"stale spec: it was generated for NVIDIA driver {self.spec_version} but the host runs "
                 f"{self.host_version} ({host.display(self.source)}), so {len(self.versioned)} of its paths such as "
-                f"{self.versioned[0]} no longer exist and no container with {_names([a.name for a in blocked])} can "
+                f"{self.versioned[0]} no longer exist and no container with {name_list([a.name for a in blocked])} can "
                 f"start; regenerate it with `nvidia-ctk cdi generate --output={spec_path}` (or `systemctl restart "
                 f"nvidia-cdi-refresh.service` where the toolkit keeps /var/run/cdi/nvidia.yaml current)"
             ),
@@ -83,43 +87,38 @@ def stale_spec(answers: list[DeviceAnswer], host: HostFS) -> StaleSpec | None:
     return StaleSpec(spec_version, host_version, source, versioned) if versioned else None
 
 
-_RISKY = ByIdentity()  # risky_edits per parsed spec-level edits object: the last probe's (a device's are its answer's)
+RISKY = "risky"  # what the reader keeps per spec file: risky_edits of its spec-level edits
 
 
-def _risky(edits: ContainerEdits, used: dict[int, Sequence[str]], memo: ByIdentity | None) -> Sequence[str]:
-    """`risky_edits`, remembered per parsed edits object (the reader reuses them while files are
-    unchanged); `used`: this probe's, which are all that `memo` keeps afterwards (none: the one
-    empty tuple)."""
+def _risky(spec: Spec, used: dict[int, Sequence[str]], reader: SpecReader | None) -> Sequence[str]:
+    """`risky_edits` of the spec-level edits, remembered per spec file (while it is unchanged);
+    `used`: this probe's, by edits object (none: the one empty tuple)."""
+    edits: ContainerEdits = spec.edits
     known = used.get(id(edits))
     if known is None:
-        known = memo.get(edits) if memo is not None else None
+        known = reader.recall(spec, RISKY) if reader is not None else None
         if known is None:
             known = risky_edits(edits) or ()
+            if reader is not None:
+                reader.remember(spec, RISKY, known)
         used[id(edits)] = known
-        if memo is not None:
-            memo.keep(edits, known)
     return known
 
 
-def _report_problems(report: ReportBuilder, answers: list[DeviceAnswer], host: HostFS) -> None:
+def report_problems(
+    report: ReportBuilder, answers: list[DeviceAnswer], host: HostFS, reader: SpecReader | None = None
+) -> None:
     by_spec: dict[str, list[DeviceAnswer]] = {}
     for answer in answers:
         by_spec.setdefault(answer.device.spec.path, []).append(answer)
     used: dict[int, Sequence[str]] = {}
-    memo = _RISKY if _RISKY.begin() else None  # None: another thread's probe is using it
-    try:
-        risky = {
-            spec_path: [
-                *_risky(group[0].device.spec.edits, used, memo),
-                *(message for answer in group for message in answer.risky),
-            ]
-            for spec_path, group in by_spec.items()
-        }
-        if memo is not None:
-            memo.commit()  # bounded by the specs read now, not by every spec seen since start-up
-    finally:
-        if memo is not None:
-            memo.end()
+    risky = {
+        spec_path: [
+            *_risky(group[0].device.spec, used, reader),
+            *(message for answer in group for message in answer.risky),
+        ]
+        for spec_path, group in by_spec.items()
+    }
     for spec_path, group in by_spec.items():
         spec = group[0].device.spec
         seen: set[str] = set()
@@ -151,7 +150,7 @@ def _report_problems(report: ReportBuilder, answers: list[DeviceAnswer], host: H
             report.problem(
                 "error",
                 spec_path,
-                f"{_names([a.name for a in causing])} cannot start: {what}{extra}, so the engine refuses the "
+                f"{name_list([a.name for a in causing])} cannot start: {what}{extra}, so the engine refuses the "
                 f"container; {fix}",
                 "missing-host-files",
             )
@@ -166,7 +165,7 @@ def _report_mismatch(report: ReportBuilder, spec_path: str, runnable: list[Devic
     report.problem(
         "error",
         spec_path,
-        f"NVIDIA driver mismatch: a container with {_names([a.name for a in found])} gets the user-space driver "
+        f"NVIDIA driver mismatch: a container with {name_list([a.name for a in found])} gets the user-space driver "
         f"{user} but the host's kernel module is {kernel} ({host.display(source)}), so NVML fails with "
         f"'driver/library version mismatch' and CUDA with error 803; {mismatch_fix(user, kernel)}",
         "driver-mismatch",
@@ -203,7 +202,7 @@ def _loaded_drivers(host: HostFS) -> set[str]:
     return loaded
 
 
-def _drivers_without_spec(host: HostFS) -> list[tuple[str, str]]:
+def drivers_without_spec(host: HostFS) -> list[tuple[str, str]]:
     loaded = _loaded_drivers(host)
     return [(driver, command) for key, driver, command in _GENERATORS if key in loaded]
 
@@ -225,7 +224,7 @@ def _driver_not_loaded(kind: str, host: HostFS) -> str | None:
 _BACKUP_SUFFIXES = ("~", ".bak", ".orig", ".old", ".swp", ".tmp", ".rpmnew", ".rpmsave", ".dpkg-old", ".dpkg-dist")
 
 
-def _spec_dir_hints(report: ReportBuilder, dirs: list[str]) -> None:
+def spec_dir_hints(report: ReportBuilder, dirs: list[str]) -> None:
     """Info for a person: files in a spec dir that engines skip (`.yml`, backups, hidden files),
     and why a spec dir with no spec gives no device. The reader skips them silently, as engines do."""
     from cgpu.cdi.scan import SPEC_EXTENSIONS
@@ -249,7 +248,7 @@ def _spec_dir_hints(report: ReportBuilder, dirs: list[str]) -> None:
             (other, "not *.json or *.yaml: engines skip them, and so does cgpu"),
         ):
             if group:
-                report.problem("info", folder, f"skipped {_names(group, 5)}: {why}", "skipped-file")
+                report.problem("info", folder, f"skipped {name_list(group, 5)}: {why}", "skipped-file")
         if not any(n.endswith(SPEC_EXTENSIONS) for n in names):
             report.problem(
                 "info",

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from cgpu.backends.cdi.problems import _names
+from cgpu.backends.cdi.problems import name_list
 from cgpu.cdi.model import ResolvedDevice, ScanResult, Spec
 from cgpu.report import ReportBuilder
 
 
-def _select(
+def select_devices(
     report: ReportBuilder, scan: ScanResult, names: Sequence[str] | None, dirs: list[str], dropped: dict[str, Spec]
 ) -> list[ResolvedDevice] | None:
     if not names:
@@ -27,8 +27,8 @@ def _select(
     if unknown:
         report.problem(
             "error",
-            _names(unknown, 5),
-            f"unresolvable CDI devices {_names(unknown, 5)}: no valid spec in {', '.join(dirs)} "
+            name_list(unknown, 5),
+            f"unresolvable CDI devices {name_list(unknown, 5)}: no valid spec in {', '.join(dirs)} "
             f"defines them, so an engine refuses a container that requests them{_did_you_mean(unknown, scan)}",
             "unresolvable-device",
         )
@@ -54,7 +54,7 @@ def _bad_name(name: str, error: ValueError, scan: ScanResult) -> str:
     else:
         why = str(error)
     near = [known for known in scan.devices if known.endswith(("/" + name, "=" + name)) or known.startswith(name + "=")]
-    hint = f"; did you mean {_names(near)}?" if near else "; use vendor/class=name, e.g. nvidia.com/gpu=0"
+    hint = f"; did you mean {name_list(near)}?" if near else "; use vendor/class=name, e.g. nvidia.com/gpu=0"
     return f"{name!r} is not a CDI device name: {why}{hint}"
 
 
@@ -74,4 +74,4 @@ def _did_you_mean(unknown: list[str], scan: ScanResult) -> str:
             hints.append(f"{name}: did you mean {', '.join(close)}?")
     if hints:
         return "; " + "; ".join(hints)
-    return f"; the names defined are {_names(known, 5)} (`cgpu probe --list-devices` lists them all)"
+    return f"; the names defined are {name_list(known, 5)} (`cgpu probe --list-devices` lists them all)"

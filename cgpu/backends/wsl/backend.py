@@ -10,7 +10,7 @@ import sys
 
 from cgpu.apis import CONTAINER_APIS
 from cgpu.backends.wsl.judging import judge
-from cgpu.backends.wsl.output import FORMAT, ProbeOutputError, _explain_failure, excerpt, parse_output
+from cgpu.backends.wsl.output import FORMAT, ProbeOutputError, excerpt, explain_failure, parse_output
 from cgpu.report import ReportBuilder
 from cgpu.run import CommandError, CommandNotFoundError, CommandTimeoutError, run
 
@@ -66,7 +66,7 @@ def probe(report: ReportBuilder, *, distro: str | None = None, timeout: float | 
     source = f"wsl.exe ({where})"
     start = done.stdout.find(FORMAT + b"\n")
     if start < 0:
-        _could_not_run(report, source, _explain_failure(done.returncode, done.stdout, done.stderr, distro))
+        _could_not_run(report, source, explain_failure(done.returncode, done.stdout, done.stderr, distro))
         return
     try:
         session = parse_output(done.stdout[start:])

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from cgpu.backends.wsl.output import Adapter, Session, _host_wslconfig_disables_gpu, adapters, ini_value
+from cgpu.backends.wsl.output import Adapter, Session, adapters, host_wslconfig_disables_gpu, ini_value
 from cgpu.gpu_probe.answer import ApiAnswer, read_child_answer
 from cgpu.problem import Problem
 from cgpu.report import ReportBuilder
@@ -375,7 +375,7 @@ def _gpu_missing(session: Session) -> str | None:
                 f"no /dev/dxg: the distro runs under WSL 1 (kernel {kernel}); GPU paravirtualization needs "
                 "WSL 2 (`wsl.exe --set-version DISTRO 2`)"
             )
-        disabled_by = _host_wslconfig_disables_gpu()
+        disabled_by = host_wslconfig_disables_gpu()
         if disabled_by:
             return f"no /dev/dxg: GPU support is turned off by gpuSupport=false in {disabled_by}"
         what = "no /dev/dxg" if dxg == "missing" else "/dev/dxg is not a character device"

@@ -109,7 +109,7 @@ def shorten(text: str) -> str:
     return repr(text if len(text) <= MAX_EXCERPT else text[:MAX_EXCERPT] + "...")
 
 
-def _explain_failure(returncode: int, stdout: bytes, stderr: bytes, distro: str | None) -> str:
+def explain_failure(returncode: int, stdout: bytes, stderr: bytes, distro: str | None) -> str:
     text = decode_wsl_text(stdout) + "\n" + decode_wsl_text(stderr)
     codes = re.findall(r"Wsl/[A-Za-z0-9_/]*?(WSL_E_[A-Z0-9_]+|E_[A-Z0-9_]+)", text)
     full = re.search(r"Wsl/[A-Za-z0-9_/]+", text)
@@ -203,7 +203,7 @@ def ini_value(text: str, section: str, key: str) -> str | None:
     return found
 
 
-def _host_wslconfig_disables_gpu() -> str | None:
+def host_wslconfig_disables_gpu() -> str | None:
     """%USERPROFILE%\\.wslconfig with `[wsl2] gpuSupport=false` turns GPU-PV off for every distro."""
     profile = os.environ.get("USERPROFILE")
     if not profile:
