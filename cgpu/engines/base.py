@@ -23,7 +23,8 @@ if TYPE_CHECKING:
     Row = tuple[tuple[int, ...], str, str]
 
 BIN_DIRS = ("/usr/bin", "/usr/local/bin", "/usr/sbin", "/bin")
-_VERSION = lazy(r"v?(\d+)(?:\.(\d+))?(?:\.(\d+))?(?:[-+~][0-9A-Za-z.+~-]*)?")
+# each part at most 9 digits: no release has more, and int() of a longer one is quadratic (and capped)
+_VERSION = lazy(r"v?(\d{1,9})(?:\.(\d{1,9}))?(?:\.(\d{1,9}))?(?:[-+~][0-9A-Za-z.+~-]*)?")
 
 
 def parse_engine_version(version: str) -> tuple[int, ...]:
@@ -31,7 +32,8 @@ def parse_engine_version(version: str) -> tuple[int, ...]:
     (a ValueError) for text that is no version number."""
     match = _VERSION.fullmatch(version.strip())
     if match is None:
-        raise CgpuValueError(f"engine version {version!r} is not a version number like 4.3.1 or 28.2.0")
+        shown = version if len(version) <= 40 else f"{version[:40]}…"
+        raise CgpuValueError(f"engine version {shown!r} is not a version number like 4.3.1 or 28.2.0")
     return tuple(int(part) for part in match.groups() if part is not None)
 
 

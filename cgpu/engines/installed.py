@@ -378,7 +378,8 @@ def _release_limit(engine: ContainerEngine, version: str, problems: list[Problem
     try:
         return engine.max_cdi_version(version), False
     except ValueError as exc:
-        problems.append(Problem("warning", f"{engine.name} {version}", f"{exc}; judged by the newest rules"))
+        shown = version if len(version) <= 40 else f"{version[:40]}…"
+        problems.append(Problem("warning", f"{engine.name} {shown}", f"{exc}; judged by the newest rules"))
         return None, True
 
 
@@ -617,7 +618,7 @@ def _configure(
 def _major(version: str | None) -> int | None:
     if not version:
         return None
-    match = re.match(r"v?(\d+)", version)
+    match = re.match(r"v?(\d{1,9})(?!\d)", version)  # a longer number is no release cgpu knows
     return int(match.group(1)) if match else None
 
 

@@ -42,6 +42,9 @@ if TYPE_CHECKING:
     from cgpu.backends import AnswerInputs, Watching
 
 POLL_S: Final = 2.0  # fingerprint check; also how soon a driver change or a new spec dir is seen
+# Engine files (binaries, package databases, configuration) change with an upgrade or an admin's edit, and
+# there may be dozens: stat them less often than the spec dirs and the driver version are looked at.
+ENGINE_POLL_S: Final = 10.0
 QUIET_S: Final = 0.2  # a burst of changes ends after this much calm ...
 BURST_S: Final = 1.0  # ... or after this long, whichever comes first
 MIN_INTERVAL_S: Final = 1.0
@@ -121,6 +124,8 @@ class Wakeup:
         self._watches: dict[str, int] = {}  # dir -> watch descriptor (two dirs of one inode share one)
         self._identities: dict[str, tuple[int, int] | None] = {}
         self._seen: Any = None
+        self._engines: Any = None  # the engine files' identities when last looked at
+        self._engines_due = 0.0  # when they are looked at next (time.monotonic)
         self.newly_watched: list[str] = []
         if sys.platform.startswith("linux"):
             try:
@@ -210,12 +215,16 @@ class Wakeup:
 
     def snapshot(self) -> None:
         """Remember the polled part of the inputs (before a probe: a change during it is seen next)."""
-        self._seen = self._polled()
+        self._seen = self._polled(engines_now=True)
 
-    def _polled(self) -> Any:
+    def _polled(self, *, engines_now: bool = False) -> Any:
         unwatched = [d for d in self.spec_dirs if d not in self._watches]
-        files = host_fingerprint(self.root, self.host_files, self.engine_files)
-        return tuple((d, dir_fingerprint(d)) for d in unwatched), files
+        now = time.monotonic()
+        if engines_now or now >= self._engines_due:
+            self._engines = host_fingerprint(self.root, (), self.engine_files)
+            self._engines_due = now + ENGINE_POLL_S
+        files = host_fingerprint(self.root, self.host_files)
+        return tuple((d, dir_fingerprint(d)) for d in unwatched), files, self._engines
 
     def poll(self) -> bool:
         """What inotify cannot see changed: the host or engine files, a dir appeared, replaced or went

@@ -972,3 +972,30 @@ def test_engine_configuration_is_read_within_the_probes_time_limit(tmp_path: Pat
     assert node["cut_short"] is True  # not remembered: the next probe reads it again
     [crio_entry], node = installed.learn(str(root), run_allowed=False, timeout=60)
     assert crio_entry.problems == () and node["cut_short"] is False
+
+
+def test_a_version_of_thousands_of_digits_is_no_release_and_no_internal_error(tmp_path):
+    """A package database may say anything: a 5,001-digit Version is past int()'s limit (4,300 digits) and
+    would be quadratic below it; it is read as no version cgpu knows, named briefly, never a traceback."""
+    import json
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    (tmp_path / "var/lib/dpkg").mkdir(parents=True)
+    (tmp_path / "usr/bin").mkdir(parents=True)
+    (tmp_path / "usr/bin/containerd").write_bytes(b"\x7fELF")
+    version = "1" + "9" * 5000
+    status = f"Package: containerd\nStatus: install ok installed\nVersion: {version}\nArchitecture: amd64\n"
+    (tmp_path / "var/lib/dpkg/status").write_text(status)
+    done = subprocess.run(
+        [sys.executable, "-m", "cgpu", "probe", "--root", str(tmp_path), "--json"],
+        capture_output=True, text=True, timeout=120, cwd=REPO,
+        env={**__import__("os").environ, "CGPU_CACHE_DIR": str(tmp_path / "cache")},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    problems = json.loads(done.stdout)["problems"]
+    warning = next(p for p in problems if p["source"].startswith("containerd 1999"))
+    assert "is not a version number" in warning["message"] and len(warning["source"]) < 60
+    assert all("internal error" not in p["message"] for p in problems)

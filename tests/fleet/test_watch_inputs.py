@@ -74,6 +74,7 @@ def _change(root: Path, path: str) -> None:
 
 def test_a_change_to_each_listed_input_wakes_watch(node, monkeypatch):
     monkeypatch.setitem(sys.modules, "inotify_simple", None)  # every input polled: each one checked the same way
+    monkeypatch.setattr(watch_module, "ENGINE_POLL_S", 0.0)  # the engine files at every poll too
     inputs = answer_inputs(_answer(node), root=str(node))
     wakeup = watch_module.Wakeup([], str(node))
     try:
@@ -92,6 +93,21 @@ def test_a_change_to_each_listed_input_wakes_watch(node, monkeypatch):
             wakeup.snapshot()
             Path(spec_dir, "new.yaml").write_text("# new\n")
             assert wakeup.poll(), f"a spec added in {spec_dir} was not seen"
+    finally:
+        wakeup.close()
+
+
+def test_engine_files_are_looked_at_less_often_than_the_spec_dirs(node, monkeypatch):
+    inputs = answer_inputs(_answer(node), root=str(node))
+    wakeup = watch_module.Wakeup([], str(node))
+    try:
+        wakeup.set_inputs(inputs)
+        wakeup.snapshot()
+        _change(node, CONFIG)
+        assert not wakeup.poll()  # not due yet: an idle watch stats the engine files every ENGINE_POLL_S only
+        later = time.monotonic() + watch_module.ENGINE_POLL_S + 1
+        monkeypatch.setattr(watch_module.time, "monotonic", lambda: later)
+        assert wakeup.poll()  # once due, the change is seen
     finally:
         wakeup.close()
 
