@@ -140,7 +140,8 @@ def test_a_clean_report_says_nothing_on_stderr():
     assert (done.returncode, done.stdout, done.stderr) == (0, b"cuda,vulkan,opencl\n", b"")
 
 
-def test_an_engine_named_that_does_not_answer_is_an_error(tmp_path):
+def test_an_engine_named_that_is_not_there_is_an_error_and_every_api_unknown(tmp_path):
+    """Not the newest rules' yes: the containers of an engine cgpu cannot read or ask are not known."""
     done = cli(
         "probe",
         *SAMPLE[:2],
@@ -152,8 +153,9 @@ def test_an_engine_named_that_does_not_answer_is_an_error(tmp_path):
         "--brief",
         env={"PATH": str(tmp_path)},  # no docker here
     )
-    assert done.returncode == 0 and done.stdout == b"cuda,vulkan,opencl\n"
+    assert done.returncode == 0 and done.stdout == b"cuda?,rocm?,vulkan?,opencl?,directml?\n"
     assert done.stderr.decode().startswith("cgpu probe: error: --engine docker: no docker is installed under ")
+    assert "cannot tell what its containers get" in done.stderr.decode()
 
 
 def test_explain_lists_only_the_devices_seen_for_that_api():

@@ -63,6 +63,7 @@ class ContainerEngine:
     on_by_default_from: tuple[int, ...] | None = None  # None: CDI always on; else the first release with it on
     unread_setting = ""  # the setting that turns CDI on, named where cgpu did not read the configuration
     daemon_setting = ""  # the same, named where the running daemon said its spec dirs (`daemon_spec_dirs`)
+    without_cdi = "reads no CDI specs at all"  # what a release below no_cdi_below does, as a sentence says it
     refuses_when_off = False  # with CDI off: a container asking for a CDI device is refused (else starts without)
     cri_sockets: tuple[str, ...] = ()  # the names of its CRI sockets, as a kubelet's endpoint ends
     # cgpu's client reaches it (`cgpu.engines.client`): on the host it counts as it answers, and

@@ -62,7 +62,6 @@ class Docker(ContainerEngine):
     example = "28.2.0"
     daemon = "dockerd"
     packages = ("docker.io", "docker-ce", "moby-engine", "docker")  # Debian, Docker's, Fedora's, openSUSE's
-    cri_sockets = ("cri-dockerd.sock",)  # cri-dockerd, the CRI in front of Docker Engine
     rows = (
         ((25, 0), "0.6.0", "v0.6.x"),  # CDI support (opt-in) starts with Docker Engine 25.0
         ((25, 0, 17), "0.8.0", "v0.8.1"),  # a late 25.0 patch release vendors v0.8.1

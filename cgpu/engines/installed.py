@@ -39,9 +39,6 @@ DPKG_STATUS = "/var/lib/dpkg/status"
 RPMDBS = ("/usr/lib/sysimage/rpm/rpmdb.sqlite", "/var/lib/rpm/rpmdb.sqlite")
 MAX_STATUS_BYTES = 64 << 20
 MAX_RPMDB_BYTES = 512 << 20
-KUBELET_CONFIG = "/var/lib/kubelet/config.yaml"
-KUBEADM_FLAGS = "/var/lib/kubelet/kubeadm-flags.env"
-KUBELET_DROP_INS = ("/etc/systemd/system/kubelet.service.d", "/usr/lib/systemd/system/kubelet.service.d")
 # Debian's package of the CDI library, in Built-Using / Static-Built-Using
 _DEB_CDI = lazy(
     r"golang-(?:tags\.cncf|github-container-orchestrated-devices)-container-device-interface(?:-dev)?"
@@ -50,8 +47,6 @@ _DEB_CDI = lazy(
 _RPM_CDI = tuple(f"bundled(golang({module}))" for module in CDI_MODULES)
 _REPACK = lazy(r"[~+](?:ds|dfsg)\d*$")  # Debian's repacked upstream source: 1.7.24~ds1, 26.1.5+dfsg1
 _VERSION_WORD = lazy(r"\bv?(\d+\.\d+(?:\.\d+)?(?:[-+~][0-9A-Za-z.+~-]*)?)")
-_ENDPOINT = lazy(r"--container-runtime-endpoint[= ]\s*[\"']?([^\s\"']+)")
-_YAML_ENDPOINT = lazy(r"^containerRuntimeEndpoint:\s*[\"']?([^\s\"'#]+)", re.MULTILINE)
 
 
 class Files:
@@ -395,6 +390,8 @@ def learn(root: str, *, run_allowed: bool, timeout: float) -> tuple[list[Install
         found = _learn_one(files, packages, engine, run_allowed=run_allowed, timeout=timeout)
         if found is not None:
             engines.append(found.replace(problems=(*found.problems, *packages.problems)))
+    from cgpu.engines.kubelet import kubelet_runtime
+
     node = {"kubelet_runtime": kubelet_runtime(files), "identity": files.identity, "cut_short": files.cut_short}
     return engines, node
 
@@ -620,25 +617,3 @@ def _major(version: str | None) -> int | None:
         return None
     match = re.match(r"v?(\d{1,9})(?!\d)", version)  # a longer number is no release cgpu knows
     return int(match.group(1)) if match else None
-
-
-def kubelet_runtime(files: Files) -> dict[str, str] | None:
-    """The engine the kubelet runs pods with, from its configuration: {"engine", "endpoint", "source"}."""
-    sources = [(KUBELET_CONFIG, _YAML_ENDPOINT), (KUBEADM_FLAGS, _ENDPOINT)]
-    for folder in KUBELET_DROP_INS:
-        sources += [(f"{folder}/{n}", _ENDPOINT) for n in files.listdir(folder) if n.endswith(".conf")]
-    for path, pattern in sources:
-        text, _, shown = files.read(path)
-        if text is None:
-            continue
-        match = pattern.search(text)
-        if match is None:
-            continue
-        endpoint = match.group(1)
-        from cgpu.engines.registry import REGISTRY
-
-        for engine in REGISTRY.engines():
-            if any(endpoint.rstrip("/").endswith(socket) for socket in engine.cri_sockets):
-                return {"engine": engine.name, "endpoint": endpoint, "source": shown}
-        return {"engine": "", "endpoint": endpoint, "source": shown}
-    return None

@@ -24,8 +24,6 @@ DEFAULT_ENDPOINT = "unix:///run/containerd/containerd.sock"
 # systemd's unit search path, highest priority first; a drop-in of one name in an earlier dir masks a later one
 UNIT_DIRS = ("/etc/systemd/system", "/run/systemd/system", "/usr/local/lib/systemd/system", "/usr/lib/systemd/system")
 KUBELET_BINARIES = ("/usr/bin/kubelet", "/usr/local/bin/kubelet")
-# A CRI socket's name -> who answers on it (k3s and RKE2 name their own containerd's socket containerd.sock too)
-SOCKETS = (("crio.sock", "crio"), ("containerd.sock", "containerd"), ("cri-dockerd.sock", "cri-dockerd"))
 MAX_DROP_INS = 64  # more kubelet drop-ins than any real node has; the rest are not read (and said so)
 
 _YAML_ENDPOINT = re.compile(r"^containerRuntimeEndpoint:[ \t]*[\"']?([^\s\"'#]+)", re.MULTILINE)
@@ -66,9 +64,13 @@ def kubelet_runtime(files: NodeFiles) -> dict[str, str] | None:
 
 
 def _runtime(endpoint: str, source: str) -> dict[str, str]:
-    for socket, engine in SOCKETS:
-        if endpoint.rstrip("/").endswith(socket):
-            return {"engine": engine, "endpoint": endpoint, "source": source}
+    """The engine behind a CRI endpoint, by the socket names each engine module gives (k3s and RKE2 name
+    their own containerd's socket containerd.sock too); "" for a socket no engine names."""
+    from cgpu.engines.registry import REGISTRY
+
+    for engine in REGISTRY.engines():
+        if any(endpoint.rstrip("/").endswith(socket) for socket in engine.cri_sockets):
+            return {"engine": engine.name, "endpoint": endpoint, "source": source}
     return {"engine": "", "endpoint": endpoint, "source": source}
 
 

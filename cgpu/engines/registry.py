@@ -70,6 +70,7 @@ REGISTRY = Registry(
         ("docker", "cgpu.engines.docker"),
         ("crio", "cgpu.engines.crio"),
         ("containerd", "cgpu.engines.containerd"),
+        ("cri-dockerd", "cgpu.engines.cri_dockerd"),
     )
 )
 

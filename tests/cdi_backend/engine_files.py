@@ -71,6 +71,16 @@ def upstream_containerd(version: str, cdi: str | None) -> bytes:
     return elf_with_section(blob(lines))
 
 
+def cri_dockerd(version: str) -> bytes:
+    """cri-dockerd as its release builds are (its Makefile: -ldflags -X .../cmd/version.Version=)."""
+    lines = [
+        "path\tgithub.com/Mirantis/cri-dockerd",
+        "mod\tgithub.com/Mirantis/cri-dockerd\t(devel)\t",
+        f'build\t-ldflags="-X github.com/Mirantis/cri-dockerd/cmd/version.Version={version} -s -w"',
+    ]
+    return elf_with_section(blob(lines))
+
+
 def k3s_binary(containerd: str, cdi: str) -> bytes:
     """k3s: one binary with containerd (k3s-io's fork, a replacement) and the CDI library in it."""
     return elf_with_section(

@@ -657,16 +657,40 @@ def test_what_was_learned_is_remembered_until_a_file_changes(tmp_path: Path, mon
     assert len(calls) == 4
 
 
-def test_a_kubelet_runtime_that_is_not_installed_is_said(tmp_path: Path):
+def test_a_kubelet_runtime_that_is_not_installed_makes_every_api_unknown(tmp_path: Path):
+    """The kubelet runs pods through CRI-O, which is not under the root: containerd's yes would be for
+    containers the kubelet never starts, so every API is unknown, with the reason (not another engine's yes)."""
     config = "containerRuntimeEndpoint: unix:///var/run/crio/crio.sock\n"
     root = nvidia_node(
         tmp_path,
         {"/usr/bin/containerd": ef.upstream_containerd("v2.1.4", "v1.0.1"), "/var/lib/kubelet/config.yaml": config},
     )
     report = judge(root)
-    assert judged(report)["name"] == "containerd"
-    warning = next(p for p in report["problems"] if p["source"] == str(root / "var/lib/kubelet/config.yaml"))
-    assert "found no crio installed" in warning["message"]
+    assert not [e for e in report["engines"] if e["judged"]] and report["containers"] == []
+    assert {report["apis"][api]["state"] for api in ("cuda", "vulkan", "opencl")} == {"unknown"}
+    error = next(p for p in report["problems"] if p["source"] == str(root / "var/lib/kubelet/config.yaml"))
+    assert error["severity"] == "error" and "found no crio installed" in error["message"]
+
+
+def test_a_kubelet_on_cri_dockerd_gets_no_cdi_device_whatever_docker_says(tmp_path: Path):
+    """cri-dockerd up to v0.4.3 passes no CDI device on to Docker (Mirantis/cri-dockerd#558): the pods get
+    none, even with Docker's CDI on and the spec read by Docker."""
+    flags = 'KUBELET_KUBEADM_ARGS="--container-runtime-endpoint=unix:///run/cri-dockerd.sock"\n'
+    root = nvidia_node(
+        tmp_path,
+        {
+            "/usr/bin/cri-dockerd": ef.cri_dockerd("0.4.3"),
+            "/var/lib/kubelet/kubeadm-flags.env": flags,
+        },
+    )
+    report = judge(root)
+    entry = judged(report)
+    assert (entry["name"], entry["version"], entry["max_cdi_version"]) == ("cri-dockerd", "0.4.3", None)
+    assert report["containers"] == [] and entry["cdi_enabled"] is False
+    assert any("passes no CDI device on to Docker" in p["message"] for p in report["problems"])
+    assert judge(root, engine="cri-dockerd@0.4.3")["containers"] == []
+    newer = judge(root, engine="cri-dockerd@0.5.0")  # a release cgpu has not read: said, never silent
+    assert any("newer than v0.4.3" in p["message"] for p in newer["problems"])
 
 
 # --- NVIDIA's runtime in front of the engine -------------------------------------------------------

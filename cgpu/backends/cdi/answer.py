@@ -70,7 +70,8 @@ def engine_answer(
             )
         return None, []
     if label is not None and max_version is None:
-        why = f"{label} reads no CDI specs at all, so no container there gets a CDI device"
+        without = entry.engine.without_cdi if entry is not None else "reads no CDI specs at all"
+        why = f"{label} {without}, so no container there gets a CDI device"
         if not quiet:
             report.problem("error", "--engine", why, "cdi-off")
         scan = ScanResult(devices={}, specs=[], problems=[])

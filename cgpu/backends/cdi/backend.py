@@ -46,6 +46,11 @@ def probe(
     judge = engine_rules(report, engine, timeout, root)
     if judge is None:
         return
+    if judge.unknown is not None:
+        for api in APIS:
+            report.unknown(api, f"unknown: {judge.unknown}")
+        report.engines = judge.report_entries({})
+        return
     dirs = spec_dirs_read(spec_dirs, root, judge.entry.spec_dirs if judge.entry is not None else None)
     report.spec_dirs = dirs
     entries = engine_answer(report, judge.entry, dirs, root, devices, memory=memory)[0]

@@ -18,14 +18,22 @@ if TYPE_CHECKING:
 
 class Judge:
     """Who judges the specs: the parsed option, the judging engine (None: the newest rules) and every
-    engine found, for the report."""
+    engine found, for the report. `unknown`: why no engine can judge, so that every API is unknown (the
+    engine named, by --engine or by the kubelet, is not there to be read or asked)."""
 
-    __slots__ = ("engines", "entry", "option")
+    __slots__ = ("engines", "entry", "option", "unknown")
 
-    def __init__(self, option: EngineOption, entry: InstalledEngine | None, engines: list[InstalledEngine]) -> None:
+    def __init__(
+        self,
+        option: EngineOption,
+        entry: InstalledEngine | None,
+        engines: list[InstalledEngine],
+        unknown: str | None = None,
+    ) -> None:
         self.option = option
         self.entry = entry
         self.engines = engines
+        self.unknown = unknown
 
     @property
     def label(self) -> str | None:
@@ -66,31 +74,37 @@ def engine_rules(
         how = f"--engine {option}"
     else:
         found = [e for e in engines if option.name in (None, e.name)]
+        why = f" ({'; '.join(failures)})" if failures else ""
+        where = "on this host" if on_host else f"under {root}"
+        if option.name is not None and not found:  # named and absent: not the newest rules' yes, unknown
+            cannot = (
+                f"no {option.name} {'answered' if on_host else 'is installed'} {where}{why}, so cgpu cannot tell "
+                f"what its containers get; name its release with --engine {option.name}@VERSION"
+            )
+            report.problem("error", f"--engine {option}", cannot, "engine")
+            _report_engine_problems(report, engines)
+            return Judge(option, None, engines, unknown=cannot)
         if not found:
-            every = REGISTRY.spoken()
-            wanted = f"no {option.name}" if option.name else f"none of {every}"
-            why = f" ({'; '.join(failures)})" if failures else ""
-            where = "on this host" if on_host else f"under {root}"
-            report.problem(  # an engine named and absent: the answer is not for the engine asked for
-                "error" if option.name else "warning",
+            report.problem(
+                "warning",
                 f"--engine {option}",
-                f"{wanted} {'answered' if on_host else 'is installed'} {where}{why}, so specs are judged by the "
-                f"newest CDI rules; name the engine that will run the containers with --engine NAME@VERSION",
+                f"none of {REGISTRY.spoken()} {'answered' if on_host else 'is installed'} {where}{why}, so specs "
+                f"are judged by the newest CDI rules; name the engine that will run the containers with --engine "
+                f"NAME@VERSION",
                 "engine",
             )
             _report_engine_problems(report, engines)
             return Judge(option, None, engines)
-        entry, how = _default_judge(found, kubelet, option, on_host)
-        missed = kubelet if kubelet is not None and option.name is None and kubelet["engine"] != entry.name else None
-        if missed is not None:
-            report.problem(
-                "warning",
-                missed["source"],
-                f"the kubelet runs pods through {missed['endpoint']}, but cgpu found no "
-                f"{missed['engine'] or 'engine behind that socket'} installed under {root}: {entry.name} judged "
-                f"instead; name the runtime with --engine NAME@VERSION",
-                "engine",
+        if kubelet is not None and option.name is None and not any(e.name == kubelet["engine"] for e in found):
+            cannot = (
+                f"the kubelet runs pods through {kubelet['endpoint']} ({kubelet['source']}), but cgpu found no "
+                f"{kubelet['engine'] or 'engine it knows behind that socket'} installed {where}, so it cannot tell "
+                f"what the pods' containers get; name the runtime with --engine NAME@VERSION"
             )
+            report.problem("error", kubelet["source"], cannot, "engine")
+            _report_engine_problems(report, engines)
+            return Judge(option, None, engines, unknown=cannot)
+        entry, how = _default_judge(found, kubelet, option, on_host)
         if option.mode != AUTO:
             how = f"the {'host' if on_host else 'node'}'s engine, --engine {option}"
     _report_engine_problems(report, engines)
