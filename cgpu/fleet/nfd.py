@@ -11,10 +11,13 @@ Labels (stable; documented in docs/kubernetes.md):
   <ns>/<api>=true      containers get the API
   <ns>/<api>=unknown   cgpu could not tell (no label at all: the API is absent)
   <ns>/backend=<name>, <ns>/version=<cgpu version>, <ns>/format=<report format_version>
-  <ns>/devices=<n>     distinct devices containers can be given (alias names not counted)
-  <ns>/problem=<kind>  only where devices are blocked: cdi-off, spec-too-new, stale-spec,
+  <ns>/devices=<n>     distinct devices a container can be given with at least one API (alias
+                       names not counted)
+  <ns>/devices-blocked=<n>  distinct devices whose container cannot start (only where there are any)
+  <ns>/problem=<kind>  where devices are blocked: cdi-off, spec-too-new, stale-spec,
                        missing-host-files (the first that applies, in that order: the problems'
-                       `kind`, never their wording), else blocked
+                       `kind`, never their wording), else blocked; and where no device gives any
+                       API, the first of NO_API_KINDS among the errors and warnings
   <ns>/engine=<name>, <ns>/engine-version=<version>, <ns>/engine-max-cdi=<cdiVersion|off|none>
                        the engine that judged the specs (the report's `engines`, where it has one)
   <ns>/cuda.driver-version.{major,minor,revision,full}, <ns>/cuda.runtime-version.{major,minor,full}
@@ -53,6 +56,9 @@ def labels(report: Mapping[str, Any]) -> dict[str, str]:
     found["version"] = label_value(report["cgpu_version"])
     found["format"] = str(report["format_version"])
     found["devices"] = str(device_count(report))
+    blocked = device_count(report, blocked=True)
+    if blocked:
+        found["devices-blocked"] = str(blocked)
     judge = judging_engine(report)
     kind = blocking_problem(report, judge)
     if kind:
@@ -106,28 +112,50 @@ def judging_engine(report: Mapping[str, Any]) -> Mapping[str, Any] | None:
     return next((e for e in engines if isinstance(e, Mapping) and e.get("judged") is True), None)
 
 
-def device_count(report: Mapping[str, Any]) -> int:
-    """Devices a container can be given, each once: not blocked, not another name (`alias_of`:
-    an index's UUID) for one already counted, and not an `all` device beside the ones it unites."""
-    usable = [d for d in report.get("devices", []) if d.get("status", "ok") == "ok" and not d.get("alias_of")]
-    singles = [d for d in usable if not str(d.get("name", "")).endswith("=all")]
-    return len(singles) if singles else len(usable)
+def device_count(report: Mapping[str, Any], *, blocked: bool = False) -> int:
+    """Devices a container can be given with at least one API (`blocked`: those whose container
+    cannot start), each once: not another name (`alias_of`: an index's UUID) for one already
+    counted, and not an `all` device beside the ones it unites."""
+    if blocked:
+        chosen = [d for d in report.get("devices", []) if d.get("status") == "blocked"]
+    else:
+        chosen = [d for d in report.get("devices", []) if d.get("status") != "blocked" and d.get("apis")]
+    distinct = [d for d in chosen if not d.get("alias_of")]
+    singles = [d for d in distinct if not str(d.get("name", "")).endswith("=all")]
+    return len(singles) if singles else len(distinct)
 
 
 # Problem kinds that keep a spec's devices from containers, in the order the label prefers them
 BLOCKING_KINDS: Final = ("spec-too-new", "stale-spec", "missing-host-files")
+# Where no device gives any API and none is blocked: the kinds that say why, the most telling first
+NO_API_KINDS: Final = (
+    "cdi-off",
+    "engine",
+    "library-crash",
+    "duplicate-device",
+    "invalid-spec",
+    "driver-mismatch",
+    "unresolvable-device",
+    "spec-dir",
+    "unreadable-file",
+    "no-spec",
+)
 
 
 def blocking_problem(report: Mapping[str, Any], judge: Mapping[str, Any] | None = None) -> str | None:
-    """What keeps devices from containers here, as a label value; None when no device is blocked.
-    Read from the problems' `kind` (never their wording): the first of `BLOCKING_KINDS` that an
-    error about a blocked device's spec has, else `blocked`."""
+    """What keeps devices from containers here, as a label value. Read from the problems' `kind`
+    (never their wording): where devices are blocked, the first of `BLOCKING_KINDS` that an error
+    about a blocked device's spec has, else `blocked`; where none is blocked but no device gives any
+    API, the first of `NO_API_KINDS` among the errors and warnings; else None."""
     devices = report.get("devices", [])
     blocked = [d for d in devices if d.get("status") == "blocked"]
     if judge is not None and judge.get("cdi_enabled") is False and (blocked or not report.get("containers")):
         return "cdi-off"
     if not blocked:
-        return None
+        if report.get("containers") or device_count(report):
+            return None  # something is given: nothing keeps the node from its jobs
+        kinds = {p.get("kind") for p in report.get("problems", []) if p.get("severity") in ("error", "warning")}
+        return next((kind for kind in NO_API_KINDS if kind in kinds), None)  # a node without a GPU has none
     specs = {d.get("spec") for d in blocked}
     kinds = {
         problem.get("kind")

@@ -16,6 +16,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from cgpu.fleet import nfd
 from cgpu.fleet.nfd import feature_file, label_value, labels
 from cgpu.node.files import write_atomic
 from cgpu.report import ReportBuilder
@@ -165,19 +166,36 @@ def test_the_device_count_is_distinct_devices_not_alias_names():
 def test_a_stale_spec_is_a_problem_label_naming_it_unlike_a_node_without_gpu(tmp_path):
     stale = labels(_probed("nvidia-current", "nvidia-575"))  # spec for 580, host driver 575
     assert stale[f"{NS}/problem"] == "stale-spec" and stale[f"{NS}/devices"] == "0"
+    assert stale[f"{NS}/devices-blocked"] == "1"
     empty = tmp_path / "spec"
     empty.mkdir()
-    builder = ReportBuilder("cdi")
     from cgpu.backends import cdi as cdi_backend
 
-    cdi_backend.probe(builder, spec_dirs=[str(empty)], root=str(SAMPLES / "hosts" / "nvidia-580"), engine="none")
-    none = labels(builder.build())
-    assert f"{NS}/problem" not in none and none[f"{NS}/devices"] == "0"
-    # the label is what tells them apart (beside the hosts' own drivers, 575 and 580: the version labels)
-    same = [k for k in stale if k != f"{NS}/problem" and "-version." not in k]
-    assert {k: stale[k] for k in same} == {k: v for k, v in none.items() if "-version." not in k}
+    def probed(root: Path) -> dict[str, str]:
+        builder = ReportBuilder("cdi")
+        cdi_backend.probe(builder, spec_dirs=[str(empty)], root=str(root), engine="none")
+        return labels(builder.build())
+
+    # the NVIDIA driver loaded and no spec: no device gives any API, and the label says why
+    no_spec = probed(SAMPLES / "hosts" / "nvidia-580")
+    assert no_spec[f"{NS}/problem"] == "no-spec" and no_spec[f"{NS}/devices"] == "0"
+    (tmp_path / "cpu-node").mkdir()  # no GPU at all: nothing is wrong, no problem label
+    none = probed(tmp_path / "cpu-node")
+    assert f"{NS}/problem" not in none and none[f"{NS}/devices"] == "0" and f"{NS}/devices-blocked" not in none
     for key, value in stale.items():
         assert kubernetes_label_ok(key, value)
+
+
+def test_devices_counts_those_with_at_least_one_api_not_only_complete_ones():
+    """A device giving cuda and opencl but not vulkan (partial) is a device a container can use."""
+    report = {
+        "devices": [
+            {"name": "nvidia.com/gpu=0", "status": "partial", "apis": ["cuda", "opencl"]},
+            {"name": "nvidia.com/gpu=1", "status": "ok", "apis": []},  # starts, gives nothing
+            {"name": "nvidia.com/gpu=2", "status": "blocked", "apis": []},
+        ]
+    }
+    assert nfd.device_count(report) == 1 and nfd.device_count(report, blocked=True) == 1
 
 
 def test_the_problem_label_reads_the_problems_kind_not_its_wording():
