@@ -22,12 +22,28 @@ if TYPE_CHECKING:
     from cgpu.engines.config import Config, Lister, Reader
 
 MAX_IMPORTS = 64
+# k3s: /usr/local/bin/k3s is a launcher (cmd/k3s, built with only k3s's own version: no containerd in its
+# build info); it unpacks the real multicall binary into data/<sha256>/bin/k3s, links data/current to that
+# dir, and bin/containerd there is a link to k3s (k3s-io/k3s cmd/k3s/main.go, scripts/build).
+K3S_CONTAINERD = "/var/lib/rancher/k3s/data/current/bin/containerd"
 K3S = "/usr/local/bin/k3s"
-RKE2_CONTAINERD = "/var/lib/rancher/rke2/bin/containerd"
+RKE2_CONTAINERD = "/var/lib/rancher/rke2/bin/containerd"  # bin -> data/<release>/bin (rancher/rke2)
+MICROK8S_CONTAINERD = "/snap/microk8s/current/bin/containerd"  # the snap's own (canonical/microk8s)
+K0S_CONTAINERD = "/var/lib/k0s/bin/containerd"  # k0s unpacks its binaries there (k0sproject/k0s)
 CONFIG_TOML = "/etc/containerd/config.toml"
+FLAVOURS = {
+    K3S_CONTAINERD: "k3s",
+    K3S: "k3s",
+    RKE2_CONTAINERD: "rke2",
+    MICROK8S_CONTAINERD: "microk8s",
+    K0S_CONTAINERD: "k0s",
+}
 FLAVOUR_CONFIGS = {
+    # k3s and RKE2 write it at each start from config-v3.toml.tmpl or config.toml.tmpl where present
     "k3s": "/var/lib/rancher/k3s/agent/etc/containerd/config.toml",
     "rke2": "/var/lib/rancher/rke2/agent/etc/containerd/config.toml",
+    "microk8s": "/var/snap/microk8s/current/args/containerd.toml",  # made from containerd-template.toml
+    "k0s": "/etc/k0s/containerd.toml",  # imports /etc/k0s/containerd.d/*.toml and k0s's CRI file
 }
 
 
@@ -152,16 +168,15 @@ class Containerd(ContainerEngine):
     unread_setting = "enable_cdi = true"
 
     def binaries(self) -> list[str]:
-        return [*super().binaries(), K3S, RKE2_CONTAINERD]
+        return [*super().binaries(), K3S_CONTAINERD, K3S, RKE2_CONTAINERD, MICROK8S_CONTAINERD, K0S_CONTAINERD]
 
     def flavour(self, binary: str) -> str:
-        return "k3s" if binary == K3S else "rke2" if binary == RKE2_CONTAINERD else ""
+        return FLAVOURS.get(binary, "")
 
     def version_from_build_info(self, info: BuildInfo, flavour: str) -> str | None:
         if flavour == "k3s":  # the k3s binary's own version is k3s's: the containerd inside it is a module
-            version = info.dep("github.com/containerd/containerd/v2", "github.com/containerd/containerd")
-            if version is not None:
-                return version
+            # None where it names no containerd (the launcher): never k3s's own version taken for containerd's
+            return info.dep("github.com/containerd/containerd/v2", "github.com/containerd/containerd")
         return super().version_from_build_info(info, flavour)
 
     def version_argv(self, binary: str) -> list[str] | None:

@@ -471,6 +471,8 @@ def _from_build_info(files: Files, learning: _Learning, engine: ContainerEngine,
     if not info.module_mode:
         return  # built outside module mode: no module list, so no library named
     library = info.dep(*CDI_MODULES)
+    if version is None and library is None:
+        return  # it names neither the engine's version nor a CDI library (k3s's launcher): nothing learned
     learning.learned_from = "build-info"
     learning.sources.append(shown)
     learning.cdi_library = library

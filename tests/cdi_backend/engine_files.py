@@ -97,6 +97,19 @@ def k3s_binary(containerd: str, cdi: str) -> bytes:
     )
 
 
+def k3s_launcher(version: str) -> bytes:
+    """/usr/local/bin/k3s: cmd/k3s, built with k3s's own version alone (scripts/package-cli): no containerd."""
+    return elf_with_section(
+        blob(
+            [
+                "path\tgithub.com/k3s-io/k3s/cmd/k3s",
+                "mod\tgithub.com/k3s-io/k3s\t(devel)\t",
+                f'build\t-ldflags="-X github.com/k3s-io/k3s/pkg/version.Version={version}"',
+            ]
+        )
+    )
+
+
 def debian_binary(path: str) -> bytes:
     """Debian's builds (GOPATH mode): a path line and build settings, no module list."""
     return elf_with_section(blob([f"path\t{path}", "build\t-compiler=gc", "build\tCGO_ENABLED=1"]))

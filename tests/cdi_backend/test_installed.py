@@ -383,6 +383,53 @@ def test_k3s_is_judged_by_its_embedded_containerd(tmp_path: Path):
     assert entry["cdi_enabled"] is True
 
 
+K3S_DATA = "/var/lib/rancher/k3s/data/" + "3f" * 32  # data/<sha256 of the payload>
+
+
+def _k3s_node(tmp_path: Path, *, unpacked: bool) -> Path:
+    """A k3s node as installed: the launcher, and (once k3s ran) its payload unpacked, data/current an
+    absolute link to it and bin/containerd a link to the multicall k3s (k3s-io/k3s cmd/k3s, scripts/build)."""
+    files: dict[str, bytes | str] = {"/usr/local/bin/k3s": ef.k3s_launcher("v1.33.4+k3s1")}
+    if unpacked:
+        files[f"{K3S_DATA}/bin/k3s"] = ef.k3s_binary("v2.1.5-k3s1", "v1.0.1")
+    root = nvidia_node(tmp_path, files)
+    if unpacked:
+        (root / K3S_DATA.lstrip("/") / "bin" / "containerd").symlink_to("k3s")
+        (root / "var/lib/rancher/k3s/data/current").symlink_to(K3S_DATA)  # absolute: resolved inside the root
+    return root
+
+
+def test_k3s_is_judged_by_the_containerd_it_unpacked_not_its_launchers_version(tmp_path: Path):
+    entry = judged(judge(_k3s_node(tmp_path, unpacked=True)))
+    assert (entry["name"], entry["version"], entry["cdi_library"]) == ("containerd", "2.1.5-k3s1", "v1.0.1")
+    assert entry["cdi_enabled"] is True  # containerd 2.x: CDI on, and k3s's config never sets it
+
+
+def test_a_k3s_launcher_alone_is_not_read_as_containerd_of_kubernetes_version(tmp_path: Path):
+    report = judge(_k3s_node(tmp_path, unpacked=False))
+    entry = judged(report)
+    assert entry["version"] is None  # before: "1.33.4+k3s1", k3s's own version, and CDI off
+    assert any("could not learn its version" in p["message"] for p in report["problems"])
+
+
+@pytest.mark.parametrize(
+    ("binary", "config_path"),
+    [
+        ("/snap/microk8s/current/bin/containerd", "/var/snap/microk8s/current/args/containerd.toml"),
+        ("/var/lib/k0s/bin/containerd", "/etc/k0s/containerd.toml"),
+    ],
+)
+def test_microk8s_and_k0s_containerd_are_found_with_their_own_config(tmp_path: Path, binary, config_path):
+    cdi_on = 'version = 2\n[plugins."io.containerd.grpc.v1.cri"]\n  enable_cdi = true\n'
+    root = nvidia_node(tmp_path, {binary: ef.upstream_containerd("v1.7.29", "v0.8.1"), config_path: cdi_on})
+    report = judge(root)
+    entry = judged(report)
+    assert (entry["version"], entry["cdi_enabled"]) == ("1.7.29", True)
+    assert report["containers"] == ALL
+    (root / config_path.lstrip("/")).unlink()  # 1.7 without the setting: CDI off
+    assert judged(judge(root))["cdi_enabled"] is False
+
+
 @pytest.mark.parametrize(
     ("stanza", "daemon_json", "enabled", "containers"),
     [
