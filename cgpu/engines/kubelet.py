@@ -29,6 +29,16 @@ MAX_DROP_INS = 64  # more kubelet drop-ins than any real node has; the rest are 
 _YAML_ENDPOINT = re.compile(r"^containerRuntimeEndpoint:[ \t]*[\"']?([^\s\"'#]+)", re.MULTILINE)
 _JSON_ENDPOINT = re.compile(r"\"containerRuntimeEndpoint\"\s*:\s*\"([^\"]+)\"")
 _VARIABLE = re.compile(r"\$\{(\w+)\}|\$(\w+)")
+# k3s and RKE2 run the kubelet inside their own process and tell it the runtime themselves: their own
+# containerd's socket unless their configuration (the CLI flags' names, in config.yaml and config.yaml.d/*.yaml)
+# says `container-runtime-endpoint` or, for k3s, `docker` (its embedded cri-dockerd) (k3s-io/k3s
+# pkg/agent/config/config.go, pkg/configfilearg; rancher/rke2 shares the code).
+EMBEDDING = (
+    ("k3s", "/usr/local/bin/k3s", "/etc/rancher/k3s/config.yaml", "unix:///run/k3s/cri-dockerd/cri-dockerd.sock"),
+    ("rke2", "/var/lib/rancher/rke2/bin/containerd", "/etc/rancher/rke2/config.yaml", None),
+)
+EMBEDDED_CONTAINERD = "unix:///run/k3s/containerd/containerd.sock"
+_YAML_KEY = re.compile(r"^(container-runtime-endpoint|docker):[ \t]*[\"']?([^\s\"'#]*)", re.MULTILINE)
 
 
 class NodeFiles(Protocol):
@@ -47,6 +57,10 @@ def kubelet_runtime(files: NodeFiles) -> dict[str, str] | None:
     `engine` is "" for a socket cgpu cannot map to an engine; `source` names the file that decided, or the
     kubelet's default."""
     command, unit_files = _command_line(files)
+    if command is None:
+        embedded = _embedded_kubelet(files)
+        if embedded is not None:
+            return embedded
     flags = _flags(command)
     endpoint = flags.get("--container-runtime-endpoint")
     if endpoint:
@@ -61,6 +75,24 @@ def kubelet_runtime(files: NodeFiles) -> dict[str, str] | None:
     if not installed:
         return None
     return _runtime(DEFAULT_ENDPOINT, "the kubelet's default (no flag or config file names a runtime)")
+
+
+def _embedded_kubelet(files: NodeFiles) -> dict[str, str] | None:
+    """The runtime k3s's or RKE2's own kubelet is given, where one of them is installed; None else."""
+    for name, binary, config, docker in EMBEDDING:
+        if not files.is_file(binary):
+            continue
+        endpoint, source = EMBEDDED_CONTAINERD, f"{name}'s own containerd (its default)"
+        folder = config + ".d"
+        for path in [config, *(f"{folder}/{n}" for n in files.listdir(folder)[:MAX_DROP_INS] if n.endswith(".yaml"))]:
+            text, _, shown = files.read(path)
+            for key, value in _YAML_KEY.findall(text or ""):  # a later file, or a later line, wins
+                if key == "container-runtime-endpoint" and value:
+                    endpoint, source = value if "://" in value else f"unix://{value}", shown
+                elif key == "docker" and docker is not None and value.lower() == "true":
+                    endpoint, source = docker, shown
+        return _runtime(endpoint, source)
+    return None
 
 
 def _runtime(endpoint: str, source: str) -> dict[str, str]:

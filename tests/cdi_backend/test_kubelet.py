@@ -148,3 +148,31 @@ def test_any_unit_text_or_command_line_reads_without_raising(text):
     kubelet._environment_file(text)
     flags = kubelet._flags(text)
     assert all(name.startswith("--") for name in flags)
+
+
+def test_k3s_gives_its_own_kubelet_its_own_containerd_unless_its_config_says_otherwise(tmp_path):
+    files = _node(tmp_path, {"/usr/local/bin/k3s": "\x7fELF"})
+    assert kubelet.kubelet_runtime(files) == {
+        "engine": "containerd",
+        "endpoint": "unix:///run/k3s/containerd/containerd.sock",
+        "source": "k3s's own containerd (its default)",
+    }
+    (tmp_path / "etc/rancher/k3s/config.yaml.d").mkdir(parents=True)
+    (tmp_path / "etc/rancher/k3s/config.yaml").write_text("write-kubeconfig-mode: '0644'\ndocker: true\n")
+    assert kubelet.kubelet_runtime(Files(str(tmp_path)))["engine"] == "cri-dockerd"  # k3s's embedded cri-dockerd
+    (tmp_path / "etc/rancher/k3s/config.yaml.d/50-crio.yaml").write_text(
+        f'container-runtime-endpoint: "{CRIO.removeprefix("unix://")}"\n'
+    )
+    found = kubelet.kubelet_runtime(Files(str(tmp_path)))
+    assert found["engine"] == "crio" and found["source"].endswith("50-crio.yaml")  # a later file wins
+
+
+def test_a_kubelet_unit_is_read_before_an_embedding_distribution(tmp_path):
+    files = _kubeadm_node(
+        tmp_path,
+        **{
+            "/usr/local/bin/k3s": "\x7fELF",
+            "/var/lib/kubelet/kubeadm-flags.env": f'KUBELET_KUBEADM_ARGS="--container-runtime-endpoint={CRIO}"\n',
+        },
+    )
+    assert kubelet.kubelet_runtime(files)["engine"] == "crio"
