@@ -238,6 +238,20 @@ class Engine(BaseModel):
         )
     )
     sources: list[str] = Field(description="the files and commands it was learned from, paths as cgpu read them")
+    config_files: list[str] = Field(
+        default_factory=list,
+        description=(
+            "the configuration files it reads, in the order it reads them (containerd: config.toml, then its "
+            "imports), paths as cgpu read them; empty where it has none"
+        ),
+    )
+    defaulted: list[str] = Field(
+        default_factory=list,
+        description=(
+            "its CDI settings that no configuration file sets, so its defaults for its release decide them "
+            "(enable_cdi, cdi_spec_dirs)"
+        ),
+    )
     judged: bool = Field(description="whether this engine's rules judged the specs (exactly one, unless --engine none)")
     containers: list[Api] = Field(description="the APIs containers of this engine get, canonical order")
     nvidia_runtime: NvidiaRuntime | None = Field(

@@ -28,7 +28,17 @@ MAX_DROP_INS = 256  # the most files cgpu reads of one drop-in dir
 class Config:
     """The CDI part of one engine's configuration."""
 
-    __slots__ = ("default_runtime", "enabled", "file", "problems", "runtime_file", "setting", "spec_dirs")
+    __slots__ = (
+        "default_runtime",
+        "defaulted",
+        "enabled",
+        "file",
+        "files",
+        "problems",
+        "runtime_file",
+        "setting",
+        "spec_dirs",
+    )
 
     def __init__(self) -> None:
         self.enabled: bool | None = None  # None: the engine's default for its version decides
@@ -38,6 +48,8 @@ class Config:
         self.default_runtime: str | None = None  # the OCI runtime containers get unless they ask for another
         self.runtime_file = ""  # where that is set
         self.problems: list[Problem] = []
+        self.files: list[str] = []  # the configuration files the engine reads, as shown, in its order
+        self.defaulted: list[str] = []  # its CDI settings no file sets ("enable_cdi"): the engine's defaults
 
 
 # Files: read(path) -> (text or None, why not or None, shown path); listdir(path) -> names

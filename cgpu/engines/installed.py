@@ -169,6 +169,8 @@ class InstalledEngine:
         "cdi_library",
         "cdi_setting",
         "config_broken",
+        "config_files",
+        "defaulted",
         "learned_from",
         "max_cdi_version",
         "name",
@@ -188,6 +190,8 @@ class InstalledEngine:
     spec_dirs: tuple[str, ...]  # as its configuration names them, on its node
     learned_from: str  # build-info, package, version or option
     sources: tuple[str, ...]  # the files and commands it was learned from
+    config_files: tuple[str, ...]  # the configuration files it reads, in the order it reads them
+    defaulted: tuple[str, ...]  # its CDI settings no configuration file sets: its defaults decide them
     nvidia_runtime: Mapping[str, Any] | None  # NVIDIA's runtime as its default runtime (`config.nvidia_runtime`)
     problems: tuple[Problem, ...]  # what is wrong with its files, for the report
     cdi_setting: str  # the setting and file that turn CDI on
@@ -208,6 +212,8 @@ class InstalledEngine:
         spec_dirs: Iterable[str] = DEFAULT_SPEC_DIRS,
         learned_from: str = "version",
         sources: Iterable[str] = (),
+        config_files: Iterable[str] = (),
+        defaulted: Iterable[str] = (),
         nvidia_runtime: Mapping[str, Any] | None = None,
         problems: Iterable[Problem] = (),
         cdi_setting: str = "",
@@ -226,6 +232,8 @@ class InstalledEngine:
             "spec_dirs": tuple(spec_dirs),
             "learned_from": learned_from,
             "sources": tuple(sources),
+            "config_files": tuple(config_files),
+            "defaulted": tuple(defaulted),
             "nvidia_runtime": nvidia_runtime,
             "problems": tuple(problems),
             "cdi_setting": cdi_setting,
@@ -286,6 +294,8 @@ class InstalledEngine:
             "spec_dirs": list(self.spec_dirs),
             "learned_from": self.learned_from,
             "sources": list(self.sources),
+            "config_files": list(self.config_files),
+            "defaulted": list(self.defaulted),
             "judged": judged,
             "containers": list(containers),
             "nvidia_runtime": None if self.nvidia_runtime is None else dict(self.nvidia_runtime),
@@ -294,7 +304,13 @@ class InstalledEngine:
     def as_json(self) -> dict[str, Any]:
         """Every fact, as JSON keeps it (`from_json` reads it back)."""
         facts = {key: getattr(self, key) for key in self.__slots__}
-        facts.update(spec_dirs=list(self.spec_dirs), sources=list(self.sources), problems=list(self.problems))
+        facts.update(
+            spec_dirs=list(self.spec_dirs),
+            sources=list(self.sources),
+            config_files=list(self.config_files),
+            defaulted=list(self.defaulted),
+            problems=list(self.problems),
+        )
         facts["nvidia_runtime"] = None if self.nvidia_runtime is None else dict(self.nvidia_runtime)
         return facts
 
@@ -312,7 +328,7 @@ class InstalledEngine:
             data[key] is None or isinstance(data[key], str) for key in optional_texts
         ):
             raise CgpuValueError("an engine's facts are malformed")
-        for key in ("spec_dirs", "sources"):
+        for key in ("spec_dirs", "sources", "config_files", "defaulted"):
             if not isinstance(data[key], list) or not all(isinstance(item, str) for item in data[key]):
                 raise CgpuValueError(f"an engine's {key} are malformed")
         flags = (data["cdi_enabled"], data["cdi_explicit"])
@@ -343,6 +359,8 @@ def with_version(installed: InstalledEngine | None, name: str, version: str, lea
                 "cdi_file",
                 "cdi_explicit",
                 "config_broken",
+                "config_files",
+                "defaulted",
                 "nvidia_runtime",
                 "problems",
             )
@@ -603,6 +621,8 @@ def _configure(
         spec_dirs=config.spec_dirs if config.spec_dirs is not None else DEFAULT_SPEC_DIRS,
         learned_from=learning.learned_from,
         sources=learning.sources,
+        config_files=config.files,
+        defaulted=config.defaulted,
         nvidia_runtime=facts,
         problems=problems,
         cdi_setting=config.setting,

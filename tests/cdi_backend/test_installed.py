@@ -928,6 +928,8 @@ def test_an_installed_engine_is_frozen_and_changed_by_replace(tmp_path: Path):
     assert list(entry) == ["name", "version", "cdi_library", "max_cdi_version", "cdi_enabled", "spec_dirs"] + [
         "learned_from",
         "sources",
+        "config_files",
+        "defaulted",
         "judged",
         "containers",
         "nvidia_runtime",
