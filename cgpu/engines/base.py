@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 BIN_DIRS = ("/usr/bin", "/usr/local/bin", "/usr/sbin", "/bin")
 # each part at most 9 digits: no release has more, and int() of a longer one is quadratic (and capped)
 _VERSION = lazy(r"v?(\d{1,9})(?:\.(\d{1,9}))?(?:\.(\d{1,9}))?(?:[-+~][0-9A-Za-z.+~-]*)?")
+_MAJOR = lazy(r"v?(\d{1,9})(?!\d)")  # a longer number is no release cgpu knows
 
 
 def parse_engine_version(version: str) -> tuple[int, ...]:
@@ -158,6 +159,17 @@ class ContainerEngine:
         its major version where known; `on_host`: the node is this host (an engine that users run
         themselves reads the running user's own configuration too)."""
         raise NotImplementedError
+
+    def read_release_configuration(
+        self, read: Reader, listdir: Lister, *, version: str | None, flavour: str, on_host: bool
+    ) -> Config:
+        """`read_configuration` for the release `version` (None: unknown): an engine whose reading changes
+        within a major release (containerd 2.3) reads it by the whole version."""
+        major = None
+        match = _MAJOR.match(version or "")
+        if match is not None:
+            major = int(match.group(1))
+        return self.read_configuration(read, listdir, major=major, flavour=flavour, on_host=on_host)
 
     def daemon_spec_dirs(self, details: dict[str, object]) -> list[str] | None:
         """The spec dirs its running daemon named when cgpu's client asked it (empty: CDI off); None

@@ -10,7 +10,7 @@ import json
 import posixpath
 import re
 
-from cgpu.engines.base import ContainerEngine
+from cgpu.engines.base import ContainerEngine, parse_engine_version
 from cgpu.problem import Problem
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time
@@ -20,6 +20,8 @@ if TYPE_CHECKING:
 
     from cgpu.engines.buildinfo import BuildInfo
     from cgpu.engines.config import Config, Lister, Reader
+
+    Settings = dict[str, tuple[Any, str]]  # a CRI setting -> (its value, the file that set it, as shown)
 
 MAX_IMPORTS = 64
 # k3s: /usr/local/bin/k3s is a launcher (cmd/k3s, built with only k3s's own version: no containerd in its
@@ -31,6 +33,12 @@ RKE2_CONTAINERD = "/var/lib/rancher/rke2/bin/containerd"  # bin -> data/<release
 MICROK8S_CONTAINERD = "/snap/microk8s/current/bin/containerd"  # the snap's own (canonical/microk8s)
 K0S_CONTAINERD = "/var/lib/k0s/bin/containerd"  # k0s unpacks its binaries there (k0sproject/k0s)
 CONFIG_TOML = "/etc/containerd/config.toml"
+# The CRI plugin's table in each config version: 1 `cri` (a short id), 2 the gRPC plugin's URI, 3 and 4
+# (containerd 2.x) the CRI runtime plugin's
+CRI_V2 = "io.containerd.grpc.v1.cri"
+CRI_RUNTIME = "io.containerd.cri.v1.runtime"
+CDI_SETTINGS = ("enable_cdi", "cdi_spec_dirs")
+DEFAULT_RUNTIME = "containerd.default_runtime_name"
 FLAVOURS = {
     K3S_CONTAINERD: "k3s",
     K3S: "k3s",
@@ -48,8 +56,9 @@ FLAVOUR_CONFIGS = {
 
 
 def imported_files(read: Reader, listed: Lister, path: str, document: dict[str, Any], config: Config) -> Iterator[str]:
-    """The files a containerd config imports, in order: paths relative to its folder, globs expanded in
-    name order (`listed`: a folder's names, sorted)."""
+    """The files a containerd config imports, in order (`resolveImports`): paths relative to its folder,
+    cleaned; a path with a `*` is a glob (Go's filepath.Glob: names matched in name order; `listed`: a
+    folder's names, sorted), any other taken as it is."""
     import fnmatch
 
     imports = document.get("imports", [])
@@ -59,34 +68,160 @@ def imported_files(read: Reader, listed: Lister, path: str, document: dict[str, 
     for pattern in imports[:MAX_IMPORTS]:
         if not isinstance(pattern, str):
             continue
-        pattern = pattern if pattern.startswith("/") else posixpath.join(posixpath.dirname(path), pattern)
+        pattern = posixpath.normpath(posixpath.join(posixpath.dirname(path), pattern))
         folder, name = posixpath.split(pattern)
-        if any(c in name for c in "*?["):
+        if "*" in name:
             yield from (posixpath.join(folder, n) for n in listed(folder) if fnmatch.fnmatchcase(n, name))
         else:
             yield pattern
 
 
-def read_config(read: Reader, listdir: Lister, path: str, major: int | None) -> Config:
-    """containerd's CRI plugin: `enable_cdi` (1.7: off by default; 2.x: on) and `cdi_spec_dirs`, in
-    `[plugins."io.containerd.grpc.v1.cri"]` (config version 2), `[plugins.cri]` (version 1) or
-    `[plugins.'io.containerd.cri.v1.runtime']` (version 3, containerd 2.x); `imports` merged over
-    the main file in order (containerd `cmd/containerd/server/config`: LoadConfig, mergeConfig)."""
-    from cgpu.engines.config import Config, spec_dirs_setting, table, toml_file
+class _File:
+    """One config file as containerd loads it: its `version` and the CRI settings of each plugin table
+    (`enable_cdi`, `cdi_spec_dirs`, `containerd.default_runtime_name`, each with the file that set it)."""
+
+    __slots__ = ("plugins", "shown", "version")
+
+    def __init__(self, shown: str, document: dict[str, Any], config: Config) -> None:
+        from cgpu.engines.config import table
+
+        self.shown = shown
+        version = document.get("version", 0)
+        if not isinstance(version, int) or isinstance(version, bool) or version < 0:
+            # not decoded (a string), or a negative one containerd 2.x's migration indexes with (a panic)
+            config.problems.append(Problem("error", shown, f"version is {version!r}, not a config version"))
+            version = 0
+        self.version = version
+        self.plugins: dict[str, Settings] = {}
+        plugins = document.get("plugins", {})
+        if not isinstance(plugins, dict):
+            config.problems.append(Problem("error", shown, "plugins is not a table"))
+            return
+        for name, found in plugins.items():
+            settings: Settings = {}
+            if isinstance(found, dict):
+                settings = {key: (found[key], shown) for key in CDI_SETTINGS if key in found}
+                runtime = table(found, "containerd")
+                if runtime is not None and "default_runtime_name" in runtime:
+                    settings[DEFAULT_RUNTIME] = (runtime["default_runtime_name"], shown)
+            self.plugins[name] = settings
+
+
+def _rename_short_ids(plugins: dict[str, Settings]) -> None:
+    """containerd 2.x's `v1Migrate`: a version-1 file's short plugin id `cri` becomes the version-2 URI."""
+    if "cri" in plugins:
+        plugins[CRI_V2] = plugins.pop("cri")
+
+
+def _move_cri_settings(plugins: dict[str, Settings]) -> None:
+    """The CRI runtime plugin's `configMigration` (containerd 2.x): the version-2 CRI table's settings that
+    the runtime table does not have are copied into it."""
+    if CRI_V2 in plugins:
+        runtime = plugins.setdefault(CRI_RUNTIME, {})
+        for key, value in plugins[CRI_V2].items():
+            runtime.setdefault(key, value)
+
+
+def _line_1(files: list[_File], release: tuple[int, ...], config: Config) -> tuple[Settings, str]:
+    """containerd 1.6/1.7 (services/server/config/config.go, LoadConfig and mergeConfig at v1.7.24): each
+    imported file's plugin tables REPLACE the tables of that name (`to.Plugins[k] = v`); the last file
+    that names a version gives it; no version is version 1, whose plugins go by short id (`cri`, Decode:
+    `id = p.ID`), version 2 by URI; version 3 is refused from 1.7.17 (ValidateV2) and read as 2 before."""
+    merged: dict[str, Settings] = {}
+    holder: dict[str, str] = {}  # the file whose table of that name counts
+    version = 0
+    for file in files:
+        version = file.version or version
+        for name, settings in file.plugins.items():
+            merged[name], holder[name] = settings, file.shown
+    main = files[0].shown
+    version = version or 1
+    if version > 2 and release >= (1, 7, 17):
+        config.problems.append(
+            Problem("error", main, f"containerd {_shown(release)} refuses config version {version} (its highest is 2)")
+        )
+    elif version >= 2:
+        for name in merged:
+            if not name.startswith("io.containerd.") or len(name.split(".", 3)) < 4:
+                config.problems.append(
+                    Problem(
+                        "error",
+                        holder[name],
+                        f"plugin {name!r} is not a URI (io.containerd.x.vx), as config version 2 needs",
+                    )
+                )
+    cri = "cri" if version == 1 else CRI_V2
+    config.file = holder.get(cri, main)
+    return merged.get(cri, {}), cri
+
+
+def _line_2(files: list[_File], release: tuple[int, ...] | None, config: Config) -> tuple[Settings, str]:
+    """containerd 2.x (cmd/containerd/server/config/config.go, LoadConfig and mergeConfig at v2.0.0 to v2.2.x;
+    LoadConfigWithPlugins from v2.3.0): imports MERGE key by key into the main file (mergo.WithOverride), a
+    list replaced whole; a file below the current version is migrated: version 1's `cri` becomes
+    `io.containerd.grpc.v1.cri`, whose settings the CRI runtime plugin's migration copies into
+    `io.containerd.cri.v1.runtime` (plugins/cri/runtime/plugin.go configMigration). Up to 2.2 a file
+    without a version is migrated straight to the running version (3), so its CRI tables are left where
+    version 3 does not read them, and the copy runs once on the merged config where the last versioned
+    file says 2; from 2.3 (config version 4) every file is migrated step by step, the copy at each step,
+    and a drop-in may not name a higher version than the main file."""
+    per_file = release is None or release >= (2, 3)
+    highest = 4 if per_file else 3
+    merged: dict[str, Settings] = {}
+    version = highest
+    root_version = 0
+    for file in files:
+        if per_file:
+            root_version = root_version or file.version
+            if file.version > root_version:
+                config.problems.append(
+                    Problem(
+                        "error",
+                        file.shown,
+                        f"containerd refuses a drop-in of config version {file.version} above the main file's "
+                        f"{root_version}",
+                    )
+                )
+            for step in range(file.version, version):
+                if step == 1:
+                    _rename_short_ids(file.plugins)
+                _move_cri_settings(file.plugins)
+            file_version = max(file.version, version)
+        else:
+            if file.version <= 1:
+                _rename_short_ids(file.plugins)
+            file_version = file.version if file.version > 1 else version
+        for name, settings in file.plugins.items():
+            merged.setdefault(name, {}).update(settings)
+        version = file_version
+    if version > highest:
+        config.problems.append(
+            Problem("error", files[0].shown, f"containerd refuses config version {version} (its highest is {highest})")
+        )
+    if not per_file and version < 3:
+        _move_cri_settings(merged)
+    cri = CRI_V2 if files[0].version == 2 and (per_file or version == 2) else CRI_RUNTIME
+    return merged.get(CRI_RUNTIME, {}), cri
+
+
+def read_config(read: Reader, listdir: Lister, path: str, release: tuple[int, ...] | None) -> Config:
+    """containerd's CRI plugin: `enable_cdi` (1.7: off by default; 2.x: on) and `cdi_spec_dirs`, from the
+    main file and its `imports` as the release line loads them (`_line_1`: 1.6 and 1.7; `_line_2`: 2.x;
+    an unknown release: the newest line)."""
+    from cgpu.engines.config import Config, toml_file
 
     config = Config()
     main = toml_file(read, path, config)
-    v3 = major is not None and major >= 2
-    cri = "io.containerd.cri.v1.runtime" if v3 else "io.containerd.grpc.v1.cri"
     config.file = read(path)[2]
-    config.setting = f"enable_cdi = true in [plugins.{json.dumps(cri)}] of {config.file}"
     if main is None:
         if config.problems:
             config.problems.append(
-                Problem("error", read(path)[2], "containerd refuses to start with a config file it cannot parse")
+                Problem("error", config.file, "containerd refuses to start with a config file it cannot parse")
             )
+        _apply({}, "cri" if release is not None and release < (2,) else CRI_RUNTIME, config)
         return config
-    documents = [(path, main)]
+    config.files.append(config.file)
+    files = [_File(config.file, main, config)]
     # Imports of imports too, in containerd's order: it queues every import and skips a file loaded
     # before, so each file is queued here once, where it first appears; at most MAX_IMPORTS of them.
     queue = [path]
@@ -110,39 +245,45 @@ def read_config(read: Reader, listdir: Lister, path: str, major: int | None) -> 
         if text is None and why is None:
             config.problems.append(Problem("error", shown, "this imported config file does not exist"))
             continue
+        config.files.append(shown)
         document = toml_file(read, target, config)
         if document is not None:
-            documents.append((target, document))
+            files.append(_File(shown, document, config))
             enqueue(target, document)
+    if release is not None and release < (2,):
+        settings, cri = _line_1(files, release, config)
+    else:
+        settings, cri = _line_2(files, release, config)
     if any(severity == "error" for severity, _, _ in config.problems):
         config.problems.append(
-            Problem("error", config.file, "containerd refuses to start with a config file it cannot load")
+            Problem("error", files[0].shown, "containerd refuses to start with a config file it cannot load")
         )
-    for source, document in documents:
-        for keys in (
-            ("plugins", "io.containerd.cri.v1.runtime"),
-            ("plugins", "io.containerd.grpc.v1.cri"),
-            ("plugins", "cri"),
-        ):
-            if keys[1] == "io.containerd.cri.v1.runtime" and not v3:
-                continue  # containerd 1.7 does not know the version 3 table
-            found = table(document, *keys)
-            if found is None:
-                continue
-            shown = read(source)[2]
-            enabled = found.get("enable_cdi")
-            if isinstance(enabled, bool):
-                config.enabled = enabled
-                config.file = shown
-                config.setting = f"enable_cdi = true in [plugins.{json.dumps(keys[1])}] of {shown}"
-            elif enabled is not None:
-                config.problems.append(Problem("error", shown, f"enable_cdi is {enabled!r}, not true or false"))
-            spec_dirs_setting(found, "cdi_spec_dirs", shown, config)
-            runtime = table(found, "containerd")
-            if runtime is not None and isinstance(runtime.get("default_runtime_name"), str):
-                config.default_runtime, config.runtime_file = runtime["default_runtime_name"], shown
-            break
+    _apply(settings, cri, config)
     return config
+
+
+def _apply(settings: Settings, cri: str, config: Config) -> None:
+    """The CRI settings that count into `config`; each one no file sets is the release's default."""
+    from cgpu.engines.config import spec_dirs_setting
+
+    if "enable_cdi" in settings:
+        enabled, shown = settings["enable_cdi"]
+        if isinstance(enabled, bool):
+            config.enabled = enabled
+            config.file = shown
+        else:
+            config.problems.append(Problem("error", shown, f"enable_cdi is {enabled!r}, not true or false"))
+    if "cdi_spec_dirs" in settings:
+        dirs, shown = settings["cdi_spec_dirs"]
+        spec_dirs_setting({"cdi_spec_dirs": dirs}, "cdi_spec_dirs", shown, config)
+    config.defaulted.extend(key for key in CDI_SETTINGS if key not in settings)
+    config.setting = f"enable_cdi = true in [plugins.{json.dumps(cri)}] of {config.file}"
+    if DEFAULT_RUNTIME in settings and isinstance(settings[DEFAULT_RUNTIME][0], str):
+        config.default_runtime, config.runtime_file = settings[DEFAULT_RUNTIME]
+
+
+def _shown(release: tuple[int, ...]) -> str:
+    return ".".join(map(str, release))
 
 
 class Containerd(ContainerEngine):
@@ -188,7 +329,18 @@ class Containerd(ContainerEngine):
     def read_configuration(
         self, read: Reader, listdir: Lister, *, major: int | None, flavour: str, on_host: bool
     ) -> Config:
-        return read_config(read, listdir, FLAVOUR_CONFIGS.get(flavour, CONFIG_TOML), major)
+        return read_config(read, listdir, FLAVOUR_CONFIGS.get(flavour, CONFIG_TOML), (major,) if major else None)
+
+    def read_release_configuration(
+        self, read: Reader, listdir: Lister, *, version: str | None, flavour: str, on_host: bool
+    ) -> Config:
+        release = None
+        if version is not None:
+            try:
+                release = parse_engine_version(version)
+            except ValueError:
+                pass  # no release cgpu can read: the newest line's reading
+        return read_config(read, listdir, FLAVOUR_CONFIGS.get(flavour, CONFIG_TOML), release)
 
 
 ENGINE = Containerd()

@@ -597,8 +597,8 @@ def _configure(
     """The engine as learned, with whether CDI is on and which spec dirs it reads from its configuration files."""
     from cgpu.engines.config import nvidia_runtime
 
-    config = engine.read_configuration(
-        files.read_config, files.listdir, major=_major(learning.version), flavour=flavour, on_host=files.host.real_root
+    config = engine.read_release_configuration(
+        files.read_config, files.listdir, version=learning.version, flavour=flavour, on_host=files.host.real_root
     )
     problems = learning.problems
     enabled = config.enabled if config.enabled is not None else engine.cdi_on_by_default(learning.version)
@@ -632,10 +632,3 @@ def _configure(
         rules_unknown=learning.rules_unknown,
         binary=binary,
     )
-
-
-def _major(version: str | None) -> int | None:
-    if not version:
-        return None
-    match = re.match(r"v?(\d{1,9})(?!\d)", version)  # a longer number is no release cgpu knows
-    return int(match.group(1)) if match else None

@@ -321,7 +321,7 @@ def test_debian_13_containerd_reads_0_8_0_but_has_cdi_off_by_default(tmp_path: P
 
 
 def test_upstream_containerd_1_7_15_refuses_the_current_nvidia_spec(tmp_path: Path):
-    config = '[plugins."io.containerd.grpc.v1.cri"]\nenable_cdi = true\n'
+    config = 'version = 2\n[plugins."io.containerd.grpc.v1.cri"]\nenable_cdi = true\n'
     root = nvidia_node(
         tmp_path,
         {
@@ -564,7 +564,7 @@ def containerd_node(tmp_path: Path) -> Path:
         tmp_path,
         {
             "/usr/bin/containerd": ef.upstream_containerd("v1.7.27", "v0.8.1"),
-            "/etc/containerd/config.toml": '[plugins."io.containerd.grpc.v1.cri"]\nenable_cdi = true\n',
+            "/etc/containerd/config.toml": 'version = 2\n[plugins."io.containerd.grpc.v1.cri"]\nenable_cdi = true\n',
         },
     )
 
@@ -585,7 +585,7 @@ def test_a_bad_config_is_a_problem_naming_the_file_and_the_answer_unknown(tmp_pa
     if damage == "bad-toml":
         config.write_text('[plugins."io.containerd.grpc.v1.cri"\nenable_cdi = true\n')
     elif damage == "wrong-type":
-        config.write_text('[plugins."io.containerd.grpc.v1.cri"]\nenable_cdi = "yes"\n')
+        config.write_text('version = 2\n[plugins."io.containerd.grpc.v1.cri"]\nenable_cdi = "yes"\n')
     elif damage == "fifo":
         os.mkfifo(config)
     else:
@@ -601,7 +601,7 @@ def test_a_bad_config_is_a_problem_naming_the_file_and_the_answer_unknown(tmp_pa
 def test_a_config_linked_out_of_the_root_is_read_inside_it(tmp_path: Path):
     root = containerd_node(tmp_path)
     outside = tmp_path / "outside.toml"
-    outside.write_text('[plugins."io.containerd.grpc.v1.cri"]\nenable_cdi = true\n')
+    outside.write_text('version = 2\n[plugins."io.containerd.grpc.v1.cri"]\nenable_cdi = true\n')
     config = root / "etc/containerd/config.toml"
     config.unlink()
     config.symlink_to(outside)  # an absolute link: resolved inside the root, where it names nothing
@@ -627,7 +627,7 @@ def test_any_config_text_gives_problems_never_an_exception(text: str):
         return text, None, path
 
     for config in (
-        containerd.read_config(read, lambda _: ["a.toml"], "/etc/containerd/config.toml", 2),
+        containerd.read_config(read, lambda _: ["a.toml"], "/etc/containerd/config.toml", (2, 1, 4)),
         crio.read_config(read, lambda _: ["a.conf"], "/etc/crio/crio.conf", "/etc/crio/crio.conf.d"),
         podman.read_config(read, lambda _: [], ["/etc/containers/containers.conf"], []),
         docker.read_config(read, "/etc/docker/daemon.json"),
@@ -651,7 +651,7 @@ def test_any_cri_table_is_judged_by_its_types(table: dict):
     def read(path: str) -> tuple[str | None, str | None, str]:
         return text, None, path
 
-    config = containerd.read_config(read, lambda _: [], "/etc/containerd/config.toml", 1)
+    config = containerd.read_config(read, lambda _: [], "/etc/containerd/config.toml", (1, 7, 27))
     value = table.get("enable_cdi")
     if isinstance(value, bool):
         assert config.enabled is value
@@ -693,7 +693,7 @@ def test_what_was_learned_is_remembered_until_a_file_changes(tmp_path: Path, mon
     first = judge(root)
     assert judge(root)["engines"] == first["engines"] and len(calls) == 1
     config = root / "etc/containerd/config.toml"
-    config.write_text('[plugins."io.containerd.grpc.v1.cri"]\nenable_cdi = false\n')
+    config.write_text('version = 2\n[plugins."io.containerd.grpc.v1.cri"]\nenable_cdi = false\n')
     assert judge(root)["containers"] == [] and len(calls) == 2
     (root / "var/lib/kubelet").mkdir(parents=True)
     (root / "var/lib/kubelet/config.yaml").write_text("kind: KubeletConfiguration\n")  # consulted before, absent
@@ -935,6 +935,9 @@ def test_an_installed_engine_is_frozen_and_changed_by_replace(tmp_path: Path):
         "nvidia_runtime",
     ]
     assert entry["spec_dirs"] == ["/etc/cdi", "/var/run/cdi"] and entry["containers"] == ["cuda"]
+    # its config.toml sets enable_cdi; the spec dirs are containerd's defaults
+    assert entry["config_files"] == [str(tmp_path / "node/etc/containerd/config.toml")]
+    assert entry["defaulted"] == ["cdi_spec_dirs"]
 
 
 JSON = st.recursive(
@@ -1003,7 +1006,7 @@ def test_containerd_imports_are_queued_once_each_and_bounded():
         listings.append(path)
         return list(names) if path == folder else []
 
-    config = containerd.read_config(read, listdir, "/etc/containerd/config.toml", 2)
+    config = containerd.read_config(read, listdir, "/etc/containerd/config.toml", (2, 1, 4))
     assert config.problems == []
     read_once = list(dict.fromkeys(reads))
     assert read_once == ["/etc/containerd/config.toml", *(f"{folder}/{n}" for n in names[: containerd.MAX_IMPORTS])]

@@ -271,10 +271,10 @@ def test_the_daemonset_sees_cuda_vulkan_opencl_where_the_nodes_runtime_reads_the
     ("binary", "config", "problem", "reason"),
     [
         # containerd 1.7.15 vendors CDI v0.6.2: cdiVersion 0.7.0 is above what it reads
-        (("v1.7.15", "v0.6.2"), '[plugins."io.containerd.grpc.v1.cri"]\nenable_cdi = true\n', "spec-too-new",
-         "ignores its spec"),
+        (("v1.7.15", "v0.6.2"), 'version = 2\n[plugins."io.containerd.grpc.v1.cri"]\nenable_cdi = true\n',
+         "spec-too-new", "ignores its spec"),
         # containerd 1.7 with CDI switched off in its config: no CDI device at all
-        (("v1.7.24", "v0.8.1"), '[plugins."io.containerd.grpc.v1.cri"]\nenable_cdi = false\n', "cdi-off",
+        (("v1.7.24", "v0.8.1"), 'version = 2\n[plugins."io.containerd.grpc.v1.cri"]\nenable_cdi = false\n', "cdi-off",
          "CDI switched off"),
     ],
 )  # fmt: skip
