@@ -18,13 +18,17 @@ if TYPE_CHECKING:
 KNOWN_VERSIONS: Final = ("0.1.0", "0.2.0", "0.3.0", "0.4.0", "0.5.0", "0.6.0", "0.7.0", "0.8.0", "1.0.0", "1.1.0")
 EARLIEST: Final = "0.3.0"
 
-# The library release whose behaviour (quirks and crashes included) cgpu models: every engine
-# release row (`cgpu.engines`) vendors a release up to it, and the quirks modelled are those of every
-# release up to it. LIBRARY_MAIN: the library's main branch (no engine ships it yet), for the
-# differential check against it; it takes `permissions: none` and one-character vendors and
-# classes, and reads a symlinked spec dir.
+# The two readings cgpu models (quirks and crashes included). LIBRARY: v1.1.0's, and every release
+# up to it. LIBRARY_MAIN: the library's main branch as released in v1.1.1 (late August 2026): it takes
+# `permissions: none` (90e09e4, "allow empty cgroup permissions") and one-character vendors and
+# classes (e1a6596, PR #321), and reads a symlinked spec dir (078b4b1, os.ReadDir). `library_rules`
+# picks one for the library an engine links.
 LIBRARY: Final = "v1.1.0"
 LIBRARY_MAIN: Final = "main"
+# The first release with LIBRARY_MAIN's rules, and the commit time of the last of its three changes
+# (078b4b1, 2026-08-09 12:21 UTC): a Go pseudo-version of v1.1.1 from then on has them all
+FIRST_MAIN_RELEASE: Final = (1, 1, 1)
+MAIN_COMPLETE_AT: Final = "20260809122100"
 
 
 def normalize_version(declared: str) -> str | None:
@@ -169,3 +173,22 @@ def library_max_version(library: str) -> str | None:
         return LIBRARY_MAX_VERSION[key]
     newest = max(LIBRARY_MAX_VERSION)
     return LIBRARY_MAX_VERSION[newest] if key > newest else None
+
+
+_RELEASE = lazy(r"v?(\d{1,9})\.(\d{1,9})\.(\d{1,9})(?:-0\.(\d{14})-[0-9a-f]{12})?(?:[-+~].*)?")
+
+
+def library_rules(library: str | None) -> str:
+    """The reading a CDI library release gets: LIBRARY_MAIN from v1.1.1 (a Go pseudo-version of v1.1.1,
+    `v1.1.1-0.<commit time>-<commit>`, from MAIN_COMPLETE_AT on), LIBRARY for an older one, one cgpu
+    cannot read ("v0.6.x") or None (not known)."""
+    match = _RELEASE.fullmatch(library.strip()) if library is not None else None
+    if match is None:
+        return LIBRARY
+    release = tuple(int(part) for part in match.group(1, 2, 3))
+    pseudo = match.group(4)
+    if release > FIRST_MAIN_RELEASE or (
+        release == FIRST_MAIN_RELEASE and (pseudo is None or pseudo >= MAIN_COMPLETE_AT)
+    ):
+        return LIBRARY_MAIN
+    return LIBRARY

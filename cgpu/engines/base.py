@@ -61,6 +61,9 @@ class ContainerEngine:
     packages: tuple[str, ...] = ()  # the distributions' packages that install it
     rows: tuple[Row, ...] = ()  # its releases' CDI limits (docs/cdi.md names each row's source)
     no_cdi_below: tuple[int, ...] = ()  # releases below this read no CDI spec at all
+    # the newest release line whose library cgpu checked (None: not said): a later release is judged by the
+    # newest row, and a warning says so
+    checked_through: tuple[int, ...] | None = None
     on_by_default_from: tuple[int, ...] | None = None  # None: CDI always on; else the first release with it on
     unread_setting = ""  # the setting that turns CDI on, named where cgpu did not read the configuration
     daemon_setting = ""  # the same, named where the running daemon said its spec dirs (`daemon_spec_dirs`)
@@ -90,6 +93,24 @@ class ContainerEngine:
                 f"(its table starts at {self.name} {oldest}); pick --engine none or a newer engine"
             )
         return best
+
+    def row_library(self, version: str) -> str | None:
+        """The CDI library the row of `version` names ("v1.1.1"); None where no row covers it."""
+        try:
+            wanted = parse_engine_version(version)
+        except ValueError:
+            return None
+        return next((library for first, _, library in reversed(self.rows) if wanted >= first), None)
+
+    def beyond_table(self, version: str) -> bool:
+        """Whether `version` is a release line newer than any cgpu checked (`checked_through`)."""
+        if self.checked_through is None:
+            return False
+        try:
+            wanted = parse_engine_version(version)
+        except ValueError:
+            return False
+        return wanted[: len(self.checked_through)] > self.checked_through
 
     def first_release_reading(self, cdi_version: str) -> str | None:
         """The release from which every later release reads `cdi_version` ("0.7.0" -> "5.1" for

@@ -302,8 +302,10 @@ class Containerd(ContainerEngine):
         ((2, 0), "0.8.0", "v0.8.0/v0.8.1"),
         ((2, 0, 5), "1.0.0", "v1.0.0"),
         ((2, 1), "1.0.0", "v1.0.1"),
-        ((2, 2, 1), "1.1.0", "v1.1.0"),
+        ((2, 2, 1), "1.1.0", "v1.1.0"),  # and every 2.3.x
+        ((2, 4), "1.1.0", "v1.1.1"),
     )
+    checked_through = (2, 4)
     no_cdi_below = (1, 7)
     on_by_default_from = (2,)
     unread_setting = "enable_cdi = true"

@@ -279,6 +279,17 @@ class InstalledEngine:
         return f"{self.name} {self.version}" if self.version else self.name
 
     @property
+    def library_rules(self) -> str:
+        """The CDI library reading its specs get (`cgpu.cdi.versions.library_rules`): of the library it links,
+        else of the one its release row names."""
+        from cgpu.cdi.versions import library_rules
+
+        library = self.cdi_library
+        if library is None and self.version is not None:
+            library = self.engine.row_library(self.version)
+        return library_rules(library)
+
+    @property
     def unlearned(self) -> bool:
         """Installed, but neither its version nor its library could be learned: the newest rules judge."""
         return self.version is None and self.learned_from == "version"
@@ -389,11 +400,23 @@ def _release_limit(engine: ContainerEngine, version: str, problems: list[Problem
     """The newest cdiVersion that release reads by the engine's rows, and whether the rows do not know
     it (then the newest rules judge, and a warning in `problems` says so)."""
     try:
-        return engine.max_cdi_version(version), False
+        limit = engine.max_cdi_version(version)
     except ValueError as exc:
         shown = version if len(version) <= 40 else f"{version[:40]}…"
         problems.append(Problem("warning", f"{engine.name} {shown}", f"{exc}; judged by the newest rules"))
         return None, True
+    if engine.beyond_table(version):
+        shown = version if len(version) <= 40 else f"{version[:40]}…"
+        line = ".".join(map(str, engine.checked_through or ()))
+        problems.append(
+            Problem(
+                "warning",
+                f"{engine.name} {shown}",
+                f"cgpu's release table of {engine.name} ends at {line}: {shown} is judged by its newest row "
+                f"(CDI {engine.row_library(version)}); check it with the release's own library",
+            )
+        )
+    return limit, False
 
 
 def learn(root: str, *, run_allowed: bool, timeout: float) -> tuple[list[InstalledEngine], dict[str, Any]]:

@@ -53,14 +53,17 @@ def engine_answer(
     for the caller to put in the report, and the APIs its containers get. `memory`: what is kept
     from the last probe (None: nothing)."""
     from cgpu.cdi.scan import scan_spec_dirs
+    from cgpu.cdi.versions import LIBRARY
     from cgpu.node.driver_cuda import nvidia_driver
     from cgpu.node.files import default_cache_dir_text
 
     label = None
     max_version = None
+    library = LIBRARY
     if entry is not None and not entry.rules_unknown and not entry.unlearned:
         label = entry.label
         max_version = entry.max_cdi_version
+        library = entry.library_rules  # the reading of the CDI library it links (v1.1.1's from containerd 2.4)
     if entry is not None and entry.config_broken:
         for api in APIS:
             report.unknown(
@@ -83,6 +86,7 @@ def engine_answer(
             max_version=max_version,
             engine_label=label,
             cache_dir=default_cache_dir_text(),
+            library=library,
             root=root,
             reader=memory.reader if memory is not None else None,
         )
