@@ -71,6 +71,7 @@ class Docker(ContainerEngine):
         ((28, 1), "1.0.0", "v1.0.1"),
         ((29, 2), "1.1.0", "v1.1.0"),
     )
+    checked_through = (29, 7)  # moby go.mod at docker-v29.7.2: still v1.1.0
     no_cdi_below = (25, 0)
     on_by_default_from = (28, 2)
     unread_setting = '"features": {"cdi": true} in daemon.json'

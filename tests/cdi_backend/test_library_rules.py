@@ -82,6 +82,12 @@ def test_a_release_newer_than_every_row_is_judged_by_the_newest_row_and_said(tmp
     assert not any(p["source"].startswith("containerd 2.4") for p in checked["problems"])
 
 
+def test_docker_after_29_7_is_judged_by_its_newest_row_and_said():
+    report = probe([SAMPLES / "nvidia-current/spec"], HOSTS / "nvidia-580", engine="docker@30.0.0")
+    warning = next(p for p in report["problems"] if p["source"] == "docker 30.0.0")
+    assert "ends at 29.7" in warning["message"] and "v1.1.0" in warning["message"]
+
+
 def test_the_rows_extend_past_2_2_1():
     assert containerd.ENGINE.row_library("2.3.4") == "v1.1.0"
     assert containerd.ENGINE.row_library("2.4.0") == "v1.1.1"
