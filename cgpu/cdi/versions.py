@@ -175,20 +175,20 @@ def library_max_version(library: str) -> str | None:
     return LIBRARY_MAX_VERSION[newest] if key > newest else None
 
 
-_RELEASE = lazy(r"v?(\d{1,9})\.(\d{1,9})\.(\d{1,9})(?:-0\.(\d{14})-[0-9a-f]{12})?(?:[-+~].*)?")
-
-
 def library_rules(library: str | None) -> str:
     """The reading a CDI library release gets: LIBRARY_MAIN from v1.1.1 (a Go pseudo-version of v1.1.1,
     `v1.1.1-0.<commit time>-<commit>`, from MAIN_COMPLETE_AT on), LIBRARY for an older one, one cgpu
-    cannot read ("v0.6.x") or None (not known)."""
-    match = _RELEASE.fullmatch(library.strip()) if library is not None else None
-    if match is None:
+    cannot read ("v0.6.x") or None (not known). String work, no regex: it runs on every engine's answer."""
+    text = (library or "").strip().removeprefix("v")
+    core, suffix = text, ""
+    for index, char in enumerate(text):
+        if char in "-+~":
+            core, suffix = text[:index], text[index:]
+            break
+    parts = core.split(".")
+    if len(parts) != 3 or not all(part.isascii() and part.isdigit() and len(part) <= 9 for part in parts):
         return LIBRARY
-    release = tuple(int(part) for part in match.group(1, 2, 3))
-    pseudo = match.group(4)
-    if release > FIRST_MAIN_RELEASE or (
-        release == FIRST_MAIN_RELEASE and (pseudo is None or pseudo >= MAIN_COMPLETE_AT)
-    ):
-        return LIBRARY_MAIN
-    return LIBRARY
+    release = tuple(int(part) for part in parts)
+    if release == FIRST_MAIN_RELEASE and suffix.startswith("-0."):  # a pseudo-version: its commit time decides
+        return LIBRARY_MAIN if suffix[3:17] >= MAIN_COMPLETE_AT else LIBRARY
+    return LIBRARY_MAIN if release >= FIRST_MAIN_RELEASE else LIBRARY
