@@ -627,7 +627,10 @@ def test_any_config_text_gives_problems_never_an_exception(text: str):
         return text, None, path
 
     for config in (
-        containerd.read_config(read, lambda _: ["a.toml"], "/etc/containerd/config.toml", (2, 1, 4)),
+        *(  # each release line's loading: 1.7 (replace), 2.0-2.2 (merge), 2.3 and an unknown one (step by step)
+            containerd.read_config(read, lambda _: ["a.toml"], "/etc/containerd/config.toml", release)
+            for release in ((1, 7, 27), (2, 1, 4), (2, 3, 0), None)
+        ),
         crio.read_config(read, lambda _: ["a.conf"], "/etc/crio/crio.conf", "/etc/crio/crio.conf.d"),
         podman.read_config(read, lambda _: [], ["/etc/containers/containers.conf"], []),
         docker.read_config(read, "/etc/docker/daemon.json"),
