@@ -328,14 +328,11 @@ class Containerd(ContainerEngine):
     def version_text(self, output: str) -> str:
         return re.sub(r"github\.com/\S+", "", output)  # "containerd github.com/containerd/containerd/v2 v2.1.4 …"
 
-    def read_configuration(
-        self, read: Reader, listdir: Lister, *, major: int | None, flavour: str, on_host: bool
-    ) -> Config:
-        return read_config(read, listdir, FLAVOUR_CONFIGS.get(flavour, CONFIG_TOML), (major,) if major else None)
-
     def read_release_configuration(
         self, read: Reader, listdir: Lister, *, version: str | None, flavour: str, on_host: bool
     ) -> Config:
+        """containerd's reading changes within a release line (2.3 against 2.2), so it reads by the whole
+        version; it has no by-major `read_configuration`."""
         release = None
         if version is not None:
             try:
