@@ -272,6 +272,42 @@ class NvidiaDriver(BaseModel):
     reason: str = Field(description="why, in one sentence, with the table's source or what to fix")
 
 
+class NodeNumbers(BaseModel):
+    """A device node's type and numbers."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["c", "b"] = Field(description="c: character device, b: block device")
+    major: int = Field(description="the major number")
+    minor: int | None = Field(
+        description="the minor number; null where only the driver's major is known (/proc/devices)"
+    )
+
+
+class WrongNumbers(BaseModel):
+    """A device node a spec pins to numbers that are not the host device's: the container's node reaches
+    another device or none (docs/cdi.md "Device identity")."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    path: str = Field(description="the node's host path")
+    spec: NodeNumbers = Field(
+        description="what the engine gives the container's node: the spec's non-zero major, its minor"
+    )
+    host: NodeNumbers = Field(description="the host's device")
+    read_from: str = Field(description="where the host's numbers were read: the node's st_rdev, or /proc/devices")
+
+
+class DeviceNodes(BaseModel):
+    """What the host does with the device nodes the judged devices inject."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    wrong_numbers: list[WrongNumbers] = Field(
+        description="nodes whose pinned numbers are not the host device's (empty: none found, or none comparable)"
+    )
+
+
 # --- local and krunkit: what the probe saw ----------------------------------------------------------
 
 
@@ -414,6 +450,13 @@ class Report(BaseModel):
         description=(
             "cdi: the host's NVIDIA driver version and the highest CUDA it supports, so a scheduler can match an image "
             "that needs cuda>=X.Y; null where the node shows no NVIDIA driver, and for other backends"
+        ),
+    )
+    device_nodes: DeviceNodes | None = Field(
+        default=None,
+        description=(
+            "cdi: what the host does with the device nodes the judged devices inject (numbers that are not the "
+            "host's); null where no device was judged, and for other backends"
         ),
     )
     cgpu_version: str = Field(description="the cgpu that wrote the report")
