@@ -22,7 +22,12 @@ LIB = "/usr/lib/x86_64-linux-gnu"
 HOOK = "/usr/bin/nvidia-cdi-hook"
 LIBS = [f"{LIB}/libcuda.so.580.82.07", f"{LIB}/libnvidia-ptxjitcompiler.so.580.82.07"]
 # What nvidia-ctk 1.19 writes for a host whose nvidia-uvm had major 510 at generation: no type.
-PINNED = {"/dev/nvidiactl": (195, 255), "/dev/nvidia-uvm": (510, 0), "/dev/nvidia-uvm-tools": (510, 1), "/dev/nvidia0": (195, 0)}
+PINNED = {
+    "/dev/nvidiactl": (195, 255),
+    "/dev/nvidia-uvm": (510, 0),
+    "/dev/nvidia-uvm-tools": (510, 1),
+    "/dev/nvidia0": (195, 0),
+}
 PROC_DEVICES = "Character devices:\n  1 mem\n195 nvidia\n226 drm\n509 nvidia-uvm\n\nBlock devices:\n  8 sd\n"
 
 
