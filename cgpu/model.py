@@ -308,6 +308,32 @@ class DeviceNodes(BaseModel):
     )
 
 
+class RefreshUnit(BaseModel):
+    """One of NVIDIA's CDI refresh units on the node."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: Literal["nvidia-cdi-refresh.service", "nvidia-cdi-refresh.path"] = Field(description="the unit")
+    file: str | None = Field(description="its unit file (/usr/lib/systemd/system/...); null where only a mask is")
+    state: Literal["enabled", "disabled", "masked"] = Field(
+        description=(
+            "enabled: wanted by multi-user.target in /etc/systemd/system; masked: linked to /dev/null there; "
+            "disabled: neither"
+        )
+    )
+
+
+class CdiRefresh(BaseModel):
+    """NVIDIA's toolkit (1.18.0 and later) keeps a spec current with these units (docs/cdi.md "Fixes that fix")."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    units: list[RefreshUnit] = Field(description="the refresh units found, service first")
+    output: str = Field(
+        description="the spec file the service writes (/var/run/cdi/nvidia.yaml unless its env file names another)"
+    )
+
+
 # --- local and krunkit: what the probe saw ----------------------------------------------------------
 
 
@@ -457,6 +483,13 @@ class Report(BaseModel):
         description=(
             "cdi: what the host does with the device nodes the judged devices inject (numbers that are not the "
             "host's); null where no device was judged, and for other backends"
+        ),
+    )
+    cdi_refresh: CdiRefresh | None = Field(
+        default=None,
+        description=(
+            "cdi: NVIDIA's nvidia-cdi-refresh units on the node and their state; null where the node has none, "
+            "and for other backends"
         ),
     )
     cgpu_version: str = Field(description="the cgpu that wrote the report")

@@ -157,6 +157,7 @@ class ReportBuilder:
         self.spec_dirs: list[str] | None = None  # cdi: the spec dirs read, as this machine opened them
         self.nvidia_driver: dict[str, Any] | None = None  # cdi: the host's NVIDIA driver and the CUDA it supports
         self.device_nodes: dict[str, Any] | None = None  # cdi: what the host does with the injected nodes
+        self.cdi_refresh: dict[str, Any] | None = None  # cdi: NVIDIA's refresh units on the node
         self.problems: list[Problem] = []
         self.could_not_run = False
         self.bad_usage = False
@@ -266,6 +267,7 @@ class ReportBuilder:
             "engines": self.engines,
             "nvidia_driver": self.nvidia_driver,
             "device_nodes": self.device_nodes,
+            "cdi_refresh": self.cdi_refresh,
             "problems": [problem.as_dict() for problem in self.problems],
             "cgpu_version": __version__,
             "checked_at": _utc_now(),

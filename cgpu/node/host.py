@@ -383,6 +383,12 @@ class HostFS(NodeFiles):
         numbers: tuple[str, int, int] | None = self._ask("numbers", path)
         return numbers
 
+    def link_target(self, path: str) -> str | None:
+        """What the symlink at `path` names, as written (None: not a link, or no such path); the
+        components before it resolved inside the root. systemd masks a unit with a link to /dev/null."""
+        target: str | None = self._ask("symlink", path)
+        return target
+
     def driver_majors(self) -> dict[str, dict[str, int]]:
         """The majors /proc/devices gives each driver, {"c": {"nvidia-uvm": 509, ...}, "b": {...}}:
         empty where the node has no readable /proc/devices."""
@@ -440,6 +446,17 @@ class HostFS(NodeFiles):
         if real is None:
             return None
         return self._read(_device_number if self._plain else _device_number_inside, real)
+
+    def _symlink(self, path: str) -> str | None:
+        try:
+            real = self.real(path, follow_last=False)
+        except OSError:
+            return None
+        if not self._plain:
+            mode = self._lstat_mode(real)  # a negated errno where there is nothing
+            if mode < 0 or not stat.S_ISLNK(mode):
+                return None
+        return self._read(_link_target, real)
 
     def _majors(self, path: str) -> dict[str, dict[str, int]]:
         text, _ = self.read_small(path)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from cgpu.backends.cdi.device import DeviceAnswer
 from cgpu.backends.cdi.device_identity import WrongNode, consequence, identity_fix, wrong_node
 from cgpu.backends.cdi.problems import name_list
+from cgpu.backends.cdi.spec_fixes import refresh_units
 from cgpu.cdi.model import DeviceNode
 from cgpu.node.host import HostFS
 from cgpu.report import ReportBuilder
@@ -49,5 +50,6 @@ def report_node_facts(report: ReportBuilder, answers: list[DeviceAnswer], host: 
             f"{consequence([w for w, _ in found])}: {identity_fix(kind)}",
             "device-identity",
         )
+    report.cdi_refresh = refresh_units(host)
     if answers:
         report.device_nodes = {"wrong_numbers": [w.as_dict() for w in wrong.values()]}

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from cgpu.backends.cdi.device import DeviceAnswer
 from cgpu.backends.cdi.device_identity import control_node_fix
 from cgpu.backends.cdi.rules import mismatch_fix
+from cgpu.backends.cdi.spec_fixes import spec_generator
 from cgpu.backends.cdi.view import risky_edits
 from cgpu.cdi.model import ContainerEdits, Spec
 from cgpu.node.host import HostFS
@@ -208,7 +209,7 @@ def _loaded_drivers(host: HostFS) -> set[str]:
 
 def drivers_without_spec(host: HostFS) -> list[tuple[str, str]]:
     loaded = _loaded_drivers(host)
-    return [(driver, command) for key, driver, command in _GENERATORS if key in loaded]
+    return [(driver, spec_generator(key, command, host)) for key, driver, command in _GENERATORS if key in loaded]
 
 
 def _driver_not_loaded(kind: str, host: HostFS) -> str | None:

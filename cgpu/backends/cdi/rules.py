@@ -13,6 +13,7 @@ import re
 
 from cgpu.backends.cdi import vulkan_icd
 from cgpu.backends.cdi.device_identity import WrongNode, consequence, identity_fix, wrong_nodes
+from cgpu.backends.cdi.spec_fixes import missed_libraries_fix, on_host_beside
 from cgpu.backends.cdi.view import ContainerView
 from cgpu.patterns import lazy
 
@@ -307,6 +308,7 @@ def _nvidia_api(
     brings: str,
     needs: tuple[str, ...],
     also_missing: str | None = None,
+    regenerate: str = NVIDIA_REGENERATE,
 ) -> Finding:
     """The verdict once the pieces are known: all there, or what falls short and how to fix it."""
     name = posixpath.basename(library) if library else None
@@ -321,7 +323,7 @@ def _nvidia_api(
     if also_missing:
         short.append(also_missing)
     if short:
-        fixes.append(NVIDIA_REGENERATE + ("" if route or not name else " without `--disable-hook all`"))
+        fixes.append(regenerate + ("" if route or not name else " without `--disable-hook all`"))
     if name and unregistered:
         short.append(unregistered.split(": ", 1)[0])
         fixes.append(unregistered.split(": ", 1)[1])
@@ -414,6 +416,7 @@ def _nvidia_vulkan(view: ContainerView) -> Finding:
     icd = _registration(view, library, "libGLX_nvidia.so.0", "vulkan")
     dirs = vulkan_search_dirs(view)
     absent = _glx_companions_absent(view, library)
+    missed = on_host_beside(view.host, absent, view.host_path(library))
     skipped = None if icd else _skipped_manifest(view, library, "libGLX_nvidia.so.0")
     return _nvidia_api(
         view,
@@ -441,6 +444,7 @@ def _nvidia_vulkan(view: ContainerView) -> Finding:
             if absent
             else None
         ),
+        regenerate=missed_libraries_fix(missed) if missed else NVIDIA_REGENERATE,
     )
 
 
