@@ -298,6 +298,16 @@ class WrongNumbers(BaseModel):
     read_from: str = Field(description="where the host's numbers were read: the node's st_rdev, or /proc/devices")
 
 
+class CgroupDriver(BaseModel):
+    """The cgroup driver of the judging engine's containers."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    engine: str = Field(description="the judging engine")
+    driver: Literal["systemd", "cgroupfs"] = Field(description="its cgroup driver")
+    read_from: str = Field(description="the setting and file it was read from, or the engine's default")
+
+
 class DeviceNodes(BaseModel):
     """What the host does with the device nodes the judged devices inject."""
 
@@ -305,6 +315,16 @@ class DeviceNodes(BaseModel):
 
     wrong_numbers: list[WrongNumbers] = Field(
         description="nodes whose pinned numbers are not the host device's (empty: none found, or none comparable)"
+    )
+    cgroup_driver: CgroupDriver | None = Field(
+        default=None, description="the judging engine's cgroup driver; absent where no engine judged or cgpu reads none"
+    )
+    without_dev_char: list[str] | None = Field(
+        default=None,
+        description=(
+            "the injected nodes (host paths) with no /dev/char/MAJOR:MINOR link (nor /sys/dev/char entry): with the "
+            "systemd cgroup driver they lose their access on `systemctl daemon-reload`; absent with cgroup_driver"
+        ),
     )
 
 
