@@ -1,5 +1,6 @@
 """What the host does with the device nodes the judged devices inject, as problems and as the report's
-`device_nodes` data: numbers a spec pins that are not the host's (device_identity)."""
+`device_nodes` data (numbers a spec pins that are not the host's: device_identity; the engine's cgroup
+driver and /dev/char links are added by dev_char), and NVIDIA's refresh units as `cdi_refresh`."""
 
 from __future__ import annotations
 

@@ -416,7 +416,7 @@ def _nvidia_vulkan(view: ContainerView) -> Finding:
     icd = _registration(view, library, "libGLX_nvidia.so.0", "vulkan")
     dirs = vulkan_search_dirs(view)
     absent = _glx_companions_absent(view, library)
-    missed = on_host_beside(view.host, absent, view.host_path(library))
+    missed = on_host_beside(view.host, absent, view.host_path(library)) if absent else []
     skipped = None if icd else _skipped_manifest(view, library, "libGLX_nvidia.so.0")
     return _nvidia_api(
         view,
