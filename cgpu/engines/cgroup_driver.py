@@ -6,7 +6,7 @@ the container's device rules to systemd as DeviceAllow entries, which name a dev
 - containerd: `SystemdCgroup` in the default runtime's options (`default_runtime_name`, default `runc`),
   under `plugins."io.containerd.grpc.v1.cri".containerd` (config version 2) or
   `plugins."io.containerd.cri.v1.runtime".containerd` (version 3); false by default (containerd
-  `docs/cri/config.md`, "Cgroup Driver").
+  CRI configuration guide, `cri/config.md` of its docs, "Cgroup Driver").
 - Docker: `native.cgroupdriver` among daemon.json's `exec-opts`; unset, systemd where the host has
   cgroup v2 and systemd runs (moby `daemon/daemon_unix.go`, `UsingSystemd`), else cgroupfs.
 - podman: `[engine] cgroup_manager` of containers.conf and its .d dirs, a later file winning; default
