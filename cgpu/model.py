@@ -502,7 +502,8 @@ class Report(BaseModel):
         default=None,
         description=(
             "cdi: what the host does with the device nodes the judged devices inject (numbers that are not the "
-            "host's); null where no device was judged, and for other backends"
+            "host's, the judging engine's cgroup driver, nodes without a /dev/char link); null where no device was "
+            "judged, and for other backends"
         ),
     )
     cdi_refresh: CdiRefresh | None = Field(
