@@ -286,6 +286,88 @@ class NvidiaDriver(BaseModel):
     reason: str = Field(description="why, in one sentence, with the table's source or what to fix")
 
 
+class NodeNumbers(BaseModel):
+    """A device node's type and numbers."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["c", "b"] = Field(description="c: character device, b: block device")
+    major: int = Field(description="the major number")
+    minor: int | None = Field(
+        description="the minor number; null where only the driver's major is known (/proc/devices)"
+    )
+
+
+class WrongNumbers(BaseModel):
+    """A device node a spec pins to numbers that are not the host device's: the container's node reaches
+    another device or none (docs/cdi.md "Device identity")."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    path: str = Field(description="the node's host path")
+    spec: NodeNumbers = Field(
+        description="what the engine gives the container's node: the spec's non-zero major, its minor"
+    )
+    host: NodeNumbers = Field(description="the host's device")
+    read_from: str = Field(description="where the host's numbers were read: the node's st_rdev, or /proc/devices")
+
+
+class CgroupDriver(BaseModel):
+    """The cgroup driver of the judging engine's containers."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    engine: str = Field(description="the judging engine")
+    driver: Literal["systemd", "cgroupfs"] = Field(description="its cgroup driver")
+    read_from: str = Field(description="the setting and file it was read from, or the engine's default")
+
+
+class DeviceNodes(BaseModel):
+    """What the host does with the device nodes the judged devices inject."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    wrong_numbers: list[WrongNumbers] = Field(
+        description="nodes whose pinned numbers are not the host device's (empty: none found, or none comparable)"
+    )
+    cgroup_driver: CgroupDriver | None = Field(
+        default=None, description="the judging engine's cgroup driver; absent where no engine judged or cgpu reads none"
+    )
+    without_dev_char: list[str] | None = Field(
+        default=None,
+        description=(
+            "the injected nodes (host paths) with no /dev/char/MAJOR:MINOR link (nor /sys/dev/char entry): with the "
+            "systemd cgroup driver they lose their access on `systemctl daemon-reload`; absent with cgroup_driver"
+        ),
+    )
+
+
+class RefreshUnit(BaseModel):
+    """One of NVIDIA's CDI refresh units on the node."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: Literal["nvidia-cdi-refresh.service", "nvidia-cdi-refresh.path"] = Field(description="the unit")
+    file: str | None = Field(description="its unit file (/usr/lib/systemd/system/...); null where only a mask is")
+    state: Literal["enabled", "disabled", "masked"] = Field(
+        description=(
+            "enabled: wanted by multi-user.target in /etc/systemd/system; masked: linked to /dev/null there; "
+            "disabled: neither"
+        )
+    )
+
+
+class CdiRefresh(BaseModel):
+    """NVIDIA's toolkit (1.18.0 and later) keeps a spec current with these units (docs/cdi.md "Fixes that fix")."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    units: list[RefreshUnit] = Field(description="the refresh units found, service first")
+    output: str = Field(
+        description="the spec file the service writes (/var/run/cdi/nvidia.yaml unless its env file names another)"
+    )
+
+
 # --- local and krunkit: what the probe saw ----------------------------------------------------------
 
 
@@ -428,6 +510,21 @@ class Report(BaseModel):
         description=(
             "cdi: the host's NVIDIA driver version and the highest CUDA it supports, so a scheduler can match an image "
             "that needs cuda>=X.Y; null where the node shows no NVIDIA driver, and for other backends"
+        ),
+    )
+    device_nodes: DeviceNodes | None = Field(
+        default=None,
+        description=(
+            "cdi: what the host does with the device nodes the judged devices inject (numbers that are not the "
+            "host's, the judging engine's cgroup driver, nodes without a /dev/char link); null where no device was "
+            "judged, and for other backends"
+        ),
+    )
+    cdi_refresh: CdiRefresh | None = Field(
+        default=None,
+        description=(
+            "cdi: NVIDIA's nvidia-cdi-refresh units on the node and their state; null where the node has none, "
+            "and for other backends"
         ),
     )
     cgpu_version: str = Field(description="the cgpu that wrote the report")

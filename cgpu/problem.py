@@ -43,6 +43,8 @@ if TYPE_CHECKING:
         "stale-spec",
         "missing-host-files",
         "driver-mismatch",
+        "device-identity",
+        "dev-char",
         "risky-edit",
         "unresolvable-device",
         "engine",
@@ -77,6 +79,8 @@ KINDS: Final = {
     "stale-spec": "the spec was generated for another NVIDIA driver than the host runs; regenerate it",
     "missing-host-files": "a device's spec names host files that do not exist, so its container cannot start",
     "driver-mismatch": "a container gets a user-space driver that does not match the host's kernel module",
+    "device-identity": "a spec pins a device node's type or numbers that are not the host device's; regenerate it",
+    "dev-char": "the systemd cgroup driver loses a device's access on daemon-reload: it has no /dev/char link",
     "risky-edit": "a spec edit that changes more than the device: a preloaded library, a hook, a host mount",
     "unresolvable-device": "a device asked for is defined by no spec the engine reads",
     # the engine, the backends and the run

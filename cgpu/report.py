@@ -156,6 +156,8 @@ class ReportBuilder:
         self.engines: list[dict[str, Any]] = []  # cdi: the container engines found, the judging one marked
         self.spec_dirs: list[str] | None = None  # cdi: the spec dirs read, as this machine opened them
         self.nvidia_driver: dict[str, Any] | None = None  # cdi: the host's NVIDIA driver and the CUDA it supports
+        self.device_nodes: dict[str, Any] | None = None  # cdi: what the host does with the injected nodes
+        self.cdi_refresh: dict[str, Any] | None = None  # cdi: NVIDIA's refresh units on the node
         self.problems: list[Problem] = []
         self.could_not_run = False
         self.bad_usage = False
@@ -264,6 +266,8 @@ class ReportBuilder:
             "devices": self.devices,
             "engines": self.engines,
             "nvidia_driver": self.nvidia_driver,
+            "device_nodes": self.device_nodes,
+            "cdi_refresh": self.cdi_refresh,
             "problems": [problem.as_dict() for problem in self.problems],
             "cgpu_version": __version__,
             "checked_at": _utc_now(),

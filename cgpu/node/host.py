@@ -65,6 +65,54 @@ def _followed_type(path: str) -> int | None:
         return None
 
 
+def _device_number(path: str) -> tuple[str, int, int] | None:
+    """("c" or "b", major, minor) of the device the path names (links followed), or None when it is
+    not a character or block device: the numbers a container's node must carry to reach it."""
+    try:
+        info = os.stat(path)
+    except _NO_SUCH_PATH:
+        return None
+    return _numbers(info)
+
+
+def _device_number_inside(path: str) -> tuple[str, int, int] | None:
+    """`_device_number` of a path whose links were resolved inside the root (a link now is not followed)."""
+    try:
+        info = os.lstat(path)
+    except _NO_SUCH_PATH:
+        return None
+    return _numbers(info)
+
+
+def _numbers(info: os.stat_result) -> tuple[str, int, int] | None:
+    if stat.S_ISCHR(info.st_mode):
+        kind = "c"
+    elif stat.S_ISBLK(info.st_mode):
+        kind = "b"
+    else:
+        return None
+    return kind, os.major(info.st_rdev), os.minor(info.st_rdev)
+
+
+def parse_proc_devices(text: str) -> dict[str, dict[str, int]]:
+    """/proc/devices as {"c": {name: major}, "b": {...}}: the majors the kernel gave each driver (the
+    first of a name wins; a line that is not `MAJOR NAME` is skipped)."""
+    found: dict[str, dict[str, int]] = {"c": {}, "b": {}}
+    section: dict[str, int] | None = None
+    for line in text.splitlines():
+        line = line.strip()
+        if line.lower().startswith("character devices"):
+            section = found["c"]
+        elif line.lower().startswith("block devices"):
+            section = found["b"]
+        elif section is not None:
+            number, _, name = line.partition(" ")
+            name = name.strip()
+            if number.isascii() and number.isdigit() and name and len(number) < 8:
+                section.setdefault(name, int(number))
+    return found
+
+
 def _link_target(path: str) -> str | None:
     try:
         return os.readlink(path)
@@ -329,6 +377,24 @@ class HostFS(NodeFiles):
         device: bool = self._ask("device", path)
         return device
 
+    def device_number(self, path: str) -> tuple[str, int, int] | None:
+        """("c" or "b", major, minor) of the host's device node at `path` (`st_rdev`), or None where
+        there is none or it is another kind of file (the stand-in files of a test tree under --root)."""
+        numbers: tuple[str, int, int] | None = self._ask("numbers", path)
+        return numbers
+
+    def link_target(self, path: str) -> str | None:
+        """What the symlink at `path` names, as written (None: not a link, or no such path); the
+        components before it resolved inside the root. systemd masks a unit with a link to /dev/null."""
+        target: str | None = self._ask("symlink", path)
+        return target
+
+    def driver_majors(self) -> dict[str, dict[str, int]]:
+        """The majors /proc/devices gives each driver, {"c": {"nvidia-uvm": 509, ...}, "b": {...}}:
+        empty where the node has no readable /proc/devices."""
+        majors: dict[str, dict[str, int]] = self._ask("majors", "/proc/devices")
+        return majors
+
     def listdir(self, path: str) -> list[str]:
         names: list[str] = self._ask("listdir", path)
         return names
@@ -374,6 +440,27 @@ class HostFS(NodeFiles):
         real = self.resolve(path) if self._plain else None  # under --root only existence counts
         mode = self._read(_file_type, real) if real is not None else None
         return mode is not None and (stat.S_ISCHR(mode) or stat.S_ISBLK(mode) or stat.S_ISFIFO(mode))
+
+    def _numbers(self, path: str) -> tuple[str, int, int] | None:
+        real = self.resolve(path)
+        if real is None:
+            return None
+        return self._read(_device_number if self._plain else _device_number_inside, real)
+
+    def _symlink(self, path: str) -> str | None:
+        try:
+            real = self.real(path, follow_last=False)
+        except OSError:
+            return None
+        if not self._plain:
+            mode = self._lstat_mode(real)  # a negated errno where there is nothing
+            if mode < 0 or not stat.S_ISLNK(mode):
+                return None
+        return self._read(_link_target, real)
+
+    def _majors(self, path: str) -> dict[str, dict[str, int]]:
+        text, _ = self.read_small(path)
+        return parse_proc_devices(text or "")
 
     def resolve(self, path: str) -> str | None:
         """The real file for an absolute host path (symlinks resolved inside the root), or None."""

@@ -94,6 +94,10 @@ def engine_answer(
             spec_dir_hints(report, dirs)
     host = HostFS(root)
     answers = _scan_answers(report, scan, host, devices=devices, dirs=dirs, engine_label=label, memory=memory)
+    if not quiet and answers is not None and entry is not None:  # the judging engine's cgroup driver
+        from cgpu.backends.cdi.dev_char import report_dev_char
+
+        report_dev_char(report, answers.answers, host, entry.name)
     if not quiet:  # the driver's CUDA, from the same host view: its reads join the remembered trace
         names = [answer.name for answer in answers.answers] if answers is not None else []
         report.nvidia_driver = nvidia_driver(host, names=names)

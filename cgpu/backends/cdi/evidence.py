@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from cgpu.backends.cdi.device import APIS, DeviceAnswer
+from cgpu.backends.cdi.node_facts import report_node_facts
 from cgpu.backends.cdi.problems import drivers_without_spec, name_list, stale_spec
 from cgpu.backends.cdi.rules import PARTIAL, PROVIDED, UNKNOWN
 from cgpu.cdi.model import ScanResult
@@ -95,6 +96,7 @@ def node_evidence(
                     f"unknown: cgpu could not read {name_list(scan.unreadable, 2)} (see problems), which the engine "
                     f"may read and which may define devices that give {api}",
                 )
+    report_node_facts(report, answers, host)
     if not answers and not ignored and not scan.devices and not scan.crashed and not scan.unreached:
         for driver, command in drivers_without_spec(host):
             report.problem(

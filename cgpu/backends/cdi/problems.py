@@ -7,7 +7,9 @@ import os
 from collections.abc import Sequence
 
 from cgpu.backends.cdi.device import DeviceAnswer
+from cgpu.backends.cdi.device_identity import control_node_fix
 from cgpu.backends.cdi.rules import mismatch_fix
+from cgpu.backends.cdi.spec_fixes import spec_generator
 from cgpu.backends.cdi.view import risky_edits
 from cgpu.cdi.model import ContainerEdits, Spec
 from cgpu.node.host import HostFS
@@ -141,8 +143,11 @@ def report_problems(
             more = len({p for a in causing for p, _ in a.missing}) - 1
             extra = f" (and {more} more missing paths)" if more > 0 else ""
             unloaded = _driver_not_loaded(spec.kind, host) if path.startswith("/dev/") else None
+            control = control_node_fix(path) if not unloaded else None
             if unloaded:
                 fix = f"{unloaded}; regenerating the spec does not help"
+            elif control:
+                fix = control
             elif what.endswith("not a device file on the host"):
                 fix = "something replaced the node with another kind of file: reload the driver (or reboot)"
             else:
@@ -204,7 +209,7 @@ def _loaded_drivers(host: HostFS) -> set[str]:
 
 def drivers_without_spec(host: HostFS) -> list[tuple[str, str]]:
     loaded = _loaded_drivers(host)
-    return [(driver, command) for key, driver, command in _GENERATORS if key in loaded]
+    return [(driver, spec_generator(key, command, host)) for key, driver, command in _GENERATORS if key in loaded]
 
 
 def _driver_not_loaded(kind: str, host: HostFS) -> str | None:

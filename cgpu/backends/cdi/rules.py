@@ -12,6 +12,8 @@ import posixpath
 import re
 
 from cgpu.backends.cdi import vulkan_icd
+from cgpu.backends.cdi.device_identity import WrongNode, consequence, identity_fix, wrong_nodes
+from cgpu.backends.cdi.spec_fixes import missed_libraries_fix, on_host_beside
 from cgpu.backends.cdi.view import ContainerView
 from cgpu.patterns import lazy
 
@@ -98,6 +100,38 @@ class RenderNode:
 
 def judge(view: ContainerView, kind: str) -> dict[str, Finding]:
     """cuda, rocm, vulkan, opencl, directml for one device (metal never reaches a container)."""
+    findings = _judge(view, kind)
+    wrong = wrong_nodes(view.nodes, view.host)
+    return _wrong_numbers(findings, view, kind, wrong) if wrong else findings
+
+
+def _wrong_numbers(
+    findings: dict[str, Finding], view: ContainerView, kind: str, wrong: list[WrongNode]
+) -> dict[str, Finding]:
+    """A node whose numbers reach no device of the host's is no node: each API that needs it is absent,
+    with the numbers and the fix (docs/cdi.md "Device identity"). Judged again without each one (rare)."""
+    without = {
+        w.path: _judge(
+            view.without_nodes([p for p, n in view.nodes.items() if (n.host_path or n.path) == w.path]), kind
+        )
+        for w in wrong
+    }
+    result = dict(findings)
+    for api, finding in findings.items():
+        if finding.state == ABSENT:
+            continue
+        causes = [w for w in wrong if without[w.path][api].state != finding.state]
+        if not causes:
+            continue
+        clauses = " and ".join(w.clause() for w in causes)
+        result[api] = Finding(
+            ABSENT,
+            f"would give {api}, but {clauses}, so {consequence(causes)}: {identity_fix(kind)}",
+        )
+    return result
+
+
+def _judge(view: ContainerView, kind: str) -> dict[str, Finding]:
     renders = render_nodes(view, kind)
     nvidia_like = bool(view.usable_nodes(NVIDIA_GPU_NODE)) or kind.startswith("nvidia.com/")
     mismatch = driver_mismatch(view)
@@ -274,6 +308,7 @@ def _nvidia_api(
     brings: str,
     needs: tuple[str, ...],
     also_missing: str | None = None,
+    regenerate: str = NVIDIA_REGENERATE,
 ) -> Finding:
     """The verdict once the pieces are known: all there, or what falls short and how to fix it."""
     name = posixpath.basename(library) if library else None
@@ -288,7 +323,7 @@ def _nvidia_api(
     if also_missing:
         short.append(also_missing)
     if short:
-        fixes.append(NVIDIA_REGENERATE + ("" if route or not name else " without `--disable-hook all`"))
+        fixes.append(regenerate + ("" if route or not name else " without `--disable-hook all`"))
     if name and unregistered:
         short.append(unregistered.split(": ", 1)[0])
         fixes.append(unregistered.split(": ", 1)[1])
@@ -381,6 +416,7 @@ def _nvidia_vulkan(view: ContainerView) -> Finding:
     icd = _registration(view, library, "libGLX_nvidia.so.0", "vulkan")
     dirs = vulkan_search_dirs(view)
     absent = _glx_companions_absent(view, library)
+    missed = on_host_beside(view.host, absent, view.host_path(library)) if absent else []
     skipped = None if icd else _skipped_manifest(view, library, "libGLX_nvidia.so.0")
     return _nvidia_api(
         view,
@@ -408,6 +444,7 @@ def _nvidia_vulkan(view: ContainerView) -> Finding:
             if absent
             else None
         ),
+        regenerate=missed_libraries_fix(missed) if missed else NVIDIA_REGENERATE,
     )
 
 

@@ -198,6 +198,15 @@ class ContainerView:
                 view._index = FileIndex(base.paths + list(added.links), by_folder, base.libraries, base.names)
         return view
 
+    def without_nodes(self, paths: list[str]) -> ContainerView:
+        """This container without the nodes at these container paths (its files, links and hooks shared)."""
+        nodes = {path: node for path, node in self.nodes.items() if path not in paths}
+        effects = HookEffects(self.links, self.ld_folders, self.nvidia_hooks, self.other_hooks)
+        view = ContainerView(self.host, nodes, self.mounts, self.env, effects)
+        view.file_memo = self.file_memo
+        view._index = self._index
+        return view
+
     @property
     def index(self) -> FileIndex:
         if self._index is None:
