@@ -38,6 +38,20 @@ else:  # the schema's enum: the Literal of the one list
     ProblemKind = Literal[tuple(KINDS)]
 
 
+class UserNeed(BaseModel):
+    """What the container's user must hold to open one device node read-write (docs/cdi.md "Who may open
+    the nodes"): uid 0, or one of `gids` (an empty list: only uid 0)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    node: str = Field(description="the device node's path in the container, e.g. /dev/kfd")
+    gids: list[int] = Field(
+        description="the container's user must be uid 0 or hold one of these gids (numeric, as the node has them)"
+    )
+    groups: list[str] = Field(description="the names the host's /etc/group gives those gids; the image may differ")
+    why: str = Field(description="the node's mode and group and where they come from, with the flag that gives it")
+
+
 class ApiState(BaseModel):
     """What containers get of one API, as data: a scheduler never parses `evidence` to tell
     "no" from "could not tell"."""
@@ -57,6 +71,14 @@ class ApiState(BaseModel):
             "Tokens: "
             + "; ".join(f"`{token}`: {text}" for token, text in IMAGE_NEEDS.items())
             + ". A token not listed here (added later) still means the image must bring something."
+        ),
+    )
+    user_needs: list[UserNeed] = Field(
+        default_factory=list,
+        description=(
+            "cdi: for each device node the API opens that is not world-read-writable, what the container's user "
+            "must hold (uid 0 or one of `gids`); empty when nothing is needed (NVIDIA's 0666 nodes, a group the "
+            "spec's additionalGids give every process) or where the mode cannot be read; absent for other backends"
         ),
     )
 

@@ -156,6 +156,8 @@ class ReportBuilder:
         self.engines: list[dict[str, Any]] = []  # cdi: the container engines found, the judging one marked
         self.spec_dirs: list[str] | None = None  # cdi: the spec dirs read, as this machine opened them
         self.nvidia_driver: dict[str, Any] | None = None  # cdi: the host's NVIDIA driver and the CUDA it supports
+        # cdi: per API, what the container's user must hold to open each node ({node, gids, groups, why})
+        self.user_needs: dict[str, list[dict[str, Any]]] = {}
         self.problems: list[Problem] = []
         self.could_not_run = False
         self.bad_usage = False
@@ -254,6 +256,8 @@ class ReportBuilder:
                 text = self._evidence[api]
             evidence[api] = text
             apis[api] = {"state": state, "image_needs": self._image_needs.get(api, []) if state == "provided" else []}
+            if self.backend == "cdi":
+                apis[api]["user_needs"] = self.user_needs.get(api, [])
         report = {
             "format_version": FORMAT_VERSION,
             "containers": [api for api in API_ORDER if apis[api]["state"] == "provided"],

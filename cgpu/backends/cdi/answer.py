@@ -90,6 +90,10 @@ def engine_answer(
             spec_dir_hints(report, dirs)
     host = HostFS(root)
     answers = _scan_answers(report, scan, host, devices=devices, dirs=dirs, engine_label=label, memory=memory)
+    if answers is not None:  # who may open the nodes, and SELinux (docs/cdi.md "Who may open the nodes")
+        from cgpu.backends.cdi.access import report_access
+
+        report_access(report, answers.answers, host, entry, quiet=quiet)
     if not quiet:  # the driver's CUDA, from the same host view: its reads join the remembered trace
         names = [answer.name for answer in answers.answers] if answers is not None else []
         report.nvidia_driver = nvidia_driver(host, names=names)
