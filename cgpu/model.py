@@ -271,6 +271,27 @@ class Engine(BaseModel):
     )
 
 
+class RequestPath(BaseModel):
+    """One way a container asks for a GPU, resolved as the judging engine resolves it (docs/cdi.md "Request
+    styles")."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    style: Literal["cdi", "--gpus", "NVIDIA_VISIBLE_DEVICES"] = Field(
+        description="cdi: a CDI name (--device vendor/class=name, a pod's CDI device); --gpus; NVIDIA_VISIBLE_DEVICES"
+    )
+    request: str = Field(description="the request as a command line would write it, e.g. docker run --gpus all")
+    injected_by: Literal["cdi", "nvidia-container-runtime-hook", "none", "unknown"] = Field(
+        description=(
+            "cdi: the engine resolves it to CDI devices; nvidia-container-runtime-hook: NVIDIA's legacy hook mounts "
+            "the driver's files by NVIDIA_DRIVER_CAPABILITIES; none: the engine refuses or ignores it; unknown: cgpu "
+            "cannot tell"
+        )
+    )
+    apis: list[Api] = Field(description="the APIs a container asking this way gets, canonical order")
+    why: str = Field(description="how the engine resolves it, with the source's fix where it gives less")
+
+
 class NvidiaDriver(BaseModel):
     """The host's NVIDIA kernel driver and the highest CUDA version it supports (what `cuDriverGetVersion`
     answers in a container), from its version and NVIDIA's table (docs/cdi.md)."""
@@ -436,6 +457,13 @@ class Report(BaseModel):
         description=(
             "cdi: the host's NVIDIA driver version and the highest CUDA it supports, so a scheduler can match an image "
             "that needs cuda>=X.Y; null where the node shows no NVIDIA driver, and for other backends"
+        ),
+    )
+    request_paths: list[RequestPath] | None = Field(
+        default=None,
+        description=(
+            "cdi: each request style the judging engine knows (CDI names; --gpus on Docker and podman; "
+            "NVIDIA_VISIBLE_DEVICES where NVIDIA's runtime is the default) and what it gives; absent for other backends"
         ),
     )
     cgpu_version: str = Field(description="the cgpu that wrote the report")

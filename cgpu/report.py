@@ -158,6 +158,7 @@ class ReportBuilder:
         self.nvidia_driver: dict[str, Any] | None = None  # cdi: the host's NVIDIA driver and the CUDA it supports
         # cdi: per API, what the container's user must hold to open each node ({node, gids, groups, why})
         self.user_needs: dict[str, list[dict[str, Any]]] = {}
+        self.request_paths: list[dict[str, Any]] | None = None  # cdi: what each request style gives
         self.problems: list[Problem] = []
         self.could_not_run = False
         self.bad_usage = False
@@ -274,6 +275,8 @@ class ReportBuilder:
         }
         if self.spec_dirs is not None:
             report["spec_dirs"] = self.spec_dirs
+        if self.request_paths is not None:
+            report["request_paths"] = self.request_paths
         return report
 
 

@@ -94,6 +94,10 @@ def engine_answer(
         from cgpu.backends.cdi.access import report_access
 
         report_access(report, answers.answers, host, entry, quiet=quiet)
+        if not quiet:  # what each request style gives (docs/cdi.md "Request styles")
+            from cgpu.backends.cdi.request_paths import request_paths
+
+            report.request_paths = request_paths(report, answers.answers, host, entry)
     if not quiet:  # the driver's CUDA, from the same host view: its reads join the remembered trace
         names = [answer.name for answer in answers.answers] if answers is not None else []
         report.nvidia_driver = nvidia_driver(host, names=names)
