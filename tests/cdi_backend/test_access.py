@@ -119,8 +119,8 @@ KFD = DeviceNode("/dev/kfd", type="c", file_mode=0o660, gid=992)
 
 
 def test_rootless_podman_needs_the_host_users_group_and_keep_groups():
-    host = _Host({"/dev/kfd": (0o660, 0, 992)})
-    names = {992: "render"}
+    host = _Host({"/dev/kfd": (0o660, 0, 992)}, {"/etc/group": "render:x:992:\n"})
+    names = access.Groups(host)
     outside = access.HostUser(1000, {1000}, None)
     need = access.node_need(KFD, set(), host, names, outside)
     assert need is not None and need["gids"] == [992] and "usermod -aG render" in need["why"]

@@ -28,8 +28,11 @@ if TYPE_CHECKING:
 
     from cgpu.engines.installed import InstalledEngine
 
-MAX_NEEDS = 64  # node entries per API: a node of 2,000 GPUs names its groups in the first few
+MAX_NEEDS = 64  # node entries per API
+_NO_GIDS: set[int] = set()  # shared by every device whose edits add no gid; never mutated
+MAX_DEVICES = 8  # distinct devices per API whose nodes are read: a node's GPUs share their groups
 WORLD_RW, GROUP_RW, OWNER_RW = 0o006, 0o060, 0o600
+NVIDIA_CONTROL = frozenset({CTL, UVM, NVMAP, *TEGRA_GPU_NODES})  # NVIDIA's nodes other than /dev/nvidiaN
 KEEP_GROUPS = "keep-groups"
 SELINUX = "/sys/fs/selinux"
 SELINUX_CONFIG = "/etc/selinux/config"
@@ -41,13 +44,31 @@ DRI_DEVICES = "container_use_dri_devices"
 XSERVER_DEVICES = "container_use_xserver_devices"
 
 
-def api_nodes(paths: list[str], api: str) -> list[str]:
+_Classes = tuple[list[str], list[str], list[str], list[str]]  # NVIDIA's, /dev/dxg, render nodes, /dev/kfd
+
+
+def node_classes(paths: list[str]) -> _Classes:
+    """(NVIDIA's nodes, /dev/dxg, render nodes, /dev/kfd) among a container's node paths."""
+    nvidia: list[str] = []
+    dxg: list[str] = []
+    renders: list[str] = []
+    kfd: list[str] = []
+    for path in paths:
+        if path in NVIDIA_CONTROL or NVIDIA_GPU_NODE.fullmatch(path):
+            nvidia.append(path)
+        elif path == DXG:
+            dxg.append(path)
+        elif path == KFD:
+            kfd.append(path)
+        elif RENDER_NODE.fullmatch(path):
+            renders.append(path)
+    return nvidia, dxg, renders, kfd
+
+
+def api_nodes(classes: _Classes, api: str) -> list[str]:
     """The nodes of one device's container that `api` opens: NVIDIA's (or /dev/dxg) where it has them,
     else the render nodes, with /dev/kfd for ROCm and AMD's OpenCL; cardN nodes are never needed."""
-    nvidia = [p for p in paths if p in (CTL, UVM, NVMAP, *TEGRA_GPU_NODES) or NVIDIA_GPU_NODE.fullmatch(p)]
-    dxg = [p for p in paths if p == DXG]
-    renders = [p for p in paths if RENDER_NODE.fullmatch(p)]
-    kfd = [p for p in paths if p == KFD]
+    nvidia, dxg, renders, kfd = classes
     if api == "directml":
         return dxg
     if api == "cuda":
@@ -119,25 +140,31 @@ def _mode_text(mode: int) -> str:
 
 
 def node_need(
-    node: DeviceNode, additional: set[int], host: HostFS, names: dict[int, str], user: HostUser | None
+    node: DeviceNode, additional: set[int], host: HostFS, groups: Groups, user: HostUser | None
 ) -> dict[str, Any] | None:
     """What the container's user must hold to open `node` read-write (a `user_needs` entry), or None
     where nothing is needed or cgpu cannot tell (no mode in the spec, no device node on the host)."""
-    owner = host.device_owner(node.host_path or node.path)
     if user is not None:  # rootless: the host's node, bind-mounted, opened as the host user
-        return _rootless_need(node.path, owner, names, user)
-    mode = (node.file_mode & 0o777) if node.file_mode is not None else (owner[0] if owner else None)
+        return _rootless_need(node.path, host.device_owner(node.host_path or node.path), groups.names, user)
+    if node.uid is None and node.gid is None:  # Apply makes it the process's own (root's, for root)
+        return None
+    if node.file_mode is not None:
+        mode: int | None = node.file_mode & 0o777
+    else:
+        owner = host.device_owner(node.host_path or node.path)
+        mode = owner[0] if owner else None
     if mode is None or mode & WORLD_RW == WORLD_RW:
         return None
     where = "the spec's fileMode" if node.file_mode is not None else "the host node's mode, as the CDI library fills it"
     if node.gid is None:
-        if mode & (GROUP_RW | OWNER_RW):  # Apply gives it the process's own uid and gid when not 0
+        if mode & OWNER_RW == OWNER_RW or mode & GROUP_RW == GROUP_RW:  # Apply: the process's own uid and gid
             return None
-        return _need(node.path, [], names, f"its mode {_mode_text(mode)} ({where}) lets only root open it")
+        return _need(node.path, [], {}, f"its mode {_mode_text(mode)} ({where}) lets only root open it")
     if node.gid in additional:
         return None
     if mode & GROUP_RW != GROUP_RW:
-        return _need(node.path, [], names, f"its mode {_mode_text(mode)} ({where}) lets only root open it")
+        return _need(node.path, [], {}, f"its mode {_mode_text(mode)} ({where}) lets only root open it")
+    names = groups.names
     group = names.get(node.gid)
     named = f"{group} ({node.gid})" if group else str(node.gid)
     return _need(
@@ -180,42 +207,89 @@ def _need(path: str, gids: list[int], names: dict[int, str], why: str) -> dict[s
     return {"node": path, "gids": gids, "groups": [names[g] for g in gids if g in names], "why": why}
 
 
-class _Providers:
-    """Each API's devices that give it, and each device's nodes and additional gids (once per spec)."""
+class _Devices:
+    """The first few distinct devices that give each API, and each one's nodes by path and the gids its
+    spec adds (read once per device however many APIs ask)."""
+
+    __slots__ = ("_answers", "_nodes", "_specs")
 
     def __init__(self, answers: list[DeviceAnswer]) -> None:
-        self.by_api = {api: [a for a in answers if not a.blocked and a.findings[api].state == PROVIDED] for api in APIS}
+        self._answers = answers
+        self._nodes: dict[int, tuple[dict[str, DeviceNode], dict[str, DeviceNode], set[int], _Classes]] = {}
+        self._specs: dict[int, tuple[dict[str, DeviceNode], _Classes]] = {}
 
-    @staticmethod
-    def nodes(answer: DeviceAnswer) -> tuple[dict[str, DeviceNode], set[int]]:
-        spec, own = answer.device.spec.edits, answer.device.device.edits
-        nodes = {posixpath.normpath(n.path): n for n in (*spec.device_nodes, *own.device_nodes)}
-        return nodes, {*spec.additional_gids, *own.additional_gids}
-
-
-def user_needs(answers: list[DeviceAnswer], host: HostFS, user: HostUser | None) -> dict[str, list[dict[str, Any]]]:
-    """Per API, what the container's user must hold for each node of the devices that give it."""
-    providers = _Providers(answers)
-    names: dict[int, str] | None = None
-    found: dict[str, list[dict[str, Any]]] = {}
-    for api, answering in providers.by_api.items():
-        needs: dict[str, dict[str, Any]] = {}
+    def giving(self, api: str) -> list[DeviceAnswer]:
+        """Up to MAX_DEVICES distinct devices a container can start with that give `api`: a node's GPUs
+        share their nodes' groups, and a spec of 20,000 claim devices is not read again per probe."""
+        found: list[DeviceAnswer] = []
         seen: set[int] = set()
-        for answer in answering:
-            if id(answer.same) in seen or len(needs) >= MAX_NEEDS:
+        for answer in self._answers:
+            if answer.missing or answer.findings[api].state != PROVIDED or id(answer.same) in seen:
                 continue
             seen.add(id(answer.same))
-            nodes, additional = providers.nodes(answer)
-            for path in api_nodes(list(nodes), api):
-                if path in needs:
-                    continue
-                if names is None:
-                    names = group_names(host)
-                need = node_need(nodes[path], additional, host, names, user)
+            found.append(answer)
+            if len(found) == MAX_DEVICES:
+                break
+        return found
+
+    def nodes(self, answer: DeviceAnswer) -> tuple[dict[str, DeviceNode], dict[str, DeviceNode], set[int], _Classes]:
+        """The device's own nodes and its spec's by container path (its own win), the gids its edits add,
+        and its node paths by kind; the spec's part read once for all its devices."""
+        known = self._nodes.get(id(answer.same))
+        if known is None:
+            spec, own = answer.device.spec, answer.device.device.edits
+            shared = self._specs.get(id(spec))
+            if shared is None:
+                spec_nodes = {_clean(n.path): n for n in spec.edits.device_nodes}
+                shared = self._specs[id(spec)] = (spec_nodes, node_classes(list(spec_nodes)))
+            spec_nodes, classes = shared
+            mine = {_clean(n.path): n for n in own.device_nodes}
+            if mine:
+                added = node_classes([path for path in mine if path not in spec_nodes])
+                classes = (classes[0] + added[0], classes[1] + added[1], classes[2] + added[2], classes[3] + added[3])
+            additional = (
+                {*spec.edits.additional_gids, *own.additional_gids}
+                if spec.edits.additional_gids or own.additional_gids
+                else _NO_GIDS
+            )
+            known = self._nodes[id(answer.same)] = (mine, spec_nodes, additional, classes)
+        return known
+
+
+def _clean(path: str) -> str:
+    """A node's container path as the view keys it (normpath only where it changes something)."""
+    return path if "//" not in path and "/." not in path and not path.endswith("/") else posixpath.normpath(path)
+
+
+class Groups:
+    """The host's /etc/group, read the first time a node needs a group named."""
+
+    __slots__ = ("_host", "_names")
+
+    def __init__(self, host: HostFS) -> None:
+        self._host = host
+        self._names: dict[int, str] | None = None
+
+    @property
+    def names(self) -> dict[int, str]:
+        if self._names is None:
+            self._names = group_names(self._host)
+        return self._names
+
+
+def user_needs(
+    devices: _Devices, api: str, host: HostFS, groups: Groups, user: HostUser | None
+) -> list[dict[str, Any]]:
+    """What the container's user must hold for each node `api` opens in the devices that give it."""
+    needs: dict[str, dict[str, Any]] = {}
+    for answer in devices.giving(api):
+        mine, spec_nodes, additional, classes = devices.nodes(answer)
+        for path in api_nodes(classes, api):
+            if path not in needs:
+                need = node_need(mine.get(path) or spec_nodes[path], additional, host, groups, user)
                 if need is not None:
                     needs[path] = need
-        found[api] = list(needs.values())[:MAX_NEEDS]
-    return found
+    return list(needs.values())[:MAX_NEEDS]
 
 
 # --- SELinux -------------------------------------------------------------------------------------
@@ -264,23 +338,23 @@ def selinux_blocked(host: HostFS, nodes: list[str]) -> tuple[list[str], str] | N
 def report_access(
     report: ReportBuilder, answers: list[DeviceAnswer], host: HostFS, entry: InstalledEngine | None, *, quiet: bool
 ) -> None:
-    """Each API's `user_needs`; a provided API whose nodes a rootless user cannot open is absent, and one
+    """Each provided API's `user_needs`; one whose nodes a rootless user cannot open is absent, and one
     whose nodes SELinux keeps from the container domain is unknown, with the fix."""
     user = rootless_podman(entry, host)
-    needs = user_needs(answers, host, user)
-    providers = _Providers(answers)
+    devices = _Devices(answers)
+    groups = Groups(host)
     denied: dict[str, None] = {}
     for api in APIS:
-        if report.state(api) != PROVIDED:
+        giving = devices.giving(api) if report.state(api) == PROVIDED else []
+        if not giving:
             continue
-        report.user_needs[api] = needs[api]
-        if user is not None:
-            barred = [n for n in needs[api] if "is not in group" in n["why"]]
-            if barred:
-                report.absent(api, f"not provided: {barred[0]['node']} is not open to it: {barred[0]['why']}")
-                continue
-        first = providers.by_api[api][0]
-        nodes = api_nodes(list(providers.nodes(first)[0]), api)
+        needs = report.user_needs[api] = user_needs(devices, api, host, groups, user)
+        barred = [n for n in needs if "is not in group" in n["why"]] if user is not None else []
+        if barred:
+            report.absent(api, f"not provided: {barred[0]['node']} is not open to it: {barred[0]['why']}")
+            continue
+        first = giving[0]
+        nodes = api_nodes(devices.nodes(first)[3], api)
         blocked = selinux_blocked(host, nodes)
         if blocked is not None:
             paths, source = blocked

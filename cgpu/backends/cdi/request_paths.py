@@ -58,17 +58,28 @@ def _path(style: str, request: str, injected_by: str, apis: list[str], why: str)
 
 
 class _Answers:
-    """What the devices of this answer give, by name; NVIDIA's devices' APIs as the legacy hook would
-    reach the same driver files."""
+    """What the devices of this answer give, looked up by name only where a style asks; NVIDIA's devices'
+    APIs as the legacy hook would reach the same driver files."""
 
     def __init__(self, answers: list[DeviceAnswer]) -> None:
-        self.apis = {a.name: a.apis for a in answers}
-        nvidia = {api for a in answers if a.name.startswith("nvidia.com/") for api in a.apis}
-        self.nvidia = [api for api in APIS if api in nvidia]
-        self.has_nvidia = any(a.name.startswith("nvidia.com/") for a in answers)
+        self._answers = answers
+
+    def given(self, name: str) -> list[str] | None:
+        """The APIs of the device `name`, or None where no spec defines it."""
+        return next((a.apis for a in self._answers if a.name == name), None)
+
+    @property
+    def has_nvidia(self) -> bool:
+        return any(a.name.startswith("nvidia.com/") for a in self._answers)
+
+    @property
+    def nvidia(self) -> list[str]:
+        found = {api for a in self._answers if a.name.startswith("nvidia.com/") for api in a.apis}
+        return [api for api in APIS if api in found]
 
     def cdi(self, style: str, request: str, name: str, how: str) -> dict[str, Any]:
-        if name not in self.apis:
+        apis = self.given(name)
+        if apis is None:
             return _path(
                 style,
                 request,
@@ -77,7 +88,7 @@ class _Answers:
                 f"{how} asks for {name}, which no spec the engine reads defines, so the container is refused "
                 f"(unresolvable CDI devices): generate a spec with an `all` device",
             )
-        return _path(style, request, "cdi", self.apis[name], f"{how} asks for {name}: what that CDI device gives")
+        return _path(style, request, "cdi", apis, f"{how} asks for {name}: what that CDI device gives")
 
     def legacy(self, style: str, request: str, how: str) -> dict[str, Any]:
         if not self.has_nvidia:
@@ -105,7 +116,7 @@ def _docker_gpus(entry: InstalledEngine, host: HostFS, answers: _Answers) -> dic
         )
     if cdi_hook and version >= DOCKER_NVIDIA_CDI:
         return answers.cdi("--gpus", request, NVIDIA_ALL, f"{entry.label} finds {cdi_hook}, and `--gpus all`")
-    if version >= DOCKER_AMD_CDI and not cdi_hook and AMD_ALL in answers.apis:
+    if version >= DOCKER_AMD_CDI and not cdi_hook and answers.given(AMD_ALL) is not None:
         return answers.cdi("--gpus", request, AMD_ALL, f"{entry.label} resolves AMD's `--gpus all` through CDI: it")
     need = f"{CDI_HOOK} (Docker 29.2 and later) or {RUNTIME_HOOK}" if version >= DOCKER_NVIDIA_CDI else RUNTIME_HOOK
     return _path(
@@ -133,7 +144,7 @@ def _podman_gpus(entry: InstalledEngine, answers: _Answers) -> dict[str, Any]:
             f"{entry.label} accepts --gpus and ignores it (a compatibility no-op before 5.0: podman#19330), so the "
             f"container gets no GPU: ask by CDI name (`--device {NVIDIA_ALL}`)",
         )
-    name = NVIDIA_ALL if NVIDIA_ALL in answers.apis or AMD_ALL not in answers.apis else AMD_ALL
+    name = NVIDIA_ALL if answers.given(NVIDIA_ALL) is not None or answers.given(AMD_ALL) is None else AMD_ALL
     return answers.cdi("--gpus", request, name, f"{entry.label} turns `--gpus all` into CDI names: it")
 
 
