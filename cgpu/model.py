@@ -292,6 +292,19 @@ class RequestPath(BaseModel):
     why: str = Field(description="how the engine resolves it, with the source's fix where it gives less")
 
 
+class PodName(BaseModel):
+    """What one requester of GPUs in a pod asks the engine for, and whether the node's specs define it
+    (docs/cdi.md "The names a pod asks for")."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    requester: str = Field(description="who turns a pod's GPU request into CDI names (NVIDIA's device plugin, ...)")
+    asks_for: str = Field(description="the shape of the names it asks for, e.g. nvidia.com/gpu=GPU-<uuid>")
+    names: list[str] = Field(description="the first names of that shape the specs define (at most 8)")
+    covered: bool = Field(description="whether the specs define names of that shape: false, every such pod is refused")
+    why: str = Field(description="where the names come from, and the fix where none is defined")
+
+
 class NvidiaDriver(BaseModel):
     """The host's NVIDIA kernel driver and the highest CUDA version it supports (what `cuDriverGetVersion`
     answers in a container), from its version and NVIDIA's table (docs/cdi.md)."""
@@ -464,6 +477,13 @@ class Report(BaseModel):
         description=(
             "cdi: each request style the judging engine knows (CDI names; --gpus on Docker and podman; "
             "NVIDIA_VISIBLE_DEVICES where NVIDIA's runtime is the default) and what it gives; absent for other backends"
+        ),
+    )
+    pod_names: list[PodName] | None = Field(
+        default=None,
+        description=(
+            "cdi: for each NVIDIA kind the specs define, the names a pod's GPU request becomes and whether they are "
+            "defined (a spec with only `all` resolves no pod asking by UUID); absent for other backends"
         ),
     )
     cgpu_version: str = Field(description="the cgpu that wrote the report")

@@ -159,6 +159,7 @@ class ReportBuilder:
         # cdi: per API, what the container's user must hold to open each node ({node, gids, groups, why})
         self.user_needs: dict[str, list[dict[str, Any]]] = {}
         self.request_paths: list[dict[str, Any]] | None = None  # cdi: what each request style gives
+        self.pod_names: list[dict[str, Any]] | None = None  # cdi: the names a pod's request becomes, defined or not
         self.problems: list[Problem] = []
         self.could_not_run = False
         self.bad_usage = False
@@ -277,6 +278,8 @@ class ReportBuilder:
             report["spec_dirs"] = self.spec_dirs
         if self.request_paths is not None:
             report["request_paths"] = self.request_paths
+        if self.pod_names is not None:
+            report["pod_names"] = self.pod_names
         return report
 
 
