@@ -96,3 +96,12 @@ def test_nvidia_visible_devices_by_the_runtimes_mode(tmp_path: Path):
     assert legacy["injected_by"] == "nvidia-container-runtime-hook" and legacy["apis"] == ["cuda", "opencl"]
     cdi = _with_runtime(tmp_path / "b", "cdi")
     assert cdi["injected_by"] == "cdi" and cdi["apis"] == ["cuda", "vulkan", "opencl"]
+
+
+def test_docker_29_3_resolves_amds_gpus_through_cdi_and_29_2_refuses_it():
+    amd = SAMPLES / "amd/spec"
+    new = gpus_path(probe([amd], HOSTS / "amd", engine="docker@29.3.0"))
+    assert new["injected_by"] == "cdi" and "amd.com/gpu=all" in new["why"]
+    assert new["apis"] == ["rocm", "vulkan", "opencl"]
+    old = gpus_path(probe([amd], HOSTS / "amd", engine="docker@29.2.0"))
+    assert old["injected_by"] == "none" and old["apis"] == []
