@@ -38,6 +38,20 @@ else:  # the schema's enum: the Literal of the one list
     ProblemKind = Literal[tuple(KINDS)]
 
 
+class UserNeed(BaseModel):
+    """What the container's user must hold to open one device node read-write (docs/cdi.md "Who may open
+    the nodes"): uid 0, or one of `gids` (an empty list: only uid 0)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    node: str = Field(description="the device node's path in the container, e.g. /dev/kfd")
+    gids: list[int] = Field(
+        description="the container's user must be uid 0 or hold one of these gids (numeric, as the node has them)"
+    )
+    groups: list[str] = Field(description="the names the host's /etc/group gives those gids; the image may differ")
+    why: str = Field(description="the node's mode and group and where they come from, with the flag that gives it")
+
+
 class ApiState(BaseModel):
     """What containers get of one API, as data: a scheduler never parses `evidence` to tell
     "no" from "could not tell"."""
@@ -57,6 +71,14 @@ class ApiState(BaseModel):
             "Tokens: "
             + "; ".join(f"`{token}`: {text}" for token, text in IMAGE_NEEDS.items())
             + ". A token not listed here (added later) still means the image must bring something."
+        ),
+    )
+    user_needs: list[UserNeed] = Field(
+        default_factory=list,
+        description=(
+            "cdi: for each device node the API opens that is not world-read-writable, what the container's user "
+            "must hold (uid 0 or one of `gids`); empty when nothing is needed (NVIDIA's 0666 nodes, a group the "
+            "spec's additionalGids give every process) or where the mode cannot be read; absent for other backends"
         ),
     )
 
@@ -261,6 +283,40 @@ class Engine(BaseModel):
             "mode injects from the driver, not the spec files; null otherwise"
         ),
     )
+
+
+class RequestPath(BaseModel):
+    """One way a container asks for a GPU, resolved as the judging engine resolves it (docs/cdi.md "Request
+    styles")."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    style: Literal["cdi", "--gpus", "NVIDIA_VISIBLE_DEVICES"] = Field(
+        description="cdi: a CDI name (--device vendor/class=name, a pod's CDI device); --gpus; NVIDIA_VISIBLE_DEVICES"
+    )
+    request: str = Field(description="the request as a command line would write it, e.g. docker run --gpus all")
+    injected_by: Literal["cdi", "nvidia-container-runtime-hook", "none", "unknown"] = Field(
+        description=(
+            "cdi: the engine resolves it to CDI devices; nvidia-container-runtime-hook: NVIDIA's legacy hook mounts "
+            "the driver's files by NVIDIA_DRIVER_CAPABILITIES; none: the engine refuses or ignores it; unknown: cgpu "
+            "cannot tell"
+        )
+    )
+    apis: list[Api] = Field(description="the APIs a container asking this way gets, canonical order")
+    why: str = Field(description="how the engine resolves it, with the source's fix where it gives less")
+
+
+class PodName(BaseModel):
+    """What one requester of GPUs in a pod asks the engine for, and whether the node's specs define it
+    (docs/cdi.md "The names a pod asks for")."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    requester: str = Field(description="who turns a pod's GPU request into CDI names (NVIDIA's device plugin, ...)")
+    asks_for: str = Field(description="the shape of the names it asks for, e.g. nvidia.com/gpu=GPU-<uuid>")
+    names: list[str] = Field(description="the first names of that shape the specs define (at most 8)")
+    covered: bool = Field(description="whether the specs define names of that shape: false, every such pod is refused")
+    why: str = Field(description="where the names come from, and the fix where none is defined")
 
 
 class NvidiaDriver(BaseModel):
@@ -525,6 +581,20 @@ class Report(BaseModel):
         description=(
             "cdi: NVIDIA's nvidia-cdi-refresh units on the node and their state; null where the node has none, "
             "and for other backends"
+        ),
+    )
+    request_paths: list[RequestPath] | None = Field(
+        default=None,
+        description=(
+            "cdi: each request style the judging engine knows (CDI names; --gpus on Docker and podman; "
+            "NVIDIA_VISIBLE_DEVICES where NVIDIA's runtime is the default) and what it gives; absent for other backends"
+        ),
+    )
+    pod_names: list[PodName] | None = Field(
+        default=None,
+        description=(
+            "cdi: for each NVIDIA kind the specs define, the names a pod's GPU request becomes and whether they are "
+            "defined (a spec with only `all` resolves no pod asking by UUID); absent for other backends"
         ),
     )
     cgpu_version: str = Field(description="the cgpu that wrote the report")

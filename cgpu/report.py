@@ -158,6 +158,10 @@ class ReportBuilder:
         self.nvidia_driver: dict[str, Any] | None = None  # cdi: the host's NVIDIA driver and the CUDA it supports
         self.device_nodes: dict[str, Any] | None = None  # cdi: what the host does with the injected nodes
         self.cdi_refresh: dict[str, Any] | None = None  # cdi: NVIDIA's refresh units on the node
+        # cdi: per API, what the container's user must hold to open each node ({node, gids, groups, why})
+        self.user_needs: dict[str, list[dict[str, Any]]] = {}
+        self.request_paths: list[dict[str, Any]] | None = None  # cdi: what each request style gives
+        self.pod_names: list[dict[str, Any]] | None = None  # cdi: the names a pod's request becomes, defined or not
         self.problems: list[Problem] = []
         self.could_not_run = False
         self.bad_usage = False
@@ -256,6 +260,8 @@ class ReportBuilder:
                 text = self._evidence[api]
             evidence[api] = text
             apis[api] = {"state": state, "image_needs": self._image_needs.get(api, []) if state == "provided" else []}
+            if self.backend == "cdi":
+                apis[api]["user_needs"] = self.user_needs.get(api, [])
         report = {
             "format_version": FORMAT_VERSION,
             "containers": [api for api in API_ORDER if apis[api]["state"] == "provided"],
@@ -274,6 +280,10 @@ class ReportBuilder:
         }
         if self.spec_dirs is not None:
             report["spec_dirs"] = self.spec_dirs
+        if self.request_paths is not None:
+            report["request_paths"] = self.request_paths
+        if self.pod_names is not None:
+            report["pod_names"] = self.pod_names
         return report
 
 

@@ -48,6 +48,17 @@ def _file_type(path: str) -> int | None:
         return None
 
 
+def _device_owner(path: str) -> tuple[int, int, int] | None:
+    """(permission bits, uid, gid) of a character or block device node itself, or None for anything else."""
+    try:
+        info = os.lstat(path)
+    except _NO_SUCH_PATH:
+        return None
+    if not (stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode)):
+        return None
+    return stat.S_IMODE(info.st_mode), info.st_uid, info.st_gid
+
+
 def _type_or_error(path: str) -> int:
     """S_IFMT of the path itself, or the negated errno of its lstat (ENOENT for a NUL in it)."""
     try:
@@ -528,3 +539,14 @@ class HostFS(NodeFiles):
             if version and minor and int(version) > 0:
                 targets[int(minor)] = int(version)
         return targets
+
+    def device_owner(self, path: str) -> tuple[int, int, int] | None:
+        """(permission bits, uid, gid) of the host's device node at `path`, or None where the path is no
+        character or block device (a placeholder file under a fake root): what runc gives a node the spec
+        leaves unowned, and what a rootless container opens through its bind mount."""
+        owner: tuple[int, int, int] | None = self._ask("device_owner", path)
+        return owner
+
+    def _device_owner(self, path: str) -> tuple[int, int, int] | None:
+        real = self.resolve(path)
+        return self._read(_device_owner, real) if real is not None else None

@@ -98,6 +98,17 @@ def engine_answer(
         from cgpu.backends.cdi.dev_char import report_dev_char
 
         report_dev_char(report, answers.answers, host, entry.name)
+    if answers is not None:  # who may open the nodes, and SELinux (docs/cdi.md "Who may open the nodes")
+        from cgpu.backends.cdi.access import report_access
+
+        report_access(report, answers.answers, host, entry, quiet=quiet)
+        if not quiet:  # what each request style gives (docs/cdi.md "Request styles")
+            from cgpu.backends.cdi.request_paths import request_paths
+
+            report.request_paths = request_paths(report, answers.answers, host, entry)
+            from cgpu.backends.cdi.pod_names import pod_names
+
+            report.pod_names = pod_names(answers.answers)
     if not quiet:  # the driver's CUDA, from the same host view: its reads join the remembered trace
         names = [answer.name for answer in answers.answers] if answers is not None else []
         report.nvidia_driver = nvidia_driver(host, names=names)
