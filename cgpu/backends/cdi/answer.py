@@ -74,7 +74,9 @@ def engine_answer(
         why = f"{label} {without}, so no container there gets a CDI device"
         if not quiet:
             report.problem("error", "--engine", why, "cdi-off")
-        scan = ScanResult(devices={}, specs=[], problems=[])
+        for api in APIS:  # the cause, not "generate a spec": a spec would change nothing
+            report.absent(api, f"not provided: {why}")
+        return None, []
     elif entry is not None and entry.cdi_enabled is False:
         return _cdi_off(report, entry, label, quiet)
     else:
