@@ -188,7 +188,12 @@ class Containerd(ContainerEngine):
     def read_configuration(
         self, read: Reader, listdir: Lister, *, major: int | None, flavour: str, on_host: bool
     ) -> Config:
-        return read_config(read, listdir, FLAVOUR_CONFIGS.get(flavour, CONFIG_TOML), major)
+        from cgpu.engines.flavours import FlavourFiles
+
+        files = FlavourFiles(flavour, read, listdir, major, FLAVOUR_CONFIGS.get(flavour, CONFIG_TOML))
+        config = read_config(files.read, listdir, files.path, major)
+        config.problems[:0] = files.problems
+        return config
 
 
 ENGINE = Containerd()

@@ -177,6 +177,7 @@ class InstalledEngine:
         "rules_unknown",
         "sources",
         "spec_dirs",
+        "unrecognised",
         "version",
     )
 
@@ -196,6 +197,7 @@ class InstalledEngine:
     config_broken: str | None  # why the engine would not start with its configuration
     rules_unknown: bool  # cgpu has no release row for its version
     binary: str | None  # where its binary is on the node
+    unrecognised: str | None  # a layout cgpu does not recognise: what it looked for and did not find
 
     def __init__(
         self,
@@ -216,6 +218,7 @@ class InstalledEngine:
         config_broken: str | None = None,
         rules_unknown: bool = False,
         binary: str | None = None,
+        unrecognised: str | None = None,
     ) -> None:
         fields = {
             "name": name,
@@ -234,6 +237,7 @@ class InstalledEngine:
             "config_broken": config_broken,
             "rules_unknown": rules_unknown,
             "binary": binary,
+            "unrecognised": unrecognised,
         }
         for key, value in fields.items():
             object.__setattr__(self, key, value)
@@ -307,7 +311,7 @@ class InstalledEngine:
         if not isinstance(data, dict) or set(data) != set(cls.__slots__):
             raise CgpuValueError("not an engine's facts")
         texts = ("name", "learned_from", "cdi_setting", "cdi_file")
-        optional_texts = ("version", "cdi_library", "max_cdi_version", "config_broken", "binary")
+        optional_texts = ("version", "cdi_library", "max_cdi_version", "config_broken", "binary", "unrecognised")
         if not all(isinstance(data[key], str) for key in texts) or not all(
             data[key] is None or isinstance(data[key], str) for key in optional_texts
         ):
@@ -447,7 +451,26 @@ def _learn_one(
         _from_running(learning, engine, binary, timeout)
     if learning.version is not None and learning.learned_from == "version":
         learning.max_cdi_version, learning.rules_unknown = _release_limit(engine, learning.version, learning.problems)
-    return _configure(files, engine, learning, binary, flavour)
+    found = _configure(files, engine, learning, binary, flavour)
+    gap = _layout_gap(files, binary, flavour, learning)
+    return found if gap is None else found.replace(unrecognised=gap)
+
+
+def _layout_gap(files: Files, binary: str | None, flavour: str, learning: _Learning) -> str | None:
+    """What cgpu looked for and did not find where a flavour's layout is not one it recognises; None else.
+    k3s: the launcher without the payload it unpacks at its first start (its containerd and that containerd's
+    build info): nothing on the node says which containerd runs the pods."""
+    from cgpu.engines.containerd import K3S, K3S_CONTAINERD
+
+    if flavour != "k3s" or binary != K3S or learning.version is not None:
+        return None
+    text, _, shown = files.read("/etc/rancher/k3s/config.yaml")
+    match = re.search(r"^data-dir:[ \t]*[\"']?([^\s\"'#]+)", text or "", re.MULTILINE)
+    elsewhere = f"; {shown} names data-dir {match.group(1)}, which cgpu does not read" if match else ""
+    return (
+        f"k3s is installed ({files.shown(K3S)}) but the containerd it unpacks at its first start is not at "
+        f"{files.shown(K3S_CONTAINERD)} (data/current under its default data-dir){elsewhere}"
+    )
 
 
 def _from_build_info(files: Files, learning: _Learning, engine: ContainerEngine, binary: str, flavour: str) -> None:

@@ -52,9 +52,11 @@ def test_an_unlistable_dir_beside_a_spec_leaves_what_the_spec_gives(tmp_path: Pa
     monkeypatch.setattr(
         NodeFiles,
         "entries",
-        lambda self, path: (_ for _ in ()).throw(PermissionError(13, "denied"))
-        if path.endswith("/locked")
-        else real_entries(self, path),
+        lambda self, path: (
+            (_ for _ in ()).throw(PermissionError(13, "denied"))
+            if path.endswith("/locked")
+            else real_entries(self, path)
+        ),
     )
     report = probe([good, locked], HOST)
     assert report["apis"]["cuda"]["state"] == "provided"
