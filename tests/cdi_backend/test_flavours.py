@@ -8,6 +8,8 @@ import shutil
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from cgpu.engines import kubelet
 from cgpu.engines.flavours import template_settings
@@ -104,6 +106,25 @@ def test_k3s_on_containerd_1_7_reads_only_config_toml_tmpl(tmp_path: Path):
 def test_template_settings_keep_the_toml_and_drop_the_actions():
     text = 'version = 3\n{{- template "base" . }}\nimage = "{{ .X }}"\nn = {{ .Y }}\n[a]\nb = true\n'
     assert template_settings(text) == 'version = 3\nimage = ""\n[a]\nb = true\n'
+
+
+@given(st.text(alphabet=st.sampled_from(list("{}\"' \n.=abx[]")), max_size=200))
+def test_template_settings_of_any_text_keep_no_action(text: str):
+    settings_text = template_settings(text)
+    kept = set(text.split("\n"))
+    for line in settings_text.split("\n"):
+        assert "\0" not in line
+        assert line in kept or '""' in line or "''" in line  # a line as written, or with a quoted action emptied
+
+
+@settings(max_examples=50, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(config=st.text(max_size=300), unit=st.text(max_size=300))
+def test_any_k3s_config_or_unit_text_reads_without_raising(tmp_path: Path, config: str, unit: str):
+    root = tmp_path / "k3s"
+    ef.node(root, {"/usr/local/bin/k3s": "\x7fELF", "/etc/rancher/k3s/config.yaml": config})
+    ef.node(root, {"/etc/systemd/system/k3s.service": unit})
+    found = kubelet.kubelet_runtime(Files(str(root)))
+    assert found is not None and found["endpoint"]
 
 
 def test_a_k3s_launcher_without_its_payload_is_unknown_naming_what_was_looked_for(tmp_path: Path):
