@@ -89,7 +89,7 @@ def engine_answer(
             reader=memory.reader if memory is not None else None,
         )
         if not quiet:
-            spec_dir_hints(report, dirs)
+            spec_dir_hints(report, dirs, root)
     host = HostFS(root)
     answers = _scan_answers(report, scan, host, devices=devices, dirs=dirs, engine_label=label, memory=memory)
     if not quiet:  # the driver's CUDA, from the same host view: its reads join the remembered trace
