@@ -341,3 +341,17 @@ def test_a_cri_dockerd_node_is_labelled_cdi_off_with_no_device(tmp_path: Path):
     found = labels(report)
     assert found[f"{NAMESPACE}/devices"] == "0" and found[f"{NAMESPACE}/problem"] == "cdi-off"
     assert found[f"{NAMESPACE}/engine-max-cdi"] == "off" and f"{NAMESPACE}/cuda" not in found
+
+
+@pytest.mark.parametrize(
+    "launcher",
+    [
+        {"/usr/local/bin/rke2": "\x7fELF"},  # RKE2's tarball install before its first start: no bin/containerd yet
+        {"/usr/local/bin/k0s": "\x7fELF"},  # k0s before it staged its containerd
+        {"/var/snap/microk8s/current/args/kubelet": "--container-runtime-endpoint=${SNAP_COMMON}/run/containerd.sock"},
+    ],
+)
+def test_a_flavour_without_its_containerd_is_unknown_never_the_newest_rules(tmp_path: Path, launcher):
+    report = _judge(_node(tmp_path, dict(launcher)))
+    assert {report["apis"][api]["state"] for api in ALL} == {"unknown"}
+    assert any(p["kind"] == "engine" and "containerd.sock" in p["message"] for p in report["problems"])
