@@ -109,3 +109,31 @@ def test_only_no_spec_at_all_is_told_to_generate_one(tmp_path: Path):
     report = probe([folder], HOST)
     assert "generate a spec with `nvidia-ctk cdi generate" in report["evidence"]["cuda"]
     assert "no-spec" in _kinds(report)
+
+
+def test_the_labels_of_an_unlistable_spec_dir_say_unknown_and_why(tmp_path: Path, monkeypatch):
+    from cgpu.fleet.nfd import NAMESPACE, labels
+
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    real_entries = NodeFiles.entries
+
+    def entries(self: NodeFiles, path: str) -> list[str]:
+        if path.endswith("/locked"):
+            raise PermissionError(errno.EACCES, "Permission denied")
+        return real_entries(self, path)
+
+    monkeypatch.setattr(NodeFiles, "entries", entries)
+    found = labels(probe([locked], HOST))
+    assert found[f"{NAMESPACE}/cuda"] == "unknown" and found[f"{NAMESPACE}/devices"] == "0"
+    assert found[f"{NAMESPACE}/problem"] == "spec-dir"
+
+
+def test_the_labels_of_a_duplicate_device_name_it_not_a_missing_spec(tmp_path: Path):
+    from cgpu.fleet.nfd import NAMESPACE, labels
+
+    folder = tmp_path / "cdi"
+    folder.mkdir()
+    shutil.copy(NVIDIA_SPEC, folder / "a.yaml")
+    shutil.copy(NVIDIA_SPEC, folder / "b.yaml")
+    assert labels(probe([folder], HOST))[f"{NAMESPACE}/problem"] == "duplicate-device"
