@@ -48,6 +48,16 @@ K0S_CRI_CONFIG = "/run/k0s/containerd-cri.toml"
 K0S_MANAGED = "# k0s_managed=true"
 MAX_K0S_DROP_INS = 64
 
+# The socket each flavour's containerd serves, and where its binary is: a kubelet given that socket runs its pods
+# on that containerd, not on a packaged one the node may also have (k3s-io/k3s pkg/agent/config/config_linux.go,
+# shared by RKE2; k0sproject/k0s pkg/component/worker/containerd utils_other.go; canonical/microk8s
+# microk8s-resources/default-args/containerd)
+FLAVOUR_SOCKETS = {
+    "/run/k3s/containerd/containerd.sock": ("k3s", "rke2"),
+    "/run/k0s/containerd.sock": ("k0s",),
+    "/var/snap/microk8s/common/run/containerd.sock": ("microk8s",),
+}
+
 _QUOTED_ACTION = re.compile(r"\"\{\{.*?\}\}\"|'\{\{.*?\}\}'", re.DOTALL)
 _ACTION = re.compile(r"\{\{.*?\}\}", re.DOTALL)
 _SNAP_VARIABLE = re.compile(r"\$\{(SNAP|SNAP_DATA|SNAP_COMMON|SNAPSHOTTER|RUNTIME|RUNTIME_TYPE)\}")
@@ -173,3 +183,14 @@ def _has_cri_section(text: str | None) -> bool:
         return False  # imported as it is, and containerd's reader names what is wrong with it
     plugins = document.get("plugins")
     return isinstance(plugins, dict) and "io.containerd.grpc.v1.cri" in plugins
+
+
+def flavour_binaries(endpoint: str) -> list[str]:
+    """The binaries of the containerd that serves this CRI endpoint where it is a flavour's own, in the order to
+    look for them; [] for any other endpoint."""
+    from cgpu.engines.containerd import FLAVOURS
+
+    path = endpoint.split("://", 1)[-1].rstrip("/")
+    path = "/run/" + path.removeprefix("/var/run/") if path.startswith("/var/run/") else path
+    flavours = FLAVOUR_SOCKETS.get(path, ())
+    return [binary for flavour in flavours for binary, owner in FLAVOURS.items() if owner == flavour]

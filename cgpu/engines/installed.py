@@ -385,24 +385,32 @@ def _release_limit(engine: ContainerEngine, version: str, problems: list[Problem
 def learn(root: str, *, run_allowed: bool, timeout: float) -> tuple[list[InstalledEngine], dict[str, Any]]:
     """Every engine installed under `root`, and the node facts (the kubelet's runtime); with the
     identity of each file read, for the cache."""
+    from cgpu.engines.flavours import flavour_binaries
+    from cgpu.engines.kubelet import kubelet_runtime
     from cgpu.engines.registry import REGISTRY
 
     files = Files(root, deadline=time.monotonic() + timeout)
     packages = _Packages(files)
+    kubelet = kubelet_runtime(files)
+    # a flavour's containerd where the kubelet runs pods on it, before a packaged one the node may also have
+    preferred = flavour_binaries(kubelet["endpoint"]) if kubelet is not None else []
     engines = []
     for engine in REGISTRY.engines():
-        found = _learn_one(files, packages, engine, run_allowed=run_allowed, timeout=timeout)
+        found = _learn_one(files, packages, engine, run_allowed=run_allowed, timeout=timeout, preferred=preferred)
         if found is not None:
             engines.append(found.replace(problems=(*found.problems, *packages.problems)))
-    from cgpu.engines.kubelet import kubelet_runtime
-
-    node = {"kubelet_runtime": kubelet_runtime(files), "identity": files.identity, "cut_short": files.cut_short}
+    node = {"kubelet_runtime": kubelet, "identity": files.identity, "cut_short": files.cut_short}
     return engines, node
 
 
-def _binary(files: Files, engine: ContainerEngine, run_allowed: bool) -> str | None:
-    """The engine's binary: under a root, in the usual places; on the host, on PATH (podman's and
-    Docker's also in the usual places: they count only as they answer, their files add the library)."""
+def _binary(files: Files, engine: ContainerEngine, run_allowed: bool, preferred: list[str]) -> str | None:
+    """The engine's binary: the first of `preferred` that is one of its own (a flavour's containerd the kubelet
+    runs pods on); under a root, in the usual places; on the host, on PATH (podman's and Docker's also in the
+    usual places: they count only as they answer, their files add the library)."""
+    own = engine.binaries()
+    for path in preferred:
+        if path in own and files.is_file(path):
+            return path
     if run_allowed:
         found = shutil.which(engine.daemon)
         files.identity[f"which:{engine.daemon}"] = [found] if found else None
@@ -411,7 +419,7 @@ def _binary(files: Files, engine: ContainerEngine, run_allowed: bool) -> str | N
             return found
         if not engine.reached_by_client:
             return None
-    for path in engine.binaries():
+    for path in own:
         if files.is_file(path):
             return path
     return None
@@ -433,9 +441,15 @@ class _Learning:
 
 
 def _learn_one(
-    files: Files, packages: _Packages, engine: ContainerEngine, *, run_allowed: bool, timeout: float
+    files: Files,
+    packages: _Packages,
+    engine: ContainerEngine,
+    *,
+    run_allowed: bool,
+    timeout: float,
+    preferred: list[str],
 ) -> InstalledEngine | None:
-    binary = _binary(files, engine, run_allowed)
+    binary = _binary(files, engine, run_allowed, preferred)
     if binary is None and run_allowed:
         return None  # on the host an engine is a binary that can run
     package = packages.find(engine.packages)
@@ -445,8 +459,8 @@ def _learn_one(
     flavour = engine.flavour(binary) if binary is not None else ""
     if binary is not None:
         _from_build_info(files, learning, engine, binary, flavour)
-    if learning.learned_from != "build-info" and package is not None:
-        _from_package(learning, package)
+    if learning.learned_from != "build-info" and package is not None and not flavour:
+        _from_package(learning, package)  # a flavour's own containerd is never the distribution's package
     if learning.version is None and binary is not None and run_allowed:
         _from_running(learning, engine, binary, timeout)
     if learning.version is not None and learning.learned_from == "version":

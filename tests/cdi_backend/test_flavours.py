@@ -94,6 +94,26 @@ def test_a_k3s_template_replaces_the_generated_config(tmp_path: Path):
     assert _judge(root)["containers"] == []
 
 
+@pytest.mark.parametrize("unpacked", [True, False])
+def test_k3s_beside_a_packaged_containerd_is_judged_by_its_own(tmp_path: Path, unpacked: bool):
+    """A Debian node with containerd 1.7.24 from dpkg (CDI off by default) that runs k3s: its kubelet is k3s's, so
+    k3s's containerd judges; its launcher alone is never given the package's version."""
+    debian = {
+        "/usr/bin/containerd": ef.debian_binary("github.com/containerd/containerd/cmd/containerd"),
+        "/var/lib/dpkg/status": ef.DEBIAN_13_CONTAINERD,
+    }
+    if unpacked:
+        root = _k3s(tmp_path, "v2.1.5-k3s1", debian)
+    else:
+        root = _node(tmp_path, {"/usr/local/bin/k3s": ef.k3s_launcher("v1.33.4+k3s1"), **debian})
+    report = _judge(root)
+    [entry] = [e for e in report["engines"] if e["name"] == "containerd"]
+    if unpacked:
+        assert (entry["judged"], entry["version"]) == (True, "2.1.5-k3s1") and report["containers"] == ALL
+    else:
+        assert entry["version"] is None and report["apis"]["cuda"]["state"] == "unknown"
+
+
 def test_k3s_on_containerd_1_7_reads_only_config_toml_tmpl(tmp_path: Path):
     v3 = f"version = 3\n{CRI_V3}\n  enable_cdi = true\n"
     root = _k3s(tmp_path, "v1.7.26-k3s1", {f"{K3S_ETC}/config-v3.toml.tmpl": v3})
