@@ -60,6 +60,8 @@ FLAVOUR_SOCKETS = {
 
 _QUOTED_ACTION = re.compile(r"\"\{\{.*?\}\}\"|'\{\{.*?\}\}'", re.DOTALL)
 _ACTION = re.compile(r"\{\{.*?\}\}", re.DOTALL)
+_BASE_ACTION = re.compile(r"\{\{-?\s*template\s+\"base\"")
+_IMPORTS_LINE = re.compile(r"^imports[ \t]*=[ \t]*\[[^\]\n]*\]", re.MULTILINE)
 _SNAP_VARIABLE = re.compile(r"\$\{(SNAP|SNAP_DATA|SNAP_COMMON|SNAPSHOTTER|RUNTIME|RUNTIME_TYPE)\}")
 
 
@@ -105,7 +107,7 @@ class FlavourFiles:
                 continue  # not there: the next one, or the generated file
             self.path = template
             if text is not None:
-                self._written[template] = template_settings(text)
+                self._written[template] = self._with_base_imports(text, template_settings(text))
                 self.problems.append(
                     Problem(
                         "info",
@@ -117,6 +119,16 @@ class FlavourFiles:
                     )
                 )
             return
+
+    def _with_base_imports(self, text: str, settings: str) -> str:
+        """A template that renders k3s's base template gets the base's `imports` (its config.toml.d or
+        config-v3.toml.d drop-ins, from the March 2026 releases): the generated config.toml, rendered from it,
+        shows whether this release's base has them."""
+        if not _BASE_ACTION.search(text) or _IMPORTS_LINE.search(settings):
+            return settings
+        generated = self._read(self.path.rsplit("/", 1)[0] + "/config.toml")[0] or ""
+        found = _IMPORTS_LINE.search(generated.split("\n[", 1)[0])  # a top-level key, before the first table
+        return f"{found.group(0)}\n{settings}" if found else settings
 
     def _microk8s(self) -> None:
         template = posixpath.join(MICROK8S_ARGS, "containerd-template.toml")
