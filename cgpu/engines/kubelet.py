@@ -54,7 +54,7 @@ EMBEDDED_CONTAINERD = "unix:///run/k3s/containerd/containerd.sock"
 _YAML_KEY = re.compile(r"^(container-runtime-endpoint|docker):[ \t]*[\"']?([^\s\"'#]*)", re.MULTILINE)
 # k0s runs the kubelet itself and writes its config (containerRuntimeEndpoint) to /run/k0s/kubelet/config.yaml at
 # start; its own containerd's socket unless the worker's `--cri-socket=remote:<endpoint>` names another
-# (k0sproject/k0s pkg/component/worker/kubelet.go, pkg/config/cli.go, docs/runtime.md)
+# (k0sproject/k0s pkg/component/worker/kubelet.go, pkg/config/cli.go; k0s's runtime docs)
 K0S_BINARIES = ("/usr/local/bin/k0s", "/var/lib/k0s/bin/containerd")
 K0S_KUBELET_CONFIG = "/run/k0s/kubelet/config.yaml"
 K0S_UNITS = ("k0sworker.service", "k0scontroller.service")
