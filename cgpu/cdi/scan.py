@@ -281,6 +281,12 @@ def _refused_as_user(exc: OSError) -> bool:
     return exc.errno in (errno.EACCES, errno.EPERM) and os.name == "posix" and os.geteuid() != 0
 
 
+def _engine_may_read(exc: OSError) -> bool:
+    """An error cgpu's read may get where the engine's does not: permission (cgpu not root) or an
+    I/O error (cgpu reads the node through a mount, and such errors come and go)."""
+    return _refused_as_user(exc) or exc.errno == errno.EIO
+
+
 def _spec_files(
     directory: str, problems: list[Problem], unreadable: list[str], library: str, files: NodeFiles
 ) -> list[tuple[str, os.stat_result, bool]]:
@@ -296,7 +302,7 @@ def _spec_files(
     except OSError as exc:
         # filepath.Walk calls the scan's function with the lstat error; it returns every error
         # but fs.ErrNotExist (ENOENT alone), and scanSpecDirs returns it: no later dir is read
-        if _refused_as_user(exc):
+        if _engine_may_read(exc):
             unreadable.append(directory)
         raise _StopScan(directory, f"cannot read this spec dir: {_os_error(exc)}", error=exc) from None
     if main and not stat.S_ISDIR(dir_info.st_mode):
@@ -335,8 +341,8 @@ def _spec_files(
             f"cannot list this spec dir ({exc.strerror or exc}); engines running as root may read "
             "specs here that cgpu cannot see"
         )
+        unreadable.append(directory)  # what it holds is not known: the APIs it may decide are unknown
         if main:
-            unreadable.append(directory)
             raise _StopScan(directory, message) from None
         problems.append(Problem("warning", directory, message, "spec-dir"))  # Walk ignores a dir it cannot list
         return []

@@ -332,14 +332,21 @@ class Containerd(ContainerEngine):
         self, read: Reader, listdir: Lister, *, version: str | None, flavour: str, on_host: bool
     ) -> Config:
         """containerd's reading changes within a release line (2.3 against 2.2), so it reads by the whole
-        version; it has no by-major `read_configuration`."""
+        version; it has no by-major `read_configuration`. A Kubernetes flavour's files are shown as the
+        flavour writes them before containerd starts (cgpu/engines/flavours.py)."""
+        from cgpu.engines.flavours import FlavourFiles
+
         release = None
         if version is not None:
             try:
                 release = parse_engine_version(version)
             except ValueError:
                 pass  # no release cgpu can read: the newest line's reading
-        return read_config(read, listdir, FLAVOUR_CONFIGS.get(flavour, CONFIG_TOML), release)
+        major = release[0] if release else None
+        files = FlavourFiles(flavour, read, listdir, major, FLAVOUR_CONFIGS.get(flavour, CONFIG_TOML))
+        config = read_config(files.read, listdir, files.path, release)
+        config.problems[:0] = files.problems
+        return config
 
 
 ENGINE = Containerd()

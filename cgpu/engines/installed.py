@@ -179,6 +179,7 @@ class InstalledEngine:
         "rules_unknown",
         "sources",
         "spec_dirs",
+        "unrecognised",
         "version",
     )
 
@@ -200,6 +201,7 @@ class InstalledEngine:
     config_broken: str | None  # why the engine would not start with its configuration
     rules_unknown: bool  # cgpu has no release row for its version
     binary: str | None  # where its binary is on the node
+    unrecognised: str | None  # a layout cgpu does not recognise: what it looked for and did not find
 
     def __init__(
         self,
@@ -222,6 +224,7 @@ class InstalledEngine:
         config_broken: str | None = None,
         rules_unknown: bool = False,
         binary: str | None = None,
+        unrecognised: str | None = None,
     ) -> None:
         fields = {
             "name": name,
@@ -242,6 +245,7 @@ class InstalledEngine:
             "config_broken": config_broken,
             "rules_unknown": rules_unknown,
             "binary": binary,
+            "unrecognised": unrecognised,
         }
         for key, value in fields.items():
             object.__setattr__(self, key, value)
@@ -334,7 +338,7 @@ class InstalledEngine:
         if not isinstance(data, dict) or set(data) != set(cls.__slots__):
             raise CgpuValueError("not an engine's facts")
         texts = ("name", "learned_from", "cdi_setting", "cdi_file")
-        optional_texts = ("version", "cdi_library", "max_cdi_version", "config_broken", "binary")
+        optional_texts = ("version", "cdi_library", "max_cdi_version", "config_broken", "binary", "unrecognised")
         if not all(isinstance(data[key], str) for key in texts) or not all(
             data[key] is None or isinstance(data[key], str) for key in optional_texts
         ):
@@ -422,24 +426,32 @@ def _release_limit(engine: ContainerEngine, version: str, problems: list[Problem
 def learn(root: str, *, run_allowed: bool, timeout: float) -> tuple[list[InstalledEngine], dict[str, Any]]:
     """Every engine installed under `root`, and the node facts (the kubelet's runtime); with the
     identity of each file read, for the cache."""
+    from cgpu.engines.flavours import flavour_binaries
+    from cgpu.engines.kubelet import kubelet_runtime
     from cgpu.engines.registry import REGISTRY
 
     files = Files(root, deadline=time.monotonic() + timeout)
     packages = _Packages(files)
+    kubelet = kubelet_runtime(files)
+    # a flavour's containerd where the kubelet runs pods on it, before a packaged one the node may also have
+    preferred = flavour_binaries(kubelet["endpoint"]) if kubelet is not None else []
     engines = []
     for engine in REGISTRY.engines():
-        found = _learn_one(files, packages, engine, run_allowed=run_allowed, timeout=timeout)
+        found = _learn_one(files, packages, engine, run_allowed=run_allowed, timeout=timeout, preferred=preferred)
         if found is not None:
             engines.append(found.replace(problems=(*found.problems, *packages.problems)))
-    from cgpu.engines.kubelet import kubelet_runtime
-
-    node = {"kubelet_runtime": kubelet_runtime(files), "identity": files.identity, "cut_short": files.cut_short}
+    node = {"kubelet_runtime": kubelet, "identity": files.identity, "cut_short": files.cut_short}
     return engines, node
 
 
-def _binary(files: Files, engine: ContainerEngine, run_allowed: bool) -> str | None:
-    """The engine's binary: under a root, in the usual places; on the host, on PATH (podman's and
-    Docker's also in the usual places: they count only as they answer, their files add the library)."""
+def _binary(files: Files, engine: ContainerEngine, run_allowed: bool, preferred: list[str]) -> str | None:
+    """The engine's binary: the first of `preferred` that is one of its own (a flavour's containerd the kubelet
+    runs pods on); under a root, in the usual places; on the host, on PATH (podman's and Docker's also in the
+    usual places: they count only as they answer, their files add the library)."""
+    own = engine.binaries()
+    for path in preferred:
+        if path in own and files.is_file(path):
+            return path
     if run_allowed:
         found = shutil.which(engine.daemon)
         files.identity[f"which:{engine.daemon}"] = [found] if found else None
@@ -448,7 +460,7 @@ def _binary(files: Files, engine: ContainerEngine, run_allowed: bool) -> str | N
             return found
         if not engine.reached_by_client:
             return None
-    for path in engine.binaries():
+    for path in own:
         if files.is_file(path):
             return path
     return None
@@ -470,9 +482,15 @@ class _Learning:
 
 
 def _learn_one(
-    files: Files, packages: _Packages, engine: ContainerEngine, *, run_allowed: bool, timeout: float
+    files: Files,
+    packages: _Packages,
+    engine: ContainerEngine,
+    *,
+    run_allowed: bool,
+    timeout: float,
+    preferred: list[str],
 ) -> InstalledEngine | None:
-    binary = _binary(files, engine, run_allowed)
+    binary = _binary(files, engine, run_allowed, preferred)
     if binary is None and run_allowed:
         return None  # on the host an engine is a binary that can run
     package = packages.find(engine.packages)
@@ -482,13 +500,32 @@ def _learn_one(
     flavour = engine.flavour(binary) if binary is not None else ""
     if binary is not None:
         _from_build_info(files, learning, engine, binary, flavour)
-    if learning.learned_from != "build-info" and package is not None:
-        _from_package(learning, package)
+    if learning.learned_from != "build-info" and package is not None and not flavour:
+        _from_package(learning, package)  # a flavour's own containerd is never the distribution's package
     if learning.version is None and binary is not None and run_allowed:
         _from_running(learning, engine, binary, timeout)
     if learning.version is not None and learning.learned_from == "version":
         learning.max_cdi_version, learning.rules_unknown = _release_limit(engine, learning.version, learning.problems)
-    return _configure(files, engine, learning, binary, flavour)
+    found = _configure(files, engine, learning, binary, flavour)
+    gap = _layout_gap(files, binary, flavour, learning)
+    return found if gap is None else found.replace(unrecognised=gap)
+
+
+def _layout_gap(files: Files, binary: str | None, flavour: str, learning: _Learning) -> str | None:
+    """What cgpu looked for and did not find where a flavour's layout is not one it recognises; None else.
+    k3s: the launcher without the payload it unpacks at its first start (its containerd and that containerd's
+    build info): nothing on the node says which containerd runs the pods."""
+    from cgpu.engines.containerd import K3S, K3S_CONTAINERD
+
+    if flavour != "k3s" or binary != K3S or learning.version is not None:
+        return None
+    text, _, shown = files.read("/etc/rancher/k3s/config.yaml")
+    match = re.search(r"^data-dir:[ \t]*[\"']?([^\s\"'#]+)", text or "", re.MULTILINE)
+    elsewhere = f"; {shown} names data-dir {match.group(1)}, which cgpu does not read" if match else ""
+    return (
+        f"k3s is installed ({files.shown(K3S)}) but the containerd it unpacks at its first start is not at "
+        f"{files.shown(K3S_CONTAINERD)} (data/current under its default data-dir){elsewhere}"
+    )
 
 
 def _from_build_info(files: Files, learning: _Learning, engine: ContainerEngine, binary: str, flavour: str) -> None:

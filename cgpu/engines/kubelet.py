@@ -30,15 +30,45 @@ _YAML_ENDPOINT = re.compile(r"^containerRuntimeEndpoint:[ \t]*[\"']?([^\s\"'#]+)
 _JSON_ENDPOINT = re.compile(r"\"containerRuntimeEndpoint\"\s*:\s*\"([^\"]+)\"")
 _VARIABLE = re.compile(r"\$\{(\w+)\}|\$(\w+)")
 # k3s and RKE2 run the kubelet inside their own process and tell it the runtime themselves: their own
-# containerd's socket unless their configuration (the CLI flags' names, in config.yaml and config.yaml.d/*.yaml)
-# says `container-runtime-endpoint` or, for k3s, `docker` (its embedded cri-dockerd) (k3s-io/k3s
-# pkg/agent/config/config.go, pkg/configfilearg; rancher/rke2 shares the code).
+# containerd's socket unless their configuration says `container-runtime-endpoint` or, for k3s, `docker` (its
+# embedded cri-dockerd, which wins over an endpoint) (k3s-io/k3s pkg/agent/config/config.go; rancher/rke2 shares
+# the code). Their configuration is the CLI flags' names in config.yaml and config.yaml.d/*.yaml|*.yml, and the
+# flags on their unit's command line, which override the files' values (pkg/configfilearg/parser.go Parse).
 EMBEDDING = (
-    ("k3s", "/usr/local/bin/k3s", "/etc/rancher/k3s/config.yaml", "unix:///run/k3s/cri-dockerd/cri-dockerd.sock"),
-    ("rke2", "/var/lib/rancher/rke2/bin/containerd", "/etc/rancher/rke2/config.yaml", None),
+    (
+        "k3s",
+        ("/usr/local/bin/k3s",),
+        "/etc/rancher/k3s/config.yaml",
+        ("k3s.service", "k3s-agent.service"),
+        "unix:///run/k3s/cri-dockerd/cri-dockerd.sock",
+    ),
+    (
+        "rke2",
+        ("/var/lib/rancher/rke2/bin/containerd", "/usr/local/bin/rke2", "/usr/bin/rke2"),
+        "/etc/rancher/rke2/config.yaml",
+        ("rke2-server.service", "rke2-agent.service"),
+        None,  # RKE2 drops k3s's docker flag
+    ),
 )
 EMBEDDED_CONTAINERD = "unix:///run/k3s/containerd/containerd.sock"
 _YAML_KEY = re.compile(r"^(container-runtime-endpoint|docker):[ \t]*[\"']?([^\s\"'#]*)", re.MULTILINE)
+# k0s runs the kubelet itself and writes its config (containerRuntimeEndpoint) to /run/k0s/kubelet/config.yaml at
+# start; its own containerd's socket unless the worker's `--cri-socket=remote:<endpoint>` names another
+# (k0sproject/k0s pkg/component/worker/kubelet.go, pkg/config/cli.go; k0s's runtime docs)
+K0S_BINARIES = ("/usr/local/bin/k0s", "/var/lib/k0s/bin/containerd")
+K0S_KUBELET_CONFIG = "/run/k0s/kubelet/config.yaml"
+K0S_UNITS = ("k0sworker.service", "k0scontroller.service")
+K0S_CONTAINERD = "unix:///run/k0s/containerd.sock"
+# MicroK8s's kubelite reads the kubelet's flags from the snap's args/kubelet, one per line, with ${SNAP_COMMON}
+# in them (canonical/microk8s microk8s-resources/default-args/kubelet)
+MICROK8S_BINARY = "/snap/microk8s/current/bin/containerd"
+MICROK8S_KUBELET_ARGS = "/var/snap/microk8s/current/args/kubelet"
+MICROK8S_CONTAINERD = "unix:///var/snap/microk8s/common/run/containerd.sock"
+_SNAP_VARIABLES = {
+    "SNAP": "/snap/microk8s/current",
+    "SNAP_DATA": "/var/snap/microk8s/current",
+    "SNAP_COMMON": "/var/snap/microk8s/common",
+}
 
 
 class NodeFiles(Protocol):
@@ -78,21 +108,97 @@ def kubelet_runtime(files: NodeFiles) -> dict[str, str] | None:
 
 
 def _embedded_kubelet(files: NodeFiles) -> dict[str, str] | None:
-    """The runtime k3s's or RKE2's own kubelet is given, where one of them is installed; None else."""
-    for name, binary, config, docker in EMBEDDING:
-        if not files.is_file(binary):
-            continue
-        endpoint, source = EMBEDDED_CONTAINERD, f"{name}'s own containerd (its default)"
-        folder = config + ".d"
-        for path in [config, *(f"{folder}/{n}" for n in files.listdir(folder)[:MAX_DROP_INS] if n.endswith(".yaml"))]:
-            text, _, shown = files.read(path)
-            for key, value in _YAML_KEY.findall(text or ""):  # a later file, or a later line, wins
-                if key == "container-runtime-endpoint" and value:
-                    endpoint, source = value if "://" in value else f"unix://{value}", shown
-                elif key == "docker" and docker is not None and value.lower() == "true":
-                    endpoint, source = docker, shown
-        return _runtime(endpoint, source)
+    """The runtime the kubelet inside k3s, RKE2, k0s or MicroK8s is given, where one is installed; None else."""
+    for name, binaries, config, units, docker in EMBEDDING:
+        if any(files.is_file(binary) for binary in binaries):
+            return _rancher_runtime(files, name, config, units, docker)
+    if any(files.is_file(binary) for binary in K0S_BINARIES):
+        return _k0s_runtime(files)
+    text, _, shown = files.read(MICROK8S_KUBELET_ARGS)
+    if text is not None or files.is_file(MICROK8S_BINARY):
+        args = " ".join((text or "").splitlines())
+        for key, value in _SNAP_VARIABLES.items():
+            args = args.replace("${" + key + "}", value)
+        endpoint = _flags(args).get("--container-runtime-endpoint")
+        if endpoint:
+            return _runtime(_with_scheme(endpoint), shown)
+        return _runtime(MICROK8S_CONTAINERD, "MicroK8s's own containerd (its default)")
     return None
+
+
+def _rancher_runtime(
+    files: NodeFiles, name: str, config: str, units: tuple[str, ...], docker: str | None
+) -> dict[str, str]:
+    """k3s's or RKE2's runtime: their config files in order (a later file, or a later line, wins), then the
+    flags on their unit's command line."""
+    command, unit_shown = _service_command(files, units)
+    flags = _flags(command)
+    config = flags.get("--config") or config
+    endpoint, docker_on, source, docker_source = None, False, "", ""
+    folder = config + ".d"
+    names = sorted(n for n in files.listdir(folder)[:MAX_DROP_INS] if n.lower().endswith((".yaml", ".yml")))
+    for path in [config, *(f"{folder}/{n}" for n in names)]:
+        text, _, shown = files.read(path)
+        for key, value in _YAML_KEY.findall(text or ""):
+            if key == "container-runtime-endpoint" and value:
+                endpoint, source = value, shown
+            elif key == "docker":
+                docker_on, docker_source = value.lower() == "true", shown
+    words = _words(command)
+    if "--container-runtime-endpoint" in flags:
+        endpoint, source = flags["--container-runtime-endpoint"], unit_shown
+    if "--docker" in words or flags.get("--docker", "").lower() == "true":
+        docker_on, docker_source = True, unit_shown
+    elif flags.get("--docker", "").lower() == "false":
+        docker_on = False
+    if docker is not None and docker_on:  # k3s: docker mode wins over an endpoint
+        return _runtime(docker, docker_source)
+    if endpoint:
+        return _runtime(_with_scheme(endpoint), source)
+    return _runtime(EMBEDDED_CONTAINERD, f"{name}'s own containerd (its default)")
+
+
+def _k0s_runtime(files: NodeFiles) -> dict[str, str]:
+    """k0s's runtime: the kubelet config it wrote at its last start where the root has it, else the worker's
+    --cri-socket, else its own containerd."""
+    text, _, shown = files.read(K0S_KUBELET_CONFIG)
+    match = _YAML_ENDPOINT.search(text or "") or _JSON_ENDPOINT.search(text or "")
+    if match:
+        return _runtime(match.group(1), shown)
+    command, unit_shown = _service_command(files, K0S_UNITS)
+    socket = _flags(command).get("--cri-socket", "")
+    if socket.startswith("remote:"):
+        return _runtime(_with_scheme(socket.removeprefix("remote:")), unit_shown)
+    return _runtime(K0S_CONTAINERD, "k0s's own containerd (its default)")
+
+
+def _service_command(files: NodeFiles, units: tuple[str, ...]) -> tuple[str | None, str]:
+    """The ExecStart of the first of these units the node has (its drop-ins applied), and the file that gave it."""
+    for unit in units:
+        paths = _unit_files(files, unit)
+        if not paths or not paths[0].endswith(f"/{unit}"):
+            continue  # drop-ins without their unit: systemd has no such service
+        command, source = None, ""
+        for path in paths:
+            text, _, shown = files.read(path)
+            for key, value in _unit_settings(text or ""):
+                if key == "ExecStart":
+                    command, source = (value or None), shown
+        return command, source
+    return None, ""
+
+
+def _with_scheme(endpoint: str) -> str:
+    return endpoint if "://" in endpoint else f"unix://{endpoint}"
+
+
+def _words(command: str | None) -> list[str]:
+    if not command:
+        return []
+    try:
+        return shlex.split(command)
+    except ValueError:
+        return command.split()
 
 
 def _runtime(endpoint: str, source: str) -> dict[str, str]:
@@ -146,18 +252,18 @@ def _command_line(files: NodeFiles) -> tuple[str | None, dict[str, str]]:
     return command, sources
 
 
-def _unit_files(files: NodeFiles) -> list[str]:
-    """kubelet.service from the first unit dir that has it, then its drop-ins ordered by name (systemd's order)."""
+def _unit_files(files: NodeFiles, unit: str = "kubelet.service") -> list[str]:
+    """The unit from the first unit dir that has it, then its drop-ins ordered by name (systemd's order)."""
     paths = []
     for folder in UNIT_DIRS:
-        if files.is_file(f"{folder}/kubelet.service"):
-            paths.append(f"{folder}/kubelet.service")
+        if files.is_file(f"{folder}/{unit}"):
+            paths.append(f"{folder}/{unit}")
             break
     drop_ins: dict[str, str] = {}
     for folder in UNIT_DIRS:
-        for name in files.listdir(f"{folder}/kubelet.service.d")[:MAX_DROP_INS]:
+        for name in files.listdir(f"{folder}/{unit}.d")[:MAX_DROP_INS]:
             if name.endswith(".conf"):
-                drop_ins.setdefault(name, f"{folder}/kubelet.service.d/{name}")
+                drop_ins.setdefault(name, f"{folder}/{unit}.d/{name}")
     return paths + [drop_ins[name] for name in sorted(drop_ins)]
 
 

@@ -407,9 +407,10 @@ def test_k3s_is_judged_by_the_containerd_it_unpacked_not_its_launchers_version(t
 
 def test_a_k3s_launcher_alone_is_not_read_as_containerd_of_kubernetes_version(tmp_path: Path):
     report = judge(_k3s_node(tmp_path, unpacked=False))
-    entry = judged(report)
+    [entry] = [e for e in report["engines"] if e["name"] == "containerd"]
     assert entry["version"] is None  # before: "1.33.4+k3s1", k3s's own version, and CDI off
-    assert any("could not learn its version" in p["message"] for p in report["problems"])
+    assert report["apis"]["cuda"]["state"] == "unknown"  # a layout cgpu does not recognise: never a yes
+    assert any("data/current/bin/containerd" in p["message"] for p in report["problems"])
 
 
 @pytest.mark.parametrize(

@@ -163,6 +163,9 @@ def test_k3s_gives_its_own_kubelet_its_own_containerd_unless_its_config_says_oth
     (tmp_path / "etc/rancher/k3s/config.yaml.d/50-crio.yaml").write_text(
         f'container-runtime-endpoint: "{CRIO.removeprefix("unix://")}"\n'
     )
+    # docker mode wins over an endpoint (pkg/agent/config/config.go: if Docker {...} else if endpoint != "")
+    assert kubelet.kubelet_runtime(Files(str(tmp_path)))["engine"] == "cri-dockerd"
+    (tmp_path / "etc/rancher/k3s/config.yaml.d/40-no-docker.yaml").write_text("docker: false\n")
     found = kubelet.kubelet_runtime(Files(str(tmp_path)))
     assert found["engine"] == "crio" and found["source"].endswith("50-crio.yaml")  # a later file wins
 

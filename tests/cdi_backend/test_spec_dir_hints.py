@@ -38,3 +38,18 @@ def test_an_empty_spec_dir_is_explained(run_cli, tmp_path):
 
 def test_a_spec_dir_of_specs_only_gets_no_hint(run_cli):
     assert _infos(run_cli, REPO / "cdi-samples/lavapipe/spec") == []
+
+
+def test_a_spec_dir_behind_the_roots_absolute_link_is_looked_at_inside_the_root(run_cli, tmp_path):
+    """Debian's var/run -> /run: the hint is about the root's /run/cdi, never this machine's."""
+    root = tmp_path / "node"
+    (root / "run/cdi").mkdir(parents=True)
+    (root / "var").mkdir()
+    (root / "var/run").symlink_to("/run")
+    (root / "run/cdi/nvidia.yml").write_text("not read")
+    code, out, err = run_cli("probe", "--engine", "none", "--root", str(root), "--json")
+    assert code == 0, err
+    hints = [p for p in json.loads(out)["problems"] if p["kind"] == "skipped-file"]
+    assert [(p["source"], p["message"].split(":")[0]) for p in hints] == [
+        (str(root / "var/run/cdi"), "skipped nvidia.yml")
+    ]

@@ -113,6 +113,8 @@ def test_an_unlistable_spec_dir_is_a_warning(cli, nobody):
     )
     report = json.loads(out)
     assert code == 0 and report["containers"] == []
+    assert {report["apis"][api]["state"] for api in ("cuda", "rocm", "vulkan", "opencl")} == {"unknown"}
+    assert str(specs) in report["evidence"]["rocm"]
     assert [p["source"] for p in report["problems"]] == [str(specs)]
     assert "cannot list this spec dir (Permission denied)" in report["problems"][0]["message"]
 

@@ -73,9 +73,10 @@ def test_the_daemonset_answers_as_the_roots_containerd_reads_its_config(tmp_path
         assert f"{NAMESPACE}/problem" not in labels
     else:
         assert report["containers"] == [] and _gpu_labels(labels) == []
-        assert labels.get(f"{NAMESPACE}/problem"), labels  # the reason, as a label
+        assert labels.get(f"{NAMESPACE}/problem") not in (None, "no-spec"), labels  # the reason, as a label
         reasons = [p["message"] for p in report["problems"]] + [d.get("reason", "") for d in report["devices"]]
         assert any("containerd" in r and "CDI" in r for r in reasons), reasons
+        assert "containerd" in report["evidence"]["cuda"] and "nvidia-ctk" not in report["evidence"]["cuda"]
     if oracle["enable_cdi"] is not None:  # containerd 1.6's CRI has no CDI: nothing to compare
         assert entry["cdi_enabled"] is oracle["enable_cdi"]
         assert entry["spec_dirs"] == oracle["cdi_spec_dirs"]
@@ -99,6 +100,7 @@ def test_without_a_kubelet_the_roots_podman_judges(tmp_path, suite, spec_dir):
     else:
         assert report["containers"] == []
         assert any("0.7.0" in p["message"] and "podman" in p["message"] for p in report["problems"]), report["problems"]
+        assert "cdiVersion" in report["evidence"]["cuda"] and "nvidia-ctk" not in report["evidence"]["cuda"]
 
 
 def test_the_pod_sees_the_nodes_driver_but_not_its_procfs(tmp_path):

@@ -77,7 +77,9 @@ def engine_answer(
         why = f"{label} {without}, so no container there gets a CDI device"
         if not quiet:
             report.problem("error", "--engine", why, "cdi-off")
-        scan = ScanResult(devices={}, specs=[], problems=[])
+        for api in APIS:  # the cause, not "generate a spec": a spec would change nothing
+            report.absent(api, f"not provided: {why}")
+        return None, []
     elif entry is not None and entry.cdi_enabled is False:
         return _cdi_off(report, entry, label, quiet)
     else:
@@ -91,7 +93,7 @@ def engine_answer(
             reader=memory.reader if memory is not None else None,
         )
         if not quiet:
-            spec_dir_hints(report, dirs)
+            spec_dir_hints(report, dirs, root)
     host = HostFS(root)
     answers = _scan_answers(report, scan, host, devices=devices, dirs=dirs, engine_label=label, memory=memory)
     if not quiet and answers is not None and entry is not None:  # the judging engine's cgroup driver

@@ -18,6 +18,39 @@ def _lead(answers: list[DeviceAnswer]) -> str:
     return first if rest == 0 else f"{first} (and {rest} other device{'s' if rest > 1 else ''})"
 
 
+def no_device_cause(scan: ScanResult, engine_label: str) -> str | None:
+    """Why no device resolves when the spec dirs do hold something, read from the scan's problems'
+    kinds (never their wording): two files defining one device, specs the engine rejects, a spec
+    dir it skips or cannot read. None: nothing there at all (a spec is what is missing)."""
+    sources: dict[str, list[str]] = {}
+    for problem in scan.problems:
+        if problem.severity in ("error", "warning"):
+            sources.setdefault(problem.kind, [])
+            if problem.source not in sources[problem.kind]:
+                sources[problem.kind].append(problem.source)
+    if "duplicate-device" in sources:
+        return (
+            f"two spec files define the same device ({name_list(sources['duplicate-device'], 2)}, see problems), "
+            f"so {engine_label} drops it: remove one of the definitions"
+        )
+    if "spec-too-new" in sources:
+        return (
+            f"{engine_label} ignores {name_list(sources['spec-too-new'], 2)} (see problems), as its cdiVersion is "
+            f"newer than {engine_label} accepts, and no other spec defines a device"
+        )
+    if "invalid-spec" in sources:
+        return (
+            f"{engine_label}'s CDI library rejects {name_list(sources['invalid-spec'], 2)} (see problems) and no "
+            "other spec defines a device: fix or regenerate that file"
+        )
+    if "spec-dir" in sources:
+        return (
+            f"no spec {engine_label} reads defines a device, and it skips or cannot read "
+            f"{name_list(sources['spec-dir'], 2)} (see problems): fix that spec dir"
+        )
+    return None
+
+
 def node_evidence(
     report: ReportBuilder,
     answers: list[DeviceAnswer],
@@ -29,6 +62,7 @@ def node_evidence(
 ) -> None:
     runnable = [a for a in answers if not a.blocked]
     blocked = [a for a in answers if a.blocked]
+    cause = no_device_cause(scan, engine_label)
     for api in APIS:
         providers = [a for a in runnable if a.findings[api].state == PROVIDED]
         if providers:
@@ -84,6 +118,8 @@ def node_evidence(
                 f"not provided: {engine_label}'s scan of the spec dirs ends at {scan.stopped_at} (see problems), "
                 f"so it never reads the specs that define {name_list(list(scan.unreached))}",
             )
+        elif cause is not None:
+            report.absent(api, f"not provided: {cause}")
         else:
             found = drivers_without_spec(host)
             advice = f": the host has {found[0][0]} loaded, generate a spec with {found[0][1]}" if found else ""
@@ -97,7 +133,7 @@ def node_evidence(
                     f"may read and which may define devices that give {api}",
                 )
     report_node_facts(report, answers, host)
-    if not answers and not ignored and not scan.devices and not scan.crashed and not scan.unreached:
+    if not answers and not ignored and not scan.devices and not scan.crashed and not scan.unreached and cause is None:
         for driver, command in drivers_without_spec(host):
             report.problem(
                 "warning",

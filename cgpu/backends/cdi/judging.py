@@ -84,6 +84,15 @@ def engine_rules(
             report.problem("error", f"--engine {option}", cannot, "engine")
             _report_engine_problems(report, engines)
             return Judge(option, None, engines, unknown=cannot)
+        if not found and kubelet is not None and option.name is None:  # a kubelet, and no engine behind it
+            cannot = (
+                f"the kubelet runs pods through {kubelet['endpoint']} ({kubelet['source']}), but cgpu found "
+                f"none of {REGISTRY.spoken()} installed {where}, so it cannot tell what the pods' containers get; "
+                f"name the runtime with --engine NAME@VERSION"
+            )
+            report.problem("error", kubelet["source"], cannot, "engine")
+            _report_engine_problems(report, engines)
+            return Judge(option, None, engines, unknown=cannot)
         if not found:
             report.problem(
                 "warning",
@@ -107,6 +116,14 @@ def engine_rules(
         entry, how = _default_judge(found, kubelet, option, on_host)
         if option.mode != AUTO:
             how = f"the {'host' if on_host else 'node'}'s engine, --engine {option}"
+        if entry.unrecognised is not None:  # never the newest rules' yes for a layout cgpu cannot read
+            cannot = (
+                f"{entry.unrecognised}, so cgpu cannot tell what the pods' containers get; name the runtime "
+                f"with --engine {entry.name}@VERSION"
+            )
+            report.problem("warning", entry.binary or entry.name, cannot, "engine")
+            _report_engine_problems(report, engines)
+            return Judge(option, None, engines, unknown=cannot)
     _report_engine_problems(report, engines)
     _nvidia_runtime_note(report, entry)
     judge = Judge(option, entry, engines)

@@ -229,19 +229,32 @@ def _driver_not_loaded(kind: str, host: HostFS) -> str | None:
 _BACKUP_SUFFIXES = ("~", ".bak", ".orig", ".old", ".swp", ".tmp", ".rpmnew", ".rpmsave", ".dpkg-old", ".dpkg-dist")
 
 
-def spec_dir_hints(report: ReportBuilder, dirs: list[str]) -> None:
+def spec_dir_hints(report: ReportBuilder, dirs: list[str], root: str | None = None) -> None:
     """Info for a person: files in a spec dir that engines skip (`.yml`, backups, hidden files),
-    and why a spec dir with no spec gives no device. The reader skips them silently, as engines do."""
+    and why a spec dir with no spec gives no device. The reader skips them silently, as engines do.
+    Each dir is looked at as the reader looks at it: under `root`, links resolved inside the root."""
+    import stat
+
     from cgpu.cdi.scan import SPEC_EXTENSIONS
+    from cgpu.node.host import NodeFiles
+    from cgpu.options import DEFAULT_ROOT
+
+    files = NodeFiles(root or DEFAULT_ROOT)
+
+    def is_dir(path: str, *, follow: bool = True) -> bool:
+        try:
+            return stat.S_ISDIR((files.stat if follow else files.lstat)(path).st_mode)
+        except OSError:
+            return False
 
     for folder in dirs:
-        if os.path.islink(folder) or not os.path.isdir(folder):
-            continue  # the reader already said why it skipped it
+        if not is_dir(folder, follow=False):
+            continue  # the reader already said why it skipped it (a link, a file) or it is not there
         try:
-            names = sorted(os.listdir(folder))
+            names = sorted(files.entries(folder))
         except OSError:
             continue
-        skipped = [n for n in names if not n.endswith(SPEC_EXTENSIONS) and not os.path.isdir(os.path.join(folder, n))]
+        skipped = [n for n in names if not n.endswith(SPEC_EXTENSIONS) and not is_dir(os.path.join(folder, n))]
         yml = [n for n in skipped if n.lower().endswith((".yml", ".yaml", ".json"))]
         backups = [n for n in skipped if n not in yml and n.endswith(_BACKUP_SUFFIXES)]
         hidden = [n for n in skipped if n not in yml and n not in backups and n.startswith(".")]
