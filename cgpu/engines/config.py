@@ -28,7 +28,17 @@ MAX_DROP_INS = 256  # the most files cgpu reads of one drop-in dir
 class Config:
     """The CDI part of one engine's configuration."""
 
-    __slots__ = ("default_runtime", "enabled", "file", "problems", "runtime_file", "setting", "spec_dirs")
+    __slots__ = (
+        "default_runtime",
+        "defaulted",
+        "enabled",
+        "file",
+        "files",
+        "problems",
+        "runtime_file",
+        "setting",
+        "spec_dirs",
+    )
 
     def __init__(self) -> None:
         self.enabled: bool | None = None  # None: the engine's default for its version decides
@@ -38,6 +48,8 @@ class Config:
         self.default_runtime: str | None = None  # the OCI runtime containers get unless they ask for another
         self.runtime_file = ""  # where that is set
         self.problems: list[Problem] = []
+        self.files: list[str] = []
+        self.defaulted: list[str] = []
 
 
 # Files: read(path) -> (text or None, why not or None, shown path); listdir(path) -> names
@@ -163,3 +175,15 @@ def nvidia_runtime(read: Reader, runtime: str, set_in: str) -> tuple[dict[str, A
         "capabilities": {"cuda": "compute", "opencl": "compute", "vulkan": "graphics"},
     }
     return facts, problems
+
+
+class ReadOnce:
+    """A file an engine's reader has read already, given to `toml_file` as its `read`."""
+
+    __slots__ = ("shown", "text", "why")
+
+    def __init__(self, text: str | None, why: str | None, shown: str) -> None:
+        self.text, self.why, self.shown = text, why, shown
+
+    def __call__(self, path: str) -> tuple[str | None, str | None, str]:
+        return self.text, self.why, self.shown
