@@ -60,6 +60,9 @@ class ContainerEngine:
     packages: tuple[str, ...] = ()  # the distributions' packages that install it
     rows: tuple[Row, ...] = ()  # its releases' CDI limits (docs/cdi.md names each row's source)
     no_cdi_below: tuple[int, ...] = ()  # releases below this read no CDI spec at all
+    # the newest release line the rows were checked against (None: not said); a later one is judged by the
+    # newest row, and a warning says so
+    checked_through: tuple[int, ...] | None = None
     on_by_default_from: tuple[int, ...] | None = None  # None: CDI always on; else the first release with it on
     unread_setting = ""  # the setting that turns CDI on, named where cgpu did not read the configuration
     daemon_setting = ""  # the same, named where the running daemon said its spec dirs (`daemon_spec_dirs`)
@@ -89,6 +92,23 @@ class ContainerEngine:
                 f"(its table starts at {self.name} {oldest}); pick --engine none or a newer engine"
             )
         return best
+
+    def newer_than_checked(self, version: str) -> str | None:
+        """Why the rows may not be right for `version`, a release after the newest one they were checked
+        against (a sentence); None where they were checked for it, or the version is no version."""
+        if self.checked_through is None:
+            return None
+        try:
+            wanted = parse_engine_version(version)
+        except ValueError:
+            return None
+        if wanted[: len(self.checked_through)] <= self.checked_through:
+            return None
+        newest = ".".join(map(str, self.checked_through))
+        return (
+            f"a release newer than every one cgpu's table was checked against (through {self.name} {newest}): "
+            "judged by the newest row, which may not be what it reads"
+        )
 
     def first_release_reading(self, cdi_version: str) -> str | None:
         """The release from which every later release reads `cdi_version` ("0.7.0" -> "5.1" for
@@ -124,6 +144,11 @@ class ContainerEngine:
         except ValueError:
             return None
         return parsed >= self.on_by_default_from
+
+    def release_configuration(self, config: Config, version: str | None) -> Config:
+        """Its configuration as the release `version` reads it (None: a release not known, read by the newest
+        rules), where what a release reads or defaults to changed between releases."""
+        return config
 
     # --- its files ----------------------------------------------------------------------------
 

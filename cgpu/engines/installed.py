@@ -371,11 +371,15 @@ def _release_limit(engine: ContainerEngine, version: str, problems: list[Problem
     """The newest cdiVersion that release reads by the engine's rows, and whether the rows do not know
     it (then the newest rules judge, and a warning in `problems` says so)."""
     try:
-        return engine.max_cdi_version(version), False
+        max_version = engine.max_cdi_version(version)
     except ValueError as exc:
         shown = version if len(version) <= 40 else f"{version[:40]}…"
         problems.append(Problem("warning", f"{engine.name} {shown}", f"{exc}; judged by the newest rules"))
         return None, True
+    newer = engine.newer_than_checked(version)
+    if newer is not None:
+        problems.append(Problem("warning", f"{engine.name} {version[:40]}", newer))
+    return max_version, False
 
 
 def learn(root: str, *, run_allowed: bool, timeout: float) -> tuple[list[InstalledEngine], dict[str, Any]]:
@@ -443,6 +447,8 @@ def _learn_one(
         _from_build_info(files, learning, engine, binary, flavour)
     if learning.learned_from != "build-info" and package is not None:
         _from_package(learning, package)
+    elif learning.version is None and package is not None:  # a version set in the source (CRI-O, podman)
+        _version_from_package(learning, package)
     if learning.version is None and binary is not None and run_allowed:
         _from_running(learning, engine, binary, timeout)
     if learning.version is not None and learning.learned_from == "version":
@@ -498,6 +504,14 @@ def _from_package(learning: _Learning, package: tuple[Any, str]) -> None:
         learning.learned_from = "package"
         learning.cdi_library = library
         learning.max_cdi_version = library_max_version(library)
+
+
+def _version_from_package(learning: _Learning, package: tuple[Any, str]) -> None:
+    """The version alone from the package, where the binary's build info named the library but not the
+    version: CRI-O's and podman's are constants in their source, never a -X flag."""
+    found, shown = package
+    learning.version = _REPACK.sub("", found.version.split(":", 1)[-1])
+    learning.sources.append(shown)
 
 
 def _from_running(learning: _Learning, engine: ContainerEngine, binary: str, timeout: float) -> None:
@@ -582,6 +596,7 @@ def _configure(
     config = engine.read_configuration(
         files.read_config, files.listdir, major=_major(learning.version), flavour=flavour, on_host=files.host.real_root
     )
+    config = engine.release_configuration(config, learning.version)
     problems = learning.problems
     enabled = config.enabled if config.enabled is not None else engine.cdi_on_by_default(learning.version)
     facts = None
