@@ -6,16 +6,17 @@ engine runs here (`dockerd --validate`), it is the oracle."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 import pytest
 
-from cgpu.engines import crio
-from cgpu.engines.installed import Files
-from cgpu.engines.registry import max_cdi_version
+from cgpu.engines import crio, podman
+from cgpu.engines.installed import Files, with_version
+from cgpu.engines.registry import engine, max_cdi_version
 from tests.cdi_backend import engine_files as ef
-from tests.cdi_backend.test_installed import judge, judged, nvidia_node
+from tests.cdi_backend.test_installed import ALL, judge, judged, nvidia_node
 
 REAL_ENGINES = Path(os.environ.get("CGPU_REAL_ENGINES", Path.home() / ".cache/cgpu-real-engines"))
 
@@ -111,3 +112,180 @@ def test_crio_1_23_reads_no_cdi_and_1_24_is_the_first_row():
     """CRI-O's CDI support came in 1.24 (cri-o PR #5571); 1.23 vendors only podman's copy of a pre-release."""
     assert max_cdi_version("crio", "1.23.5") is None
     assert max_cdi_version("crio", "1.24.0") == "0.3.0"
+
+
+# --- podman -----------------------------------------------------------------------------------------
+
+
+def podman_config(files: Files, version: str | None, *, on_host: bool = False):
+    major = int(version.split(".")[0]) if version else None
+    config = podman.ENGINE.read_configuration(
+        files.read_config, files.listdir, major=major, flavour="", on_host=on_host
+    )
+    return podman.ENGINE.release_configuration(config, version)
+
+
+@pytest.mark.parametrize(
+    ("version", "dirs"),
+    [
+        ("3.4.4", ["/etc/cdi"]),  # the pre-release CDI package walks /etc/cdi only
+        ("4.2.0", ["/etc/cdi", "/var/run/cdi"]),  # the library's DefaultSpecDirs
+        ("5.4.2", ["/etc/cdi", "/var/run/cdi"]),
+        ("5.5.0", ["/etc/cdi"]),  # containers/common v0.63's DefaultCdiSpecDirs
+        ("5.5.2", ["/etc/cdi"]),
+        ("5.6.0", ["/etc/cdi", "/var/run/cdi"]),  # common PR #2462 (v0.64.0)
+        ("5.8.2", ["/etc/cdi", "/var/run/cdi"]),
+        (None, ["/etc/cdi", "/var/run/cdi"]),  # a release not known: the newest rules
+    ],
+)
+def test_podmans_default_spec_dirs_by_release(tmp_path: Path, version: str | None, dirs: list[str]):
+    config = podman_config(node_files(tmp_path, {}), version)
+    assert config.spec_dirs == dirs and config.defaulted == ["cdi_spec_dirs"] and config.files == []
+
+
+@pytest.mark.parametrize(
+    ("version", "honoured"), [("4.3.1", False), ("5.4.2", False), ("5.5.0", True), ("5.8.2", True)]
+)
+def test_cdi_spec_dirs_in_containers_conf_counts_from_podman_5_5(tmp_path: Path, version: str, honoured: bool):
+    """podman before 5.5 builds its CDI cache without spec dirs (libpod `cdi.NewCache(cdi.WithAutoRefresh(false))`):
+    containers.conf's cdi_spec_dirs is read by containers/common and ignored; podman PR #25717 (5.5) passes it."""
+    files = node_files(tmp_path, {"/etc/containers/containers.conf": "[engine]\ncdi_spec_dirs = ['/srv/cdi']\n"})
+    config = podman_config(files, version)
+    assert config.files == shown(files, "/etc/containers/containers.conf")
+    if honoured:
+        assert config.spec_dirs == ["/srv/cdi"] and config.defaulted == [] and config.problems == []
+    else:
+        assert config.spec_dirs == ["/etc/cdi", "/var/run/cdi"] and config.defaulted == ["cdi_spec_dirs"]
+        [warning] = config.problems
+        assert warning.severity == "warning" and warning.source == files.shown("/etc/containers/containers.conf")
+        assert f"podman {version} ignores [engine] cdi_spec_dirs" in warning.message
+
+
+def test_podman_reads_drop_ins_from_etc_only_never_beside_usr_share(tmp_path: Path):
+    """containers/common `systemConfigs` (v0.44 to v0.64, container-libs common v0.65 to v0.67): the main
+    files in /usr/share and /etc, then `addConfigs` of /etc/containers/containers.conf.d alone, *.conf in
+    name order."""
+    files = node_files(
+        tmp_path,
+        {
+            "/usr/share/containers/containers.conf": "[engine]\ncdi_spec_dirs = ['/usr-share']\n",
+            "/usr/share/containers/containers.conf.d/90-vendor.conf": "[engine]\ncdi_spec_dirs = ['/vendor']\n",
+            "/etc/containers/containers.conf.d/20-b.conf": "[engine]\ncdi_spec_dirs = ['/b']\n",
+            "/etc/containers/containers.conf.d/10-a.conf": "[engine]\ncdi_spec_dirs = ['/a']\n",
+            "/etc/containers/containers.conf.d/30-c.toml": "[engine]\ncdi_spec_dirs = ['/not-conf']\n",
+        },
+    )
+    config = podman_config(files, "5.6.0")
+    assert config.files == shown(
+        files,
+        "/usr/share/containers/containers.conf",
+        "/etc/containers/containers.conf.d/10-a.conf",
+        "/etc/containers/containers.conf.d/20-b.conf",
+    )
+    assert config.spec_dirs == ["/b"]
+
+
+@pytest.mark.parametrize(
+    ("euid", "version", "reads_user"),
+    [(0, "4.9.4", False), (0, "5.0.0", True), (1000, "4.3.1", True), (1000, "5.8.2", True)],
+    ids=["root-4", "root-5", "user-4", "user-5"],
+)
+def test_which_podman_reads_the_users_own_containers_conf(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, euid: int, version: str, reads_user: bool
+):
+    """containers/common before v0.58 (podman 4) reads the user's file only rootless (`ifRootlessConfigPath`);
+    from v0.58 (podman 5.0) `systemConfigs` appends `userConfigPath()` whoever runs it, root's own as well."""
+    user = tmp_path / "home/.config"
+    (user / "containers").mkdir(parents=True)
+    (user / "containers/containers.conf").write_text("[engine]\ncdi_spec_dirs = ['/home/cdi']\n")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(user))
+    monkeypatch.setattr(os, "geteuid", lambda: euid)
+
+    def read(path: str) -> tuple[str | None, str | None, str]:
+        return (Path(path).read_text(), None, path) if path.startswith(str(user)) else (None, None, path)
+
+    config = podman.ENGINE.read_configuration(read, lambda _: [], major=int(version[0]), flavour="", on_host=True)
+    config = podman.ENGINE.release_configuration(config, version)
+    assert (str(user / "containers/containers.conf") in config.files) is reads_user
+    if version >= "5.5":
+        assert config.spec_dirs == (["/home/cdi"] if reads_user else ["/etc/cdi", "/var/run/cdi"])
+
+
+def test_a_rootless_podman_5_7_reads_the_systems_rootless_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """container-libs common v0.65.0 (podman 5.7): rootless, /etc/containers/containers.rootless.conf and its
+    .d dirs (the user's uid's too) come after the system's drop-ins, before the user's own."""
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "nobody"))
+    written = {
+        "/etc/containers/containers.conf": "[engine]\ncdi_spec_dirs = ['/etc-main']\n",
+        "/etc/containers/containers.rootless.conf": "[engine]\ncdi_spec_dirs = ['/rootless']\n",
+    }
+
+    def read(path: str) -> tuple[str | None, str | None, str]:
+        return (written[path], None, path) if path in written else (None, None, path)
+
+    for version, dirs in (("5.6.0", ["/etc-main"]), ("5.7.0", ["/rootless"])):
+        config = podman.ENGINE.read_configuration(read, lambda _: [], major=5, flavour="", on_host=True)
+        assert podman.ENGINE.release_configuration(config, version).spec_dirs == dirs
+
+
+def test_podman_5_5_does_not_read_a_spec_where_nvidia_cdi_refresh_writes_it(tmp_path: Path):
+    """podman 5.5.0-5.5.2 read /etc/cdi alone by default (podman#26569): the spec in /var/run/cdi is not
+    resolvable there, and is again from 5.6."""
+    for version, containers in (("5.5.1+ds1-1", []), ("5.6.1+ds1-1", ALL)):
+        root = nvidia_node(
+            tmp_path / version,
+            {
+                "/usr/bin/podman": ef.debian_binary("github.com/containers/podman/v5/cmd/podman"),
+                "/var/lib/dpkg/status": ef.dpkg_stanza("podman", version),
+            },
+            spec_dir="/var/run/cdi",
+        )
+        report = judge(root)
+        assert judged(report)["spec_dirs"] == (["/etc/cdi"] if not containers else ["/etc/cdi", "/var/run/cdi"])
+        assert report["containers"] == containers, version
+
+
+@pytest.mark.parametrize(
+    ("version", "reads"),
+    [
+        ("3.1.0", None),
+        ("3.4.4", "1.1.0"),
+        ("4.0.3", "0.2.0"),
+        ("4.1.1", "0.4.0"),
+        ("4.2.0", "0.4.0"),
+        ("4.3.0", "0.5.0"),
+    ],
+)
+def test_the_old_podman_rows(version: str, reads: str | None):
+    """podman `go.mod`/vendor at each tag: 3.0-3.1 no CDI package; 3.2-3.4 a pre-release that checks no
+    cdiVersion; 4.0 a pre-release taking 0.1.0 and 0.2.0; 4.1-4.2 v0.4.0; 4.3.0 v0.5.2."""
+    assert max_cdi_version("podman", version) == reads
+
+
+def test_engine_podman_at_4_2_0_is_judged_by_its_row(run_cli, tmp_path: Path):
+    """RHEL 8.7's and 9.1's podman 4.2.0: judged by its row, no usage error."""
+    code, out, err = run_cli(
+        "probe",
+        "--backend",
+        "cdi",
+        "--engine",
+        "podman@4.2.0",
+        "--spec-dir",
+        str(tmp_path),
+        "--json",
+        env={"CGPU_CACHE_DIR": str(tmp_path / "c")},
+    )
+    assert code != 2, err
+    [entry] = [e for e in json.loads(out)["engines"] if e["judged"]]
+    assert (entry["version"], entry["max_cdi_version"]) == ("4.2.0", "0.4.0")
+
+
+@pytest.mark.parametrize(("name", "version"), [("podman", "6.1.0"), ("crio", "1.37.0")])
+def test_a_release_newer_than_the_checked_table_is_judged_by_the_newest_row_and_said(name: str, version: str):
+    entry = with_version(None, name, version, "option")
+    assert entry.max_cdi_version == engine(name).rows[-1][1] and not entry.rules_unknown
+    [warning] = [p for p in entry.problems if "newer than every one" in p.message]
+    assert warning.severity == "warning" and warning.source == f"{name} {version}"
+    newest = ".".join(map(str, engine(name).checked_through or ()))
+    assert not [p for p in with_version(None, name, newest, "option").problems if "newer" in p.message]
