@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from cgpu.engines import crio, podman
+from cgpu.engines import crio, docker, podman
 from cgpu.engines.installed import Files, with_version
 from cgpu.engines.registry import engine, max_cdi_version
 from tests.cdi_backend import engine_files as ef
@@ -281,7 +284,7 @@ def test_engine_podman_at_4_2_0_is_judged_by_its_row(run_cli, tmp_path: Path):
     assert (entry["version"], entry["max_cdi_version"]) == ("4.2.0", "0.4.0")
 
 
-@pytest.mark.parametrize(("name", "version"), [("podman", "6.1.0"), ("crio", "1.37.0")])
+@pytest.mark.parametrize(("name", "version"), [("podman", "6.1.0"), ("crio", "1.37.0"), ("docker", "30.0.1")])
 def test_a_release_newer_than_the_checked_table_is_judged_by_the_newest_row_and_said(name: str, version: str):
     entry = with_version(None, name, version, "option")
     assert entry.max_cdi_version == engine(name).rows[-1][1] and not entry.rules_unknown
@@ -289,3 +292,110 @@ def test_a_release_newer_than_the_checked_table_is_judged_by_the_newest_row_and_
     assert warning.severity == "warning" and warning.source == f"{name} {version}"
     newest = ".".join(map(str, engine(name).checked_through or ()))
     assert not [p for p in with_version(None, name, newest, "option").problems if "newer" in p.message]
+
+
+# --- Docker -----------------------------------------------------------------------------------------
+
+
+def docker_config(tmp_path: Path, daemon_json: str | None):
+    files = node_files(tmp_path, {} if daemon_json is None else {"/etc/docker/daemon.json": daemon_json})
+    return files, docker.read_config(files.read_config, "/etc/docker/daemon.json")
+
+
+@pytest.mark.parametrize(
+    ("daemon_json", "enabled", "dirs", "defaulted"),
+    [
+        (None, None, None, ["features.cdi", "cdi-spec-dirs"]),
+        ('{"features": {"cdi": true}}', True, None, ["cdi-spec-dirs"]),
+        ('{"cdi-spec-dirs": ["/srv/cdi"]}', None, ["/srv/cdi"], ["features.cdi"]),
+        ('{"features": {"cdi": true}, "cdi-spec-dirs": []}', False, [], []),
+        ('{"features": {"cdi": true}, "cdi-spec-dirs": [""]}', False, [], []),
+        ('{"cdi-spec-dirs": [""]}', False, [], ["features.cdi"]),
+    ],
+)
+def test_docker_daemon_json_cdi_settings(
+    tmp_path: Path, daemon_json: str | None, enabled: bool | None, dirs: list[str] | None, defaulted: list[str]
+):
+    """moby `cmd/dockerd/daemon.go` (v25.0.0 to v29.x): cdi-spec-dirs unset takes the CDI library's defaults;
+    `[""]` is cleared, and `daemon/cdi.go` `createCDICache` refuses no dir at all ("No CDI specification
+    directories specified"): CDI off whatever `features` says."""
+    files, config = docker_config(tmp_path, daemon_json)
+    assert (config.enabled, config.spec_dirs, config.defaulted) == (enabled, dirs, defaulted)
+    assert config.files == ([] if daemon_json is None else shown(files, "/etc/docker/daemon.json"))
+    assert config.problems == []
+    if enabled is False:
+        assert config.setting.startswith('"cdi-spec-dirs" to the spec dirs')
+
+
+def test_docker_with_no_spec_dir_gives_no_cdi_device(tmp_path: Path):
+    root = nvidia_node(
+        tmp_path,
+        {
+            "/usr/bin/dockerd": ef.debian_binary("github.com/docker/docker/cmd/dockerd"),
+            "/var/lib/dpkg/status": ef.dpkg_stanza("docker.io", "28.5.2+dfsg1-1"),
+            "/etc/docker/daemon.json": '{"cdi-spec-dirs": [""]}',
+        },
+    )
+    report = judge(root)
+    entry = judged(report)
+    assert (entry["name"], entry["cdi_enabled"], entry["spec_dirs"]) == ("docker", False, [])
+    assert report["containers"] == []
+
+
+def real_dockerd() -> Path:
+    for suite in ("sid", "trixie"):
+        binary = REAL_ENGINES / suite / "root/usr/sbin/dockerd"
+        if binary.is_file():
+            return binary
+    pytest.skip(f"no real dockerd unpacked under {REAL_ENGINES} (scripts/real_engines.py)")
+
+
+@pytest.mark.parametrize(
+    "daemon_json",
+    [
+        '{"cdi-spec-dirs": []}',
+        '{"cdi-spec-dirs": [""]}',
+        '{"features": {"cdi": false}, "cdi-spec-dirs": ["/srv/cdi"]}',
+        '{"features": {"cdi": "yes"}}',
+        '{"cdi-spec-dirs": "/etc/cdi"}',
+        '{"features": {"cdi": true}, "cdi-spec-dirs": ["/a", 1]}',
+    ],
+)
+def test_dockerd_validate_agrees_on_which_daemon_json_starts(tmp_path: Path, daemon_json: str):
+    """The real dockerd's own check (`dockerd --validate --config-file`) is the oracle of which daemon.json
+    it starts with: cgpu calls exactly those broken (an error problem on the file)."""
+    dockerd = real_dockerd()
+    (tmp_path / "daemon.json").write_text(daemon_json)
+    path = f"{dockerd.parent}:{dockerd.parent.parent / 'bin'}:/usr/bin:/bin"
+    done = subprocess.run(
+        ["env", "-i", f"PATH={path}", str(dockerd), "--validate", "--config-file", str(tmp_path / "daemon.json")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    starts = "configuration OK" in done.stdout + done.stderr
+    _, config = docker_config(tmp_path / "cgpu", daemon_json)
+    assert starts == (not [p for p in config.problems if p.severity == "error"]), done.stdout + done.stderr
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.sampled_from(["", "/etc/cdi", "/srv/cdi"]),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(["cdi", "x"]), inner, max_size=2),
+    max_leaves=6,
+)
+
+
+@given(JSON, JSON)
+def test_any_cdi_settings_read_as_dirs_cdi_off_or_a_problem(dirs: object, features: object):
+    text = json.dumps({"cdi-spec-dirs": dirs, "features": features})
+    config = docker.read_config(lambda path: (text, None, path), "/etc/docker/daemon.json")
+    errors = [p for p in config.problems if p.severity == "error"]
+    if not (isinstance(dirs, list) and all(isinstance(d, str) for d in dirs)):
+        assert any('"cdi-spec-dirs" is not a list of paths' in p.message for p in errors)
+    elif dirs in ([], [""]):
+        assert config.enabled is False and config.spec_dirs == []
+    else:
+        assert config.spec_dirs == dirs
+        cdi = features.get("cdi") if isinstance(features, dict) else None
+        assert config.enabled is (cdi if isinstance(cdi, bool) else None)
