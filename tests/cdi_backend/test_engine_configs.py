@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -399,3 +401,66 @@ def test_any_cdi_settings_read_as_dirs_cdi_off_or_a_problem(dirs: object, featur
         assert config.spec_dirs == dirs
         cdi = features.get("cdi") if isinstance(features, dict) else None
         assert config.enabled is (cdi if isinstance(cdi, bool) else None)
+
+
+# --- podman here as the oracle ------------------------------------------------------------------------
+
+
+def podman_reading(tmp_path: Path, layout: dict[str, str]) -> tuple[str, list[str], list[str]]:
+    """podman's own account of the containers.conf files it merges ("Merged system config" at debug level) and
+    the keys it does not know, with `layout` bind-mounted over /etc/containers and /usr/share/containers in a
+    private mount namespace (the machine's own files untouched); and its version."""
+    podman_binary = shutil.which("podman")
+    if podman_binary is None or shutil.which("unshare") is None or os.geteuid() != 0:
+        pytest.skip("needs podman, unshare and root (a private mount namespace)")
+    etc, usr = tmp_path / "etc-containers", tmp_path / "usr-containers"
+    for folder in (etc, usr):
+        folder.mkdir(parents=True)
+    for path, text in layout.items():
+        target = (etc if path.startswith("/etc/") else usr) / path.split("containers/", 1)[1]
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+    script = (
+        f"mount --bind {etc} /etc/containers && mount --bind {usr} /usr/share/containers && "
+        f"{podman_binary} --log-level=debug info"
+    )
+    done = subprocess.run(
+        ["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, timeout=120, check=False
+    )
+    if "mount" in done.stderr and done.returncode != 0 and "Merged" not in done.stderr:
+        pytest.skip(f"no private mount namespace here: {done.stderr[-300:]}")
+    merged = re.findall(r'Merged system config \\"([^"\\]+)\\"', done.stderr)
+    unknown = re.findall(r"Failed to decode the keys \[([^\]]*)\]", done.stderr)
+    version = subprocess.run([podman_binary, "--version"], capture_output=True, text=True, timeout=60, check=False)
+    return version.stdout.split()[-1], merged, unknown
+
+
+@pytest.mark.parametrize(
+    "layout",
+    [
+        {
+            "/usr/share/containers/containers.conf": "[engine]\n",
+            "/usr/share/containers/containers.conf.d/50-vendor.conf": "[engine]\ncdi_spec_dirs = ['/vendor']\n",
+            "/etc/containers/containers.conf": "[engine]\n",
+            "/etc/containers/containers.conf.d/20-b.conf": "[engine]\n",
+            "/etc/containers/containers.conf.d/10-a.conf": "[engine]\ncdi_spec_dirs = ['/srv/cdi']\n",
+            "/etc/containers/containers.conf.d/30-c.toml": "[engine]\n",
+        },
+        {"/etc/containers/containers.conf.d/99-gpu.conf": "[engine]\ncdi_spec_dirs = ['/srv/cdi']\n"},
+        {"/usr/share/containers/containers.conf": "[engine]\n"},
+    ],
+    ids=["usr-and-etc-drop-ins", "etc-drop-in-only", "usr-only"],
+)
+def test_podman_here_merges_the_files_cgpu_reads_for_its_release(tmp_path: Path, layout: dict[str, str]):
+    """The installed podman (Debian 12's 4.3.1 in CI) says which files it merged, in order, and that it does
+    not know cdi_spec_dirs at all (before 5.5): cgpu's reading for that release names the same files, and
+    spec dirs from the defaults with a warning where a file sets them."""
+    version, merged, unknown = podman_reading(tmp_path / "podman", layout)
+    files = node_files(tmp_path, layout)
+    config = podman_config(files, version)
+    assert [files.shown(path) for path in merged] == config.files
+    release = tuple(int(part) for part in version.split(".")[:2])
+    sets_dirs = any("cdi_spec_dirs" in text for path, text in layout.items() if files.shown(path) in config.files)
+    if release < (5, 5):
+        assert any("engine.cdi_spec_dirs" in keys for keys in unknown) is sets_dirs
+        assert config.defaulted == ["cdi_spec_dirs"] and bool(config.problems) is sets_dirs
