@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 
 from cgpu.engines.base import ContainerEngine, parse_engine_version
+from cgpu.options import DEFAULT_SPEC_DIRS
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time
 if TYPE_CHECKING:
@@ -28,11 +29,12 @@ ROOTLESS_DROP_INS = "/etc/containers/containers.rootless.conf.d"
 # 3.2-3.4 link a pre-release CDI package that walks /etc/cdi only (its `pkg/devices.go`); 4.0-5.4 the
 # library's DefaultSpecDirs; 5.5 common v0.63's DefaultCdiSpecDirs, /etc/cdi only; 5.6 and later
 # /var/run/cdi again (common PR #2462, v0.64.0).
+STATIC_DIR_ONLY = DEFAULT_SPEC_DIRS[:1]  # /etc/cdi without /var/run/cdi
 DEFAULT_DIRS: tuple[tuple[tuple[int, ...], tuple[str, ...]], ...] = (
-    ((0,), ("/etc/cdi",)),
-    ((4, 0), ("/etc/cdi", "/var/run/cdi")),
-    ((5, 5), ("/etc/cdi",)),
-    ((5, 6), ("/etc/cdi", "/var/run/cdi")),
+    ((0,), STATIC_DIR_ONLY),
+    ((4, 0), DEFAULT_SPEC_DIRS),
+    ((5, 5), STATIC_DIR_ONLY),
+    ((5, 6), DEFAULT_SPEC_DIRS),
 )
 HONOURS_SPEC_DIRS_FROM = (5, 5)  # podman PR #25717: before it, cdi_spec_dirs in containers.conf is ignored
 USER_FILES_AS_ROOT_FROM = (5, 0)  # common v0.58.0 reads the user's file whoever runs podman
