@@ -184,8 +184,9 @@ class ContainerEngine:
     def read_release_configuration(
         self, read: Reader, listdir: Lister, *, version: str | None, flavour: str, on_host: bool
     ) -> Config:
-        """`read_configuration` for the release `version` (None: unknown): an engine whose reading changes
-        within a major release (containerd 2.3) reads it by the whole version."""
+        """Its configuration as the release `version` reads it (None: a release not known, read by the newest
+        rules): `read_configuration` by the major release; an engine whose reading or defaults change within
+        a major release (containerd 2.3, podman 5.5) reads by the whole version."""
         major = None
         match = _MAJOR.match(version or "")
         if match is not None:

@@ -175,3 +175,15 @@ def nvidia_runtime(read: Reader, runtime: str, set_in: str) -> tuple[dict[str, A
         "capabilities": {"cuda": "compute", "opencl": "compute", "vulkan": "graphics"},
     }
     return facts, problems
+
+
+class ReadOnce:
+    """A file an engine's reader has read already, given to `toml_file` as its `read`."""
+
+    __slots__ = ("shown", "text", "why")
+
+    def __init__(self, text: str | None, why: str | None, shown: str) -> None:
+        self.text, self.why, self.shown = text, why, shown
+
+    def __call__(self, path: str) -> tuple[str | None, str | None, str]:
+        return self.text, self.why, self.shown

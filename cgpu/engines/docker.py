@@ -15,7 +15,10 @@ DAEMON_JSON = "/etc/docker/daemon.json"
 
 def read_config(read: Reader, path: str) -> Config:
     """Docker Engine's daemon.json: `"features": {"cdi": …}` (off before 28.2 unless true, on from
-    28.2 unless false: moby `cmd/dockerd/daemon.go`) and `"cdi-spec-dirs"`."""
+    28.2 unless false: moby `cmd/dockerd/daemon.go`) and `"cdi-spec-dirs"`: unset, the CDI library's
+    defaults; `[""]` or `[]`, no spec dir at all, so CDI is off whatever `features` says (moby
+    `cmd/dockerd/daemon.go` `loadDaemonCliConfig` clears `[""]`, and `daemon/cdi.go` `createCDICache`
+    refuses an empty list: "No CDI specification directories specified", v25.0.0 to v29.x)."""
     import json
 
     from cgpu.engines.config import Config, spec_dirs_setting
@@ -27,8 +30,12 @@ def read_config(read: Reader, path: str) -> Config:
     config.setting = f'"features": {{"cdi": true}} in {shown}'
     if text is None:
         if why is not None:
+            config.files.append(shown)
             config.problems.append(Problem("error", shown, f"cgpu could not read Docker's daemon configuration: {why}"))
+        else:
+            config.defaulted += ["features.cdi", "cdi-spec-dirs"]
         return config
+    config.files.append(shown)
     try:
         document = json.loads(text)
     except (ValueError, RecursionError) as exc:
@@ -49,9 +56,16 @@ def read_config(read: Reader, path: str) -> Config:
             config.problems.append(
                 Problem("error", shown, f'"features": {{"cdi": {features["cdi"]!r}}} is not a boolean')
             )
+    else:
+        config.defaulted.append("features.cdi")
     if isinstance(document.get("default-runtime"), str):
         config.default_runtime, config.runtime_file = document["default-runtime"], shown
     spec_dirs_setting(document, "cdi-spec-dirs", shown, config, quoted=True)
+    if "cdi-spec-dirs" not in document:
+        config.defaulted.append("cdi-spec-dirs")
+    elif config.spec_dirs in ([], [""]):
+        config.spec_dirs, config.enabled = [], False
+        config.setting = f'"cdi-spec-dirs" to the spec dirs, or remove it (it names none), in {shown}'
     return config
 
 
@@ -74,6 +88,7 @@ class Docker(ContainerEngine):
     checked_through = (29, 7)  # moby go.mod at docker-v29.7.2: still v1.1.0
     no_cdi_below = (25, 0)
     on_by_default_from = (28, 2)
+    checked_through = (29, 7)
     unread_setting = '"features": {"cdi": true} in daemon.json'
     daemon_setting = '"features": {"cdi": true} in the daemon\'s daemon.json'
     refuses_when_off = True

@@ -502,6 +502,10 @@ def _learn_one(
         _from_build_info(files, learning, engine, binary, flavour)
     if learning.learned_from != "build-info" and package is not None and not flavour:
         _from_package(learning, package)  # a flavour's own containerd is never the distribution's package
+    elif (
+        learning.version is None and package is not None and not flavour
+    ):  # a version set in the source (CRI-O, podman)
+        _version_from_package(learning, package)
     if learning.version is None and binary is not None and run_allowed:
         _from_running(learning, engine, binary, timeout)
     if learning.version is not None and learning.learned_from == "version":
@@ -576,6 +580,14 @@ def _from_package(learning: _Learning, package: tuple[Any, str]) -> None:
         learning.learned_from = "package"
         learning.cdi_library = library
         learning.max_cdi_version = library_max_version(library)
+
+
+def _version_from_package(learning: _Learning, package: tuple[Any, str]) -> None:
+    """The version alone from the package, where the binary's build info named the library but not the
+    version: CRI-O's and podman's are constants in their source, never a -X flag."""
+    found, shown = package
+    learning.version = _REPACK.sub("", found.version.split(":", 1)[-1])
+    learning.sources.append(shown)
 
 
 def _from_running(learning: _Learning, engine: ContainerEngine, binary: str, timeout: float) -> None:

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cgpu.engines import buildinfo, containerd, crio, docker, podman
+from cgpu.engines import buildinfo, containerd, crio, docker, podman_files
 from cgpu.engines import config as engine_config
 from cgpu.engines.buildinfo import BuildInfoError, parse_blob, read_build_info
 from tests.cdi_backend import engine_files as ef
@@ -633,7 +633,7 @@ def test_any_config_text_gives_problems_never_an_exception(text: str):
             for release in ((1, 7, 27), (2, 1, 4), (2, 3, 0), None)
         ),
         crio.read_config(read, lambda _: ["a.conf"], "/etc/crio/crio.conf", "/etc/crio/crio.conf.d"),
-        podman.read_config(read, lambda _: [], ["/etc/containers/containers.conf"], []),
+        podman_files.read_config(read, lambda _: ["a.conf"]),
         docker.read_config(read, "/etc/docker/daemon.json"),
     ):
         assert config.enabled in (True, False, None)
@@ -857,7 +857,7 @@ def test_podman_spec_dirs_from_containers_conf_and_its_drop_ins(tmp_path: Path):
         tmp_path,
         {
             "/usr/bin/podman": ef.debian_binary("github.com/containers/podman/v5/cmd/podman"),
-            "/var/lib/dpkg/status": ef.dpkg_stanza("podman", "5.4.2+ds1-2"),
+            "/var/lib/dpkg/status": ef.dpkg_stanza("podman", "5.6.1+ds1-1"),
             "/usr/share/containers/containers.conf": "[engine]\ncdi_spec_dirs = ['/usr/share/cdi']\n",
             "/etc/containers/containers.conf.d/50-gpu.conf": "[engine]\ncdi_spec_dirs = ['/etc/gpu-cdi']\n",
         },
@@ -865,7 +865,7 @@ def test_podman_spec_dirs_from_containers_conf_and_its_drop_ins(tmp_path: Path):
     )
     report = judge(root)
     entry = judged(report)
-    assert (entry["name"], entry["version"], entry["max_cdi_version"]) == ("podman", "5.4.2", "0.8.0")
+    assert (entry["name"], entry["version"], entry["max_cdi_version"]) == ("podman", "5.6.1", "1.0.0")
     assert entry["spec_dirs"] == ["/etc/gpu-cdi"] and entry["cdi_enabled"] is True
     assert report["containers"] == ALL
 
@@ -965,29 +965,6 @@ def test_a_cached_engine_of_any_content_is_read_back_or_refused_never_an_excepti
         return
     assert InstalledEngine.from_json(engine.as_json()) == engine
     assert all(isinstance(d, str) for d in engine.spec_dirs) and engine.version == facts["version"]
-
-
-@pytest.mark.parametrize(("euid", "reads_user"), [(0, False), (1000, True)], ids=["root", "user"])
-def test_podman_on_the_host_reads_the_users_own_configuration_only_when_rootless(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, euid: int, reads_user: bool
-):
-    """Rootful podman reads no user's containers.conf (containers/common containers.conf(5): "when
-    running in rootless mode, they also read $HOME/.config/containers/containers.conf"): root with another
-    user's XDG_CONFIG_HOME kept (`sudo -E`) is not judged by that user's spec dirs."""
-    user = tmp_path / "someone/.config"
-    (user / "containers").mkdir(parents=True)
-    (user / "containers/containers.conf").write_text("[engine]\ncdi_spec_dirs = ['/home/someone/cdi']\n")
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(user))
-    monkeypatch.setattr(os, "geteuid", lambda: euid)
-    asked: list[str] = []
-
-    def read(path: str) -> tuple[str | None, str | None, str]:
-        asked.append(path)
-        return (Path(path).read_text(), None, path) if path.startswith(str(user)) else (None, None, path)
-
-    config = podman.ENGINE.read_configuration(read, lambda _: [], major=5, flavour="", on_host=True)
-    assert (str(user / "containers/containers.conf") in asked) is reads_user
-    assert config.spec_dirs == (["/home/someone/cdi"] if reads_user else None)
 
 
 def test_containerd_imports_are_queued_once_each_and_bounded():

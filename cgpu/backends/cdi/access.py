@@ -98,10 +98,11 @@ def rootless_podman(entry: InstalledEngine | None, host: HostFS) -> HostUser | N
     runs rootless exactly then); None under --root, where the user who will run it is not known."""
     if entry is None or entry.name != "podman" or not host.real_root or os.geteuid() == 0:
         return None
-    from cgpu.engines.podman import CONF_FILES, user_config_dir
+    from cgpu.engines.podman import user_config_dir
+    from cgpu.engines.podman_files import config_sources
 
     keep = None
-    for path in (*CONF_FILES, f"{user_config_dir()}/containers.conf"):
+    for _, path in config_sources(host.listdir, user_dir=user_config_dir(), rootless=True):
         value = _group_add(host, path)
         if value is not None:  # a later file's setting replaces an earlier one's
             keep = path if KEEP_GROUPS in value else None
