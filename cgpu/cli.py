@@ -181,6 +181,12 @@ def _add_probe(sub: Subcommands) -> None:
         default="auto",
         help="colour the human output: auto (default) on a terminal unless NO_COLOR is set",
     )
+    probe.add_argument(
+        "--image",
+        metavar="REF",
+        help="answer for containers of this image (podman/Docker storage, oci:, oci-archive:, docker-archive:, dir:): "
+        "an API the node gives but the image lacks a part of is absent; read, never run or pulled",
+    )
     _add_probe_options(probe)
     probe.set_defaults(subparser=probe)  # its own usage line on a usage error
 
@@ -519,11 +525,23 @@ def _probe(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     output = "json" if args.json else "name" if args.quiet else args.output
     backend = args.backend or default_backend()
     given = backend_options(parser, args, backend)
+    if args.image is not None:
+        from cgpu.errors import CgpuValueError
+        from cgpu.image.source import check_reference
+
+        try:
+            check_reference(args.image)
+        except CgpuValueError as exc:
+            parser.error(f"argument --image: {exc}")
     human = not (output in ("json", "yaml", "name") or args.brief)
     builder, code = _run("probe", backend, given, _progress if human else None)
     if code == ExitCode.USAGE:
         return code
     report = builder.build()
+    if args.image is not None and code == ExitCode.OK:
+        from cgpu.image.answer import with_image
+
+        report = with_image(report, args.image, timeout=given.get("timeout"))
     if output == "json":
         _emit(to_json(report))
         return code
@@ -555,7 +573,12 @@ def _probe(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         )
         _emit(text)
     else:
-        _emit(render.render_report(report, columns=columns, style=style))
+        text = render.render_report(report, columns=columns, style=style)
+        if "image" in report:
+            from cgpu.image.answer import render_image
+
+            text += "\n\n" + render_image(report["image"], columns=columns, style=style)
+        _emit(text)
     return code
 
 

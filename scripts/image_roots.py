@@ -25,6 +25,7 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -182,7 +183,7 @@ class Builder:
                     encoding="utf-8"
                 ) + f"{user}:x:1000:1000::/home/{user}:/bin/sh\n"
                 group = (glibc / "etc/group").read_text(encoding="utf-8") + f"{user}:x:1000:\n"
-                group = group.replace("\nvideo:x:44:\n", f"\nvideo:x:44:{user}\n")
+                group = re.sub(r"(?m)^(video:[^:]*:44:)$", rf"\g<1>{user}", group)  # base-passwd's video group
                 (etc / "passwd").write_text(passwd, encoding="utf-8")
                 (etc / "group").write_text(group, encoding="utf-8")
                 lines.append(f"USER {user}")
