@@ -162,3 +162,11 @@ def render_image(section: dict[str, Any], *, columns: int = 80, style: Any = Non
                     f"fix ({escape(check['name'])}): {escape(check['fix'])}", columns, first=" " * (len(head) + 2)
                 )
     return "\n".join(lines)
+
+
+def image_exit(section: dict[str, Any]) -> str:
+    """The image's answer over the APIs the node gives: unread, no (it lacks a part of one), unknown, or yes."""
+    if section["status"] != "read":
+        return "unread"
+    verdicts = {entry["verdict"] for entry in section["apis"].values()}
+    return "no" if "no" in verdicts else "unknown" if "unknown" in verdicts else "yes"

@@ -93,8 +93,9 @@ class Node:
 
 
 def version_key(text: str) -> tuple[int, ...]:
-    """'12.4.1' as (12, 4, 1); the leading dotted number of a package version ('5.2.3-8' as (5, 2, 3))."""
-    match = re.match(r"(?:\d+:)?(\d+(?:\.\d+)*)", text)
+    """'12.4.1' as (12, 4, 1); the leading dotted number of a package version ('5.2.3-8' as (5, 2, 3)); ()
+    for text that does not start with one."""
+    match = re.match(r"(?:\d{1,9}:)?(\d{1,9}(?:\.\d{1,9})*)(?!\d)", text)  # a longer part is no version
     return tuple(int(part) for part in match.group(1).split(".")) if match else ()
 
 
@@ -486,9 +487,8 @@ def _rocm_targets(facts: Facts, node: Node) -> Check:
     key = version_key(version)
     supported = next((t for floor, t in ROCM_RELEASE_TARGETS if key >= floor), None)
     override = facts.env.get("HSA_OVERRIDE_GFX_VERSION", "")
-    as_target = (
-        f"gfx{''.join(f'{int(p):x}' if i else p for i, p in enumerate(override.split('.')))}" if override else ""
-    )
+    parts = re.fullmatch(r"(\d{1,2})\.(\d{1,2})\.(\d{1,2})", override)
+    as_target = f"gfx{parts[1]}{int(parts[2]):x}{int(parts[3]):x}" if parts else ""  # 10.3.0 is gfx1030
     about = f"ROCm {version} ({where})"
     if supported is None:
         return Check(
@@ -553,38 +553,33 @@ def image_user(facts: Facts) -> ImageUser:
     spec = spec if isinstance(spec, str) else ""
     user, _, group = spec.partition(":")
     passwd = _table(facts, "etc/passwd")
-    groups = _table(facts, "etc/group")
-    entry = None
-    if passwd is not None:
-        entry = next(
-            (row for row in passwd if len(row) >= 4 and (row[0] == user or (user.isdigit() and row[2] == user))), None
-        )
-    if not user or user == "root":
-        uid: int | None = 0
-    elif user.isdigit():
-        uid = int(user)
-    elif entry is not None and entry[2].isdigit():
-        uid = int(entry[2])
-    else:
+    groups = _table(facts, "etc/group") or []
+    numeric = _id(user)
+    entry = next(
+        (row for row in passwd or [] if len(row) >= 4 and (row[0] == user or (numeric is not None and row[2] == user))),
+        None,
+    )
+    uid = 0 if user in ("", "root") else numeric if numeric is not None else _id(entry[2]) if entry else None
+    if uid is None:
         why = "/etc/passwd is not in the image" if passwd is None else f"/etc/passwd has no user {user}"
         return ImageUser(spec, None, None, f"User {spec}: {why}, so the engine refuses to start it")
-    gid: int | None
-    if group.isdigit():
-        gid = int(group)
-    elif group:
-        row = next((r for r in groups or [] if len(r) >= 3 and r[0] == group), None)
-        if row is None or not row[2].isdigit():
+    gid = _id(group) if group else (_id(entry[3]) if entry else 0)
+    if group and gid is None:
+        row = next((r for r in groups if len(r) >= 3 and r[0] == group), None)
+        gid = _id(row[2]) if row else None
+        if gid is None:
             return ImageUser(spec, uid, None, f"User {spec}: /etc/group has no group {group}")
-        gid = int(row[2])
-    else:
-        gid = int(entry[3]) if entry is not None and entry[3].isdigit() else 0
+    gid = 0 if gid is None else gid
     name = entry[0] if entry is not None else ""
-    if groups is None:
-        return ImageUser(spec, uid, frozenset({gid}), f"uid {uid}, gid {gid}; no /etc/group in the image")
-    extra = {int(r[2]) for r in groups if len(r) >= 4 and r[2].isdigit() and name and name in r[3].split(",")}
+    extra = {g for r in groups if len(r) >= 4 and name and name in r[3].split(",") and (g := _id(r[2])) is not None}
     gids = frozenset({gid, *extra})
     listed = ", ".join(str(g) for g in sorted(gids))
     return ImageUser(spec, uid, gids, f"uid {uid}, groups {listed} (from the image's /etc/passwd and /etc/group)")
+
+
+def _id(text: str) -> int | None:
+    """A uid or gid as written in the image (at most 10 ASCII digits), else None."""
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 10 else None
 
 
 def user_check(user: ImageUser, need: dict[str, Any]) -> Check:

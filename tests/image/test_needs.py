@@ -386,9 +386,9 @@ def test_the_node_report_is_not_changed(tmp_path):
 
 @settings(max_examples=60, deadline=None)
 @given(
-    user=st.text(alphabet="abc019:", max_size=8),
-    passwd=st.text(alphabet="abc019:\n,x", max_size=60),
-    group=st.text(alphabet="abc019:\n,x", max_size=60),
+    user=st.text(alphabet="abc019:²", max_size=8) | st.just("9" * 5000),
+    passwd=st.text(alphabet="abc019:\n,x²", max_size=60),
+    group=st.text(alphabet="abc019:\n,x²", max_size=60),
 )
 def test_any_user_passwd_and_group_give_a_verdict_never_an_exception(tmp_path_factory, user, passwd, group):
     root = tmp_path_factory.mktemp("u")
@@ -399,3 +399,56 @@ def test_any_user_passwd_and_group_give_a_verdict_never_an_exception(tmp_path_fa
     assert check.status in ("pass", "fail", "unknown")
     if resolved.uid == 0:
         assert check.status == "pass"
+
+
+# --- bad images stay bounded, as image check's do ---------------------------------------------------
+
+
+def test_a_hostile_layer_makes_the_image_unreadable_not_a_crash(tmp_path):
+    from tests.image.hostile import digits_pax_layer
+    from tests.image.trees import oci_archive
+
+    archive = oci_archive(tmp_path / "o.tar", [digits_pax_layer()], gzip_layers=False)
+    answer = with_image(report({"cuda": ["glibc"]}), f"oci-archive:{archive}", timeout=5)
+    assert answer["image"]["status"] == "unreadable" and answer["apis"]["cuda"]["state"] == "unknown"
+    assert "malformed record" in answer["problems"][0]["message"]
+
+
+def test_a_gzip_bomb_is_stopped_at_the_timeout(tmp_path):
+    from tests.image.hostile import gzip_bomb_layer
+    from tests.image.trees import oci_archive
+    from tests.timing import assert_within, timed
+
+    bomb = tmp_path / "bomb.gz"
+    gzip_bomb_layer(bomb, 16)  # 16 GiB of zeros in 16 MB
+    archive = oci_archive(tmp_path / "o.tar", [bomb.read_bytes()], gzip_layers=False)
+    answer, seconds = timed(lambda: with_image(report({"cuda": ["glibc"]}), f"oci-archive:{archive}", timeout=2))
+    assert (
+        answer["image"]["status"] == "unreadable"
+        and "not done within --timeout 2 s" in answer["problems"][0]["message"]
+    )
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert_within(seconds, 2, lambda: timed(lambda: with_image(report({}), f"dir:{empty}"))[1], "a gzip bomb")
+
+
+def test_a_huge_library_path_in_the_config_is_read_bounded(tmp_path):
+    root = glibc_root(tmp_path)
+    image_facts = facts(
+        root,
+        {
+            "LD_LIBRARY_PATH": "../" * 200_000,
+            "NVIDIA_REQUIRE_CUDA": "cuda>=1." + "9" * 5000,
+            "CUDA_VERSION": "9" * 5000,
+        },
+    )
+    checks = api_checks("cuda", ["glibc"], None, image_facts, Node(report({}, driver=driver())))
+    assert {c.name: c.status for c in checks} == {"glibc": "pass", "cuda-version": "pass"}  # no version it can read
+
+
+@given(st.text(alphabet="0123456789.:-~+", max_size=40))
+def test_version_key_reads_any_text(text):
+    from cgpu.image.needs import version_key
+
+    key = version_key(text)
+    assert all(0 <= part < 10**9 for part in key)
