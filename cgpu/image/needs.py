@@ -546,8 +546,8 @@ def _table(facts: Facts, path: str) -> list[list[str]] | None:
 
 def image_user(facts: Facts) -> ImageUser:
     """The container's user as runc and crun resolve the image's User (opencontainers/runc libcontainer/user):
-    a name is looked up in /etc/passwd; a number not there runs with gid 0; the supplementary groups are those
-    of /etc/group that list the user's name."""
+    a name is looked up in /etc/passwd; a number not there runs with gid 0; without an explicit :GROUP the
+    supplementary groups are those of /etc/group that list the user's name (moby/sys/user GetExecUser)."""
     settings = facts.image.config.get("config")
     spec = settings.get("User") if isinstance(settings, dict) else None
     spec = spec if isinstance(spec, str) else ""
@@ -571,7 +571,9 @@ def image_user(facts: Facts) -> ImageUser:
             return ImageUser(spec, uid, None, f"User {spec}: /etc/group has no group {group}")
     gid = 0 if gid is None else gid
     name = entry[0] if entry is not None else ""
-    extra = {g for r in groups if len(r) >= 4 and name and name in r[3].split(",") and (g := _id(r[2])) is not None}
+    # supplementary groups only in the implicit form (User without :GROUP), as runc's user lookup does
+    members = [r for r in groups if len(r) >= 4 and name and not group and name in r[3].split(",")]
+    extra = {g for r in members if (g := _id(r[2])) is not None}
     gids = frozenset({gid, *extra})
     listed = ", ".join(str(g) for g in sorted(gids))
     return ImageUser(spec, uid, gids, f"uid {uid}, groups {listed} (from the image's /etc/passwd and /etc/group)")

@@ -325,6 +325,7 @@ KFD_NEED = {"node": "/dev/kfd", "gids": [993], "groups": ["render"], "why": "amd
         ("app", "render:x:993:", "fail"),
         ("1000:993", "render:x:993:", "pass"),  # numeric group given
         ("app:render", "render:x:993:", "pass"),  # named group given
+        ("app:app", "render:x:993:app", "fail"),  # an explicit group drops the supplementary ones
         ("4242", "render:x:993:", "fail"),  # a number not in /etc/passwd: gid 0
         ("nobody-here", "render:x:993:", "unknown"),
     ],
