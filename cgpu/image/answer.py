@@ -149,8 +149,11 @@ def render_image(section: dict[str, Any], *, columns: int = 80, style: Any = Non
         columns,
         indent=2,
     )
+    skipped = [api for api, entry in section["apis"].items() if entry["verdict"] == "not-checked"]
     for api, entry in section["apis"].items():
         verdict = entry["verdict"]
+        if verdict == "not-checked":
+            continue
         head = f"  {api:<9}"
         text = f"{head}{verdict:<12}{escape(entry['reason'])}"
         row = wrap(text, columns, indent=len(head) + 12)
@@ -161,6 +164,8 @@ def render_image(section: dict[str, Any], *, columns: int = 80, style: Any = Non
                 lines += wrap(
                     f"fix ({escape(check['name'])}): {escape(check['fix'])}", columns, first=" " * (len(head) + 2)
                 )
+    if skipped:
+        lines.append(style(f"  not given by the node, so not checked: {', '.join(skipped)}", "dim"))
     return "\n".join(lines)
 
 

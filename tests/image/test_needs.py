@@ -453,3 +453,11 @@ def test_version_key_reads_any_text(text):
 
     key = version_key(text)
     assert all(0 <= part < 10**9 for part in key)
+
+
+def test_no_gfx_target_in_the_report_leaves_rocm_to_the_runtime_check(tmp_path):
+    node_report = report({"rocm": ["rocm-runtime"]}, evidence={"rocm": "gets /dev/kfd and renderD128 of an AMD GPU"})
+    answer = with_image(node_report, f"dir:{rocm_root(tmp_path, '6.2.4')}")
+    targets = {c["name"]: c for c in answer["image"]["apis"]["rocm"]["checks"]}["rocm-targets"]
+    assert targets["status"] == "unknown" and not targets["required"]
+    assert answer["apis"]["rocm"]["state"] == "provided"
