@@ -521,7 +521,29 @@ def _rocm_targets(facts: Facts, node: Node) -> Check:
     )
 
 
-API_RULES: dict[str, tuple[TokenCheck, ...]] = {"cuda": (_cuda_version,), "rocm": (_rocm_targets,)}
+def _krunkit_venus(facts: Facts, node: Node) -> Check | None:
+    """Under krunkit, vulkan is Venus: `image check`'s own checks, unchanged, as one check."""
+    if node.report.get("backend") != "krunkit":
+        return None
+    from cgpu.image.checks import run_checks, verdict
+
+    checks, problems, _ = run_checks(facts.image)
+    facts.problems += problems
+    answer, reason = verdict(checks)
+    failed = [c for c in checks if c.required and c.status in ("fail", "unknown")]
+    fix = "; ".join(f"{c.name}: {c.fix}" for c in failed if c.fix)
+    return Check("krunkit-venus", {"yes": "pass", "no": "fail", "unknown": "unknown"}[answer], reason, fix)
+
+
+RuleCheck = Callable[[Facts, Node], "Check | None"]  # None: the rule does not apply to this node
+API_RULES: dict[str, tuple[RuleCheck, ...]] = {
+    "cuda": (_cuda_version,),
+    "rocm": (_rocm_targets,),
+    "vulkan": (_krunkit_venus,),
+}
+# The tokens an API implies whatever the report lists: NVIDIA's driver libraries (cuda) and the WSL session's
+# D3D12 and DXCore libraries (directml) are glibc builds; the wsl backend names no token for them.
+API_TOKENS: dict[str, tuple[str, ...]] = {"cuda": ("glibc",), "directml": ("glibc",)}
 
 
 # --- the image's user against `user_needs` ---------------------------------------------------------
@@ -615,8 +637,8 @@ def user_check(user: ImageUser, need: dict[str, Any]) -> Check:
 
 def api_checks(api: str, needs: list[str], user_needs: list[Any] | None, facts: Facts, node: Node) -> list[Check]:
     """Every check of the image for one provided API: its tokens, its own rules, its user's access."""
-    checks = [token_check(token, facts, node) for token in dict.fromkeys(needs)]
-    checks += [rule(facts, node) for rule in API_RULES.get(api, ())]
+    checks = [token_check(token, facts, node) for token in dict.fromkeys([*API_TOKENS.get(api, ()), *needs])]
+    checks += [check for rule in API_RULES.get(api, ()) if (check := rule(facts, node)) is not None]
     if user_needs:
         user = image_user(facts)
         checks += [user_check(user, need) for need in user_needs if isinstance(need, dict)]

@@ -461,3 +461,33 @@ def test_no_gfx_target_in_the_report_leaves_rocm_to_the_runtime_check(tmp_path):
     targets = {c["name"]: c for c in answer["image"]["apis"]["rocm"]["checks"]}["rocm-targets"]
     assert targets["status"] == "unknown" and not targets["required"]
     assert answer["apis"]["rocm"]["state"] == "provided"
+
+
+# --- the backends whose reports name no token --------------------------------------------------------
+
+
+def test_directml_on_wsl_needs_glibc_in_the_image(tmp_path):
+    node_report = {**report({"directml": []}), "backend": "wsl"}
+    put(tmp_path / "m", "lib/ld-musl-x86_64.so.1", elf(X86_64))
+    musl = with_image(node_report, f"dir:{tmp_path / 'm'}")
+    assert musl["apis"]["directml"]["state"] == "absent" and "musl" in musl["evidence"]["directml"]
+    assert with_image(node_report, f"dir:{glibc_root(tmp_path / 'g')}")["apis"]["directml"]["state"] == "provided"
+
+
+@pytest.mark.parametrize(("loader", "state"), [(True, "provided"), (False, "absent")])
+def test_vulkan_under_krunkit_is_image_checks_venus_verdict(tmp_path, loader, state):
+    from tests.image.trees import fedora_tree
+
+    node_report = {**report({"vulkan": []}), "backend": "krunkit"}
+    config = tmp_path / "root"
+    answer = with_image(node_report, f"dir:{fedora_tree(config, loader=loader)}")
+    checks = {c["name"]: c for c in answer["image"]["apis"]["vulkan"]["checks"]}
+    assert answer["apis"]["vulkan"]["state"] == state, checks
+    assert "krunkit-venus" in checks
+
+
+def test_the_venus_check_applies_under_krunkit_only(tmp_path):
+    from tests.image.trees import fedora_tree
+
+    answer = with_image(report({"vulkan": []}), f"dir:{fedora_tree(tmp_path / 'root')}")
+    assert [c["name"] for c in answer["image"]["apis"]["vulkan"]["checks"]] == []
