@@ -491,3 +491,59 @@ def test_the_venus_check_applies_under_krunkit_only(tmp_path):
 
     answer = with_image(report({"vulkan": []}), f"dir:{fedora_tree(tmp_path / 'root')}")
     assert [c["name"] for c in answer["image"]["apis"]["vulkan"]["checks"]] == []
+
+
+# --- the CLI and the library ---------------------------------------------------------------------
+
+REPO = Path(__file__).resolve().parents[2]
+NVIDIA_NODE = [
+    "--backend", "cdi", "--engine", "none", "--spec-dir", str(REPO / "cdi-samples/nvidia-current/spec"),
+    "--root", str(REPO / "cdi-samples/hosts/nvidia-580"),
+]  # fmt: skip
+
+
+def cgpu_cli(*argv: str) -> tuple[int, str, str]:
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "cgpu", *argv], capture_output=True, text=True, timeout=300)
+    return done.returncode, done.stdout, done.stderr
+
+
+def test_probe_with_image_on_the_nvidia_sample_node(tmp_path):
+    code, out, _ = cgpu_cli("probe", "--json", *NVIDIA_NODE)
+    plain = json.loads(out)
+    assert code == 0 and "image" not in plain and plain["containers"] == ["cuda", "vulkan", "opencl"]
+    code, out, _ = cgpu_cli("probe", "--json", *NVIDIA_NODE, "--image", f"dir:{glibc_root(tmp_path)}")
+    answer = json.loads(out)
+    assert code == 0 and answer["containers"] == ["cuda"], answer["image"]
+    assert {k: v for k, v in answer.items() if k not in ("apis", "evidence", "containers", "image", "checked_at")} == {
+        k: v for k, v in plain.items() if k not in ("apis", "evidence", "containers", "checked_at")
+    }
+    Report.model_validate(answer)
+
+
+def test_image_check_with_a_backend_and_its_exit_status(tmp_path):
+    root = vulkan_root(tmp_path / "v", ())
+    code, out, _ = cgpu_cli("image", "check", f"dir:{root}", "--backend", "cdi", "--json")
+    answer = json.loads(out)
+    assert answer["backend"] == "cdi" and answer["status"] == "read" and set(answer["apis"]) == set(API_ORDER[:-1])
+    assert code in (0, 4, 5)
+    code, _, err = cgpu_cli("image", "check", f"dir:{root}", "--backend", "cdi", "--machine", "m")
+    assert code == 2 and "--machine" in err
+    code, _, err = cgpu_cli("image", "check", "Bad::Ref", "--backend", "cdi")
+    assert code == 2 and "not an image reference" in err
+
+
+def test_the_library_takes_image(tmp_path):
+    import cgpu
+
+    options = {"engine": "none", "spec_dirs": NVIDIA_NODE[5:6], "root": NVIDIA_NODE[7]}
+    answer = cgpu.probe("cdi", **options, image=f"dir:{glibc_root(tmp_path)}")
+    assert answer.containers == ["cuda"] and answer.image is not None
+    assert answer.image.apis["vulkan"].verdict == "no" and answer.image.apis["vulkan"].node == "provided"
+    assert cgpu.probe("cdi", **options).image is None
+    with pytest.raises(cgpu.CgpuValueError, match="not an image reference"):
+        cgpu.probe("cdi", **options, image="Bad::Ref")
+    with pytest.raises(cgpu.CgpuTypeError):
+        cgpu.probe("cdi", **options, image=3)  # type: ignore[arg-type]
