@@ -147,61 +147,23 @@ def open_image(
 
 # --- exporting from an engine -------------------------------------------------------------
 
-_MOUNT_TIMEOUT = 30.0  # one podman command of the mount path; a slower store takes the export path
-
 
 @contextmanager
 def _mounted_podman_image(name: str, deadline: Deadline) -> Iterator[OpenedImage | None]:
-    """A local podman image read in place: `podman image inspect` for its config and `podman image
-    mount` for its root (read-only, unmounted on exit), where this process may mount (root). None
-    where it cannot (rootless, no podman, not in podman's storage): the caller exports the image
-    instead. Reading in place costs a few tenths of a second; `podman save` of a large image, minutes."""
-    import shutil
+    """A local podman image read in place (`Engine.mounted_image`), or None where it cannot be: the
+    caller exports it instead. Reading in place costs a few tenths of a second; exporting a large
+    image, minutes."""
+    from cgpu.engines.client import DeadlinePassed, local_engine
 
-    from cgpu.run import CommandError, CommandTimeoutError, format_argv, run
-
-    podman = shutil.which("podman")
-    if podman is None or not hasattr(os, "geteuid") or os.geteuid() != 0:
-        yield None
-        return
-
-    def podman_says(*args: str) -> bytes | None:
-        left = deadline.left()
-        try:
-            done = run([podman, *args], timeout=min(_MOUNT_TIMEOUT, left if left is not None else _MOUNT_TIMEOUT))
-        except CommandTimeoutError as exc:
-            if deadline.expired():  # the whole read's limit, said as the --timeout it comes from
-                seconds = deadline.seconds if deadline.seconds is not None else exc.timeout
-                message = f"{format_argv(exc.argv)}: no answer within {seconds:g} s; it was stopped"
-                raise ImageReadError(f"image {name!r} could not be read: {message}") from None
-            return None
-        except CommandError:
-            return None
-        return done.stdout if done.returncode == 0 else None
-
-    inspected = podman_says("image", "inspect", "--", name)
     try:
-        found = json.loads(inspected or b"null")
-    except ValueError:
-        found = None
-    if not isinstance(found, list) or not found or not isinstance(found[0], dict):
-        yield None
-        return
-    details = found[0]
-    settings = details.get("Config")
-    config = {
-        "architecture": details.get("Architecture") or "",
-        "os": details.get("Os") or "",
-        "config": settings if isinstance(settings, dict) else {},
-    }
-    where = (podman_says("image", "mount", "--", name) or b"").decode("utf-8", "replace").strip()
-    if not where or not os.path.isdir(where):
-        yield None
-        return
-    try:
-        yield OpenedImage(DirTree(where, deadline), f"podman image {name}", config)
-    finally:
-        podman_says("image", "unmount", "--", name)
+        with local_engine("podman").mounted_image(name, deadline=deadline) as mounted:
+            if mounted is None:
+                yield None
+                return
+            root, config = mounted
+            yield OpenedImage(DirTree(root, deadline), f"podman image {name}", config)
+    except DeadlinePassed as exc:
+        raise ImageReadError(f"image {name!r} could not be read: {exc}") from None
 
 
 def _export(
