@@ -72,6 +72,7 @@ def probe(
     vm_image: PathArg | None = None,
     refresh: bool = False,
     timeout: float | None = None,
+    image: str | None = None,
 ) -> Report:
     """Run a backend (default: this platform's) and return its report.
 
@@ -84,7 +85,10 @@ def probe(
       container per device), `probe_image` (the image for `verify`);
     - wsl: `distro`;
     - krunkit: `machine`, `vm_image`, `probe_image`, `refresh` (ignore the cached answer);
-    - all: `timeout` (seconds, for each command cgpu runs).
+    - all: `timeout` (seconds, for each command cgpu runs); `image` (an image reference, as for
+      `check_image`): the report answers for containers of that image (its `image` section says
+      what the image has per API; an API the image lacks a part of is absent). The image is
+      read, never run or pulled; `timeout` also bounds reading it.
 
     The process keeps what a backend keeps from one call to the next (the cdi backend: the specs
     parsed and the answers worked out from each file, while the file and every host file read are
@@ -97,10 +101,15 @@ def probe(
     is a ValueError; each names the keyword, and each is also a `CgpuError`. Raises ProbeError
     (with `.report`) when the backend could not run.
     """
-    given = {keyword: value for keyword, value in locals().items() if keyword != "backend"}  # the options, first
+    given = {keyword: value for keyword, value in locals().items() if keyword not in ("backend", "image")}
     from cgpu.backends import default_backend, run_backend
-    from cgpu.options import check_keywords, required_text
+    from cgpu.options import check_keywords, required_text, text
 
+    image = text("image", image)
+    if image is not None:
+        from cgpu.image.source import check_reference
+
+        check_reference(image)  # no image reference at all: ValueError before the probe runs
     options = check_keywords(given)  # each keyword's type and range, by its kind in the options table
     name = default_backend() if backend is None else required_text("backend", backend)
     from cgpu.model import Report
@@ -108,7 +117,12 @@ def probe(
     builder = run_backend(name, options)  # an unknown backend: ValueError; another's option: TypeError
     if builder.bad_usage:
         raise CgpuValueError("; ".join(builder.usage()))
-    report = Report.model_validate(builder.build())
+    answer = builder.build()
+    if image is not None and not builder.could_not_run:
+        from cgpu.image.answer import with_image
+
+        answer = with_image(answer, image, timeout=options.get("timeout"))
+    report = Report.model_validate(answer)
     if builder.could_not_run:
         raise ProbeError(report)
     return report

@@ -181,6 +181,12 @@ def _add_probe(sub: Subcommands) -> None:
         default="auto",
         help="colour the human output: auto (default) on a terminal unless NO_COLOR is set",
     )
+    probe.add_argument(
+        "--image",
+        metavar="REF",
+        help="answer for containers of this image (podman/Docker storage, oci:, oci-archive:, docker-archive:, dir:): "
+        "an API the node gives but the image lacks a part of is absent; read, never run or pulled",
+    )
     _add_probe_options(probe)
     probe.set_defaults(subparser=probe)  # its own usage line on a usage error
 
@@ -250,6 +256,12 @@ def _add_image(sub: Subcommands) -> None:
     )
     check.add_argument("--json", action="store_true", help="the answer as one JSON object (for machines)")
     check.add_argument("--machine", metavar="NAME", help="also run the probe in this krunkit VM")
+    check.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        help="instead: per API, what containers of this image get on this node as that backend sees it "
+        "(the image part of `probe --image REF`)",
+    )
     check.add_argument("--timeout", type=_seconds, metavar="SECONDS", help="limit for the whole check (default: 300)")
     check.add_argument("--color", choices=("auto", "always", "never"), default="auto", help="as for probe")
 
@@ -519,11 +531,23 @@ def _probe(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     output = "json" if args.json else "name" if args.quiet else args.output
     backend = args.backend or default_backend()
     given = backend_options(parser, args, backend)
+    if args.image is not None:
+        from cgpu.errors import CgpuValueError
+        from cgpu.image.source import check_reference
+
+        try:
+            check_reference(args.image)
+        except CgpuValueError as exc:
+            parser.error(f"argument --image: {exc}")
     human = not (output in ("json", "yaml", "name") or args.brief)
     builder, code = _run("probe", backend, given, _progress if human else None)
     if code == ExitCode.USAGE:
         return code
     report = builder.build()
+    if args.image is not None and code == ExitCode.OK:
+        from cgpu.image.answer import with_image
+
+        report = with_image(report, args.image, timeout=given.get("timeout"))
     if output == "json":
         _emit(to_json(report))
         return code
@@ -555,7 +579,12 @@ def _probe(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         )
         _emit(text)
     else:
-        _emit(render.render_report(report, columns=columns, style=style))
+        text = render.render_report(report, columns=columns, style=style)
+        if "image" in report:
+            from cgpu.image.answer import render_image
+
+            text += "\n\n" + render_image(report["image"], columns=columns, style=style)
+        _emit(text)
     return code
 
 
@@ -667,6 +696,13 @@ def _image_check(args: argparse.Namespace) -> int:
     from cgpu.image.check import check_image, render_image_check
     from cgpu.terminal import escape
 
+    if args.backend is not None:
+        if args.machine is not None:
+            print(
+                "cgpu image check: error: --machine is krunkit's Venus check; with --backend give none", file=sys.stderr
+            )
+            return ExitCode.USAGE
+        return _image_on_node(args)
     try:
         result = check_image(
             args.ref, machine=args.machine, timeout=args.timeout, progress=None if args.json else _progress
@@ -689,6 +725,45 @@ def _image_check(args: argparse.Namespace) -> int:
         return ExitCode.INTERNAL
     _emit(text)
     return code
+
+
+def _image_on_node(args: argparse.Namespace) -> int:
+    """`image check REF --backend NAME`: the backend's probe with the image, its image part shown.
+    Exit 0 when the image has what every API the node gives needs, 4 when it lacks a part of one,
+    5 when it cannot tell, 1 when the probe or the image could not be read."""
+    from cgpu.errors import CgpuValueError
+    from cgpu.image.answer import image_exit, render_image, with_image
+    from cgpu.image.source import check_reference
+    from cgpu.terminal import escape
+
+    try:
+        check_reference(args.ref)
+    except CgpuValueError as exc:
+        print(f"cgpu image check: error: argument REF: {escape(exc)}", file=sys.stderr)
+        return ExitCode.USAGE
+    given = {"timeout": args.timeout} if args.timeout else {}
+    builder, code = _run("image check", args.backend, given, None if args.json else _progress)
+    if code != ExitCode.OK:
+        return code
+    report = with_image(builder.build(), args.ref, timeout=args.timeout)
+    answer = {"backend": report["backend"], "containers": report["containers"], **report["image"]}
+    answer["problems"] = report["problems"]
+    if args.json:
+        _emit(to_json(answer))
+    else:
+        from cgpu.render import render_problems
+        from cgpu.terminal import Style, width
+
+        columns, style = width(), Style.choose(args.color)
+        lines = [render_image(report["image"], columns=columns, style=style)]
+        lines += render_problems(report["problems"], columns=columns, style=style)
+        _emit("\n".join(lines))
+    return {
+        "yes": ExitCode.OK,
+        "no": ExitCode.IMAGE_NO,
+        "unknown": ExitCode.IMAGE_UNKNOWN,
+        "unread": ExitCode.COULD_NOT_RUN,
+    }[image_exit(report["image"])]
 
 
 def _write_assets(folder: str) -> int:

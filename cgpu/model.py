@@ -519,6 +519,45 @@ DEVICES: dict[str, tuple[type[_Device], ...]] = {
 }
 
 
+class ImageApi(BaseModel):
+    """One API for containers of the image given with --image."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    node: Literal["provided", "absent", "unknown"] = Field(description="the node's state of the API, without the image")
+    verdict: Literal["yes", "no", "unknown", "not-checked"] = Field(
+        description=(
+            "whether the image has what the API's user space needs (its `image_needs`, the API's own rules, the "
+            "user's access to `user_needs`): yes; no (a required check failed); unknown (the image cannot tell); "
+            "not-checked: the node does not provide the API"
+        )
+    )
+    state: Literal["provided", "absent", "unknown"] = Field(
+        description="the answer for containers of this image: the report's `apis` state with --image"
+    )
+    reason: str = Field(description="the verdict in one sentence, naming the missing or unknown parts")
+    checks: list[ImageCheckItem] = Field(
+        description="each check behind the verdict: a token of `image_needs`, cuda-version, rocm-targets, user: NODE"
+    )
+
+
+class ImageAnswer(BaseModel):
+    """The image given with `cgpu probe --image REF` (`cgpu.probe(image=REF)`): read, never run or pulled."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    reference: str = Field(description="the image reference as given")
+    source: str = Field(description="what was read (engine storage, archive, layout, directory); '' if not")
+    status: Literal["read", "unreadable", "internal_error"] = Field(
+        description="read; unreadable (every provided API is unknown, a problem says why); internal_error"
+    )
+    os: str = Field(description="the image's os-release PRETTY_NAME; '' when unread")
+    architecture: str = Field(description="the image config's CPU architecture; '' when it has none")
+    user: str = Field(description="the image config's User ('' for root)")
+    seconds: float = Field(description="how long reading and checking the image took")
+    apis: dict[ContainerApi, ImageApi] = Field(description="per container API, the image's verdict and the answer")
+
+
 class Report(BaseModel):
     """What containers started on this node get, per GPU API: `cgpu probe --json`, `cgpu.probe()`.
 
@@ -599,6 +638,14 @@ class Report(BaseModel):
     )
     cgpu_version: str = Field(description="the cgpu that wrote the report")
     checked_at: str = Field(description="when, ISO 8601 in UTC, to the second")
+    image: ImageAnswer | None = Field(
+        default=None,
+        description=(
+            "with --image REF only: the image and, per API, its verdict; `containers`, `apis` and `evidence` then "
+            "answer for containers of that image (an API the node provides but the image lacks a part of is absent, "
+            "one the image cannot tell is unknown); absent without --image"
+        ),
+    )
 
     @field_validator("containers")
     @classmethod

@@ -111,6 +111,7 @@ class Facts:
         self.tree: Tree = image.tree
         self.env = image.env
         self.problems: list[Problem] = []
+        self.configured_dirs: list[str] = []  # LD_LIBRARY_PATH's and ld.so.conf's, before the default ones
         self.lib_dirs = self._lib_dirs()
         self.os_name = self._os_release()
         self.packages, self.package_db = self._packages()
@@ -133,6 +134,7 @@ class Facts:
                 line = line.split("#", 1)[0].strip()
                 if line and not line.startswith("include") and line.startswith("/"):
                     dirs.append(line.strip("/"))
+        self.configured_dirs = list(dict.fromkeys(dirs))
         return list(dict.fromkeys([*dirs, *LIB_DIRS]))
 
     def _os_release(self) -> str:

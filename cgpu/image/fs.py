@@ -70,6 +70,11 @@ def keep_content(path: str) -> bool:
         return True
     if path.startswith("etc/ld.so.conf") or (path.startswith("etc/yum.repos.d/") and name.endswith(".repo")):
         return True
+    # what `probe --image` reads: the users and groups, OpenCL vendor ICDs, the ROCm release file
+    if path in ("etc/passwd", "etc/group") or (path.startswith("etc/OpenCL/vendors/") and name.endswith(".icd")):
+        return True
+    if path.startswith("opt/rocm") and path.endswith(".info/version"):
+        return True
     return path in ("var/lib/dpkg/status", "lib/apk/db/installed", "usr/lib/sysimage/libdnf5/nevras.toml")
 
 

@@ -134,6 +134,11 @@ def open_image(
     else:
         engines = {"containers-storage": ("podman",), "docker-daemon": ("docker",)}.get(transport)
         name = rest if engines else ref
+        if "podman" in (engines or ("podman",)):
+            with _mounted_podman_image(name, deadline) as mounted:
+                if mounted is not None:
+                    yield mounted
+                    return
         with tempfile.TemporaryDirectory(prefix="cgpu-image-") as tmp:
             archive, source = _export(name, engines or ("podman", "docker"), tmp, deadline, limits, say)
             with _TarBlobs(archive, deadline) as blobs:
@@ -141,6 +146,24 @@ def open_image(
 
 
 # --- exporting from an engine -------------------------------------------------------------
+
+
+@contextmanager
+def _mounted_podman_image(name: str, deadline: Deadline) -> Iterator[OpenedImage | None]:
+    """A local podman image read in place (`Engine.mounted_image`), or None where it cannot be: the
+    caller exports it instead. Reading in place costs a few tenths of a second; exporting a large
+    image, minutes."""
+    from cgpu.engines.client import DeadlinePassed, local_engine
+
+    try:
+        with local_engine("podman").mounted_image(name, deadline=deadline) as mounted:
+            if mounted is None:
+                yield None
+                return
+            root, config = mounted
+            yield OpenedImage(DirTree(root, deadline), f"podman image {name}", config)
+    except DeadlinePassed as exc:
+        raise ImageReadError(f"image {name!r} could not be read: {exc}") from None
 
 
 def _export(
