@@ -26,7 +26,7 @@ ROOTLESS_CONF = "/etc/containers/containers.rootless.conf"
 ROOTLESS_DROP_INS = "/etc/containers/containers.rootless.conf.d"
 
 # The spec dirs each release reads where containers.conf does not set them (or where it ignores them):
-# 3.2-3.4 link a pre-release CDI package that walks /etc/cdi only (its `pkg/devices.go`); 4.0-5.4 the
+# 3.x (no CDI spec read: `no_cdi_below`) /etc/cdi; 4.0-5.4 the
 # library's DefaultSpecDirs; 5.5 common v0.63's DefaultCdiSpecDirs, /etc/cdi only; 5.6 and later
 # /var/run/cdi again (common PR #2462, v0.64.0).
 STATIC_DIR_ONLY = DEFAULT_SPEC_DIRS[:1]  # /etc/cdi without /var/run/cdi
@@ -54,9 +54,6 @@ class Podman(ContainerEngine):
     daemon = "podman"
     packages = ("podman",)
     rows = (
-        # 3.2-3.4: a pre-release CDI package (f99e8b6c10b9) that checks no cdiVersion at all and reads
-        # only *.json files (its pkg/devices.go): every version is read, so the newest one cgpu knows
-        ((3, 2), "1.1.0", "f99e8b6c10b9 (pre-release)"),
         ((4, 0), "0.2.0", "46367ec063fd (pre-release)"),  # validSpecVersions: 0.1.0 and 0.2.0
         ((4, 1), "0.4.0", "v0.4.0"),
         ((4, 3), "0.5.0", "v0.5.2/v0.5.x"),  # observed on Debian 12's podman 4.3.1
@@ -66,7 +63,18 @@ class Podman(ContainerEngine):
         ((5, 5), "1.0.0", "v1.0.x"),
         ((6, 0), "1.1.0", "v1.1.0"),
     )
-    no_cdi_below = (3, 2)  # 3.0 and 3.1 vendor no CDI package (podman go.mod at v3.0.0, v3.1.0)
+    # 3.0 and 3.1 vendor no CDI package (podman go.mod at v3.0.0, v3.1.0); 3.2-3.4 a 2021 draft
+    # (f99e8b6c10b9, its pkg/devices.go and specs-go at v3.2.0...v3.4.7) that walks /etc/cdi for *.json only,
+    # decodes the draft's format (device nodes as hostPath/containerPath, permissions a list: a spec in the
+    # released format either fails to decode and is skipped, or gives mounts without a source) and looks a
+    # `vendor/class=name` request up by the whole string, which names no device ("CDI: device ... not found")
+    no_cdi_below = (4, 0)
+    without_cdi = (
+        "reads no spec in the CDI format (3.0 and 3.1 have no CDI support; 3.2-3.4 a 2021 draft that reads only "
+        "*.json under /etc/cdi, in the draft's own format, and fails every vendor/class=name request: "
+        "podman#20257 and #24474, `stat nvidia.com/gpu=0: no such file or directory` on Ubuntu 22.04's 3.4.4; "
+        "podman 4.1 or later reads them)"
+    )
     checked_through = (6, 0)
     reached_by_client = True
 

@@ -230,3 +230,16 @@ def test_a_docker_daemon_says_whether_cdi_is_on_wherever_it_runs(
     calls = (only_stand_ins / "docker-calls").read_text().split()
     run_backend("cdi", {"spec_dirs": [str(spec)], "root": "/"})  # remembered: neither asked again
     assert (only_stand_ins / "docker-calls").read_text().split() == calls == ["version", "info"]
+
+
+@pytest.mark.parametrize("version", ["3.1.0", "3.4.4"])
+def test_podman_3_gives_no_container_a_cdi_device(version: str):
+    """Ubuntu 22.04's podman 3.4.4 with nvidia-ctk's spec: `podman run --device nvidia.com/gpu=0` fails with
+    `stat nvidia.com/gpu=0: no such file or directory` (podman#20257, #24474): 3.2-3.4 carry a 2021 CDI draft
+    that reads only *.json in its own format and fails every vendor/class=name request; 3.0-3.1 have no CDI."""
+    report = _report(engine=f"podman@{version}")
+    assert report["containers"] == [] and report["apis"]["cuda"]["state"] == "absent"
+    [problem] = [p for p in report["problems"] if p["kind"] == "cdi-off"]
+    assert f"podman {version} reads no spec in the CDI format" in problem["message"]
+    assert "podman#20257" in report["evidence"]["cuda"]
+    assert _report(engine="podman@5.4.2")["apis"]["cuda"]["state"] == "provided"  # the released library

@@ -252,7 +252,7 @@ def test_podman_5_5_does_not_read_a_spec_where_nvidia_cdi_refresh_writes_it(tmp_
     ("version", "reads"),
     [
         ("3.1.0", None),
-        ("3.4.4", "1.1.0"),
+        ("3.4.4", None),
         ("4.0.3", "0.2.0"),
         ("4.1.1", "0.4.0"),
         ("4.2.0", "0.4.0"),
@@ -260,8 +260,9 @@ def test_podman_5_5_does_not_read_a_spec_where_nvidia_cdi_refresh_writes_it(tmp_
     ],
 )
 def test_the_old_podman_rows(version: str, reads: str | None):
-    """podman `go.mod`/vendor at each tag: 3.0-3.1 no CDI package; 3.2-3.4 a pre-release that checks no
-    cdiVersion; 4.0 a pre-release taking 0.1.0 and 0.2.0; 4.1-4.2 v0.4.0; 4.3.0 v0.5.2."""
+    """podman `go.mod`/vendor at each tag: 3.0-3.1 no CDI package; 3.2-3.4 a 2021 draft that reads no spec in
+    the CDI format (podman#20257, #24474); 4.0 a pre-release taking 0.1.0 and 0.2.0; 4.1-4.2 v0.4.0; 4.3.0
+    v0.5.2."""
     assert max_cdi_version("podman", version) == reads
 
 
