@@ -334,8 +334,6 @@ class Containerd(ContainerEngine):
         """containerd's reading changes within a release line (2.3 against 2.2), so it reads by the whole
         version; it has no by-major `read_configuration`. A Kubernetes flavour's files are shown as the
         flavour writes them before containerd starts (cgpu/engines/flavours.py)."""
-        from cgpu.engines.flavours import FlavourFiles
-
         release = None
         if version is not None:
             try:
@@ -343,6 +341,10 @@ class Containerd(ContainerEngine):
             except ValueError:
                 pass  # no release cgpu can read: the newest line's reading
         major = release[0] if release else None
+        if not flavour:
+            return read_config(read, listdir, CONFIG_TOML, release)
+        from cgpu.engines.flavours import FlavourFiles
+
         files = FlavourFiles(flavour, read, listdir, major, FLAVOUR_CONFIGS.get(flavour, CONFIG_TOML))
         config = read_config(files.read, listdir, files.path, release)
         config.problems[:0] = files.problems

@@ -24,6 +24,7 @@ import json
 import posixpath
 import re
 
+from cgpu.patterns import lazy
 from cgpu.problem import Problem
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time
@@ -58,12 +59,12 @@ FLAVOUR_SOCKETS = {
     "/var/snap/microk8s/common/run/containerd.sock": ("microk8s",),
 }
 
-_QUOTED_ACTION = re.compile(r"\"\{\{.*?\}\}\"|'\{\{.*?\}\}'", re.DOTALL)
-_ACTION = re.compile(r"\{\{.*?\}\}", re.DOTALL)
-_BASE_ACTION = re.compile(r"\{\{-?\s*template\s+\"base\"")
-_VERSION_LINE = re.compile(r"^version[ \t]*=[ \t]*\d+[ \t]*$", re.MULTILINE)
-_IMPORTS_LINE = re.compile(r"^imports[ \t]*=[ \t]*\[[^\]\n]*\]", re.MULTILINE)
-_SNAP_VARIABLE = re.compile(r"\$\{(SNAP|SNAP_DATA|SNAP_COMMON|SNAPSHOTTER|RUNTIME|RUNTIME_TYPE)\}")
+_QUOTED_ACTION = lazy(r"\"\{\{.*?\}\}\"|'\{\{.*?\}\}'", re.DOTALL)
+_ACTION = lazy(r"\{\{.*?\}\}", re.DOTALL)
+_BASE_ACTION = lazy(r"\{\{-?\s*template\s+\"base\"")
+_VERSION_LINE = lazy(r"^version[ \t]*=[ \t]*\d+[ \t]*$", re.MULTILINE)
+_IMPORTS_LINE = lazy(r"^imports[ \t]*=[ \t]*\[[^\]\n]*\]", re.MULTILINE)
+_SNAP_VARIABLE = lazy(r"\$\{(SNAP|SNAP_DATA|SNAP_COMMON|SNAPSHOTTER|RUNTIME|RUNTIME_TYPE)\}")
 
 
 def template_settings(text: str) -> str:

@@ -426,7 +426,6 @@ def _release_limit(engine: ContainerEngine, version: str, problems: list[Problem
 def learn(root: str, *, run_allowed: bool, timeout: float) -> tuple[list[InstalledEngine], dict[str, Any]]:
     """Every engine installed under `root`, and the node facts (the kubelet's runtime); with the
     identity of each file read, for the cache."""
-    from cgpu.engines.flavours import flavour_binaries
     from cgpu.engines.kubelet import kubelet_runtime
     from cgpu.engines.registry import REGISTRY
 
@@ -434,7 +433,11 @@ def learn(root: str, *, run_allowed: bool, timeout: float) -> tuple[list[Install
     packages = _Packages(files)
     kubelet = kubelet_runtime(files)
     # a flavour's containerd where the kubelet runs pods on it, before a packaged one the node may also have
-    preferred = flavour_binaries(kubelet["endpoint"]) if kubelet is not None else []
+    preferred = []
+    if kubelet is not None:
+        from cgpu.engines.flavours import flavour_binaries
+
+        preferred = flavour_binaries(kubelet["endpoint"])
     engines = []
     for engine in REGISTRY.engines():
         found = _learn_one(files, packages, engine, run_allowed=run_allowed, timeout=timeout, preferred=preferred)

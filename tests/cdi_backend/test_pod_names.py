@@ -4,8 +4,13 @@ spec with only `all` resolves none of them (nvidia-container-toolkit#1239, #1895
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
+from hypothesis import given
+from hypothesis import strategies as st
+
+from cgpu.backends.cdi import pod_names
 from cgpu.backends.cdi.pod_names import id_strategy
 from tests.cdi_backend.helpers import HOSTS, SAMPLES, probe, spec_dir
 
@@ -55,3 +60,12 @@ def test_id_strategies_are_read_from_names():
 
 def test_no_nvidia_kind_no_entry():
     assert probe([SAMPLES / "amd/spec"], HOSTS / "amd")["pod_names"] == []
+
+
+_NAME_TEXT = st.text(alphabet="GPUMI-0123456789abcdefABCDEF:٣x", max_size=12)
+
+
+@given(st.one_of(_NAME_TEXT, st.builds("{}-{}".format, st.sampled_from(["GPU", "MIG", "gpu"]), _NAME_TEXT)))
+def test_name_shapes_are_the_regexes_they_stand_for(name: str):
+    assert pod_names.is_uuid_name(name) == bool(re.fullmatch(r"(GPU|MIG)-[0-9a-fA-F-]+", name))
+    assert pod_names.is_index_name(name) == bool(re.fullmatch(r"\d+(:\d+)?", name))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cgpu.backends.cdi import answer_scan
+from cgpu.backends.cdi.rules import DRM_NODE, KFD_NODE, NVIDIA_GPU_NODE
 from cgpu.backends.cdi.view import hook_effects
 from cgpu.cdi.model import Hook
 from cgpu.node.host import HostFS
@@ -473,3 +475,17 @@ def test_api_version_variant_as_the_loader_parses_it(version, variant):
     from cgpu.backends.cdi.vulkan_icd import api_version_variant
 
     assert api_version_variant(version) == variant
+
+
+@given(
+    st.builds(
+        "".join,
+        st.lists(
+            st.sampled_from(["/dev/", "nvidia", "dri/", "card", "renderD", "kfd", "0", "12", "٣", "x", "-"]), max_size=6
+        ),
+    )
+)
+def test_node_paths_are_the_regexes_they_stand_for(path: str):
+    assert NVIDIA_GPU_NODE.fullmatch(path) == bool(re.fullmatch(r"/dev/nvidia\d+", path))
+    assert DRM_NODE.fullmatch(path) == bool(re.fullmatch(r"/dev/dri/(card|renderD)\d+", path))
+    assert KFD_NODE.fullmatch(path) == (path == "/dev/kfd")

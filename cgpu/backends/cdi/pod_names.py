@@ -12,7 +12,6 @@ With a CDI device-list strategy (`cdi-annotations`, `cdi-cri`) it writes its own
 from __future__ import annotations
 
 from cgpu.backends.cdi.device import DeviceAnswer
-from cgpu.patterns import lazy
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time
 if TYPE_CHECKING:
@@ -21,8 +20,18 @@ if TYPE_CHECKING:
 PLUGIN_KIND = "k8s.device-plugin.nvidia.com/gpu"
 NVIDIA_KIND, MANAGEMENT_KIND = "nvidia.com/gpu", "management.nvidia.com/gpu"
 SHOWN = 8  # names listed per entry
-_UUID_NAME = lazy(r"(GPU|MIG)-[0-9a-fA-F-]+")
-_INDEX_NAME = lazy(r"\d+(:\d+)?")
+_UUID_CHARACTERS = frozenset("0123456789abcdefABCDEF-")
+
+
+def is_uuid_name(name: str) -> bool:
+    """`GPU-<uuid>` or `MIG-<uuid>` (the regex `(GPU|MIG)-[0-9a-fA-F-]+`, as string work: on every run)."""
+    return name.startswith(("GPU-", "MIG-")) and len(name) > 4 and _UUID_CHARACTERS.issuperset(name[4:])
+
+
+def is_index_name(name: str) -> bool:
+    """`0` or a MIG device's `0:1` (the regex `\\d+(:\\d+)?`)."""
+    gpu, colon, mig = name.partition(":")
+    return gpu.isdecimal() and (not colon or mig.isdecimal())
 
 
 def _names_by_kind(answers: list[DeviceAnswer]) -> dict[str, list[str]]:
@@ -37,8 +46,8 @@ def _names_by_kind(answers: list[DeviceAnswer]) -> dict[str, list[str]]:
 
 
 def id_strategy(names: list[str]) -> str:
-    uuid = any(_UUID_NAME.fullmatch(n) for n in names)
-    index = any(_INDEX_NAME.fullmatch(n) for n in names)
+    uuid = any(is_uuid_name(n) for n in names)
+    index = any(is_index_name(n) for n in names)
     return "uuid and index" if uuid and index else "uuid" if uuid else "index" if index else "neither"
 
 
@@ -49,7 +58,7 @@ def _entry(requester: str, asks_for: str, kind: str, names: list[str], covered: 
 
 def _per_gpu(kind: str, requester: str, names: list[str]) -> dict[str, Any]:
     """Whether a pod asking for one GPU of `kind` by its UUID resolves."""
-    per_gpu = [n for n in names if _UUID_NAME.fullmatch(n)]
+    per_gpu = [n for n in names if is_uuid_name(n)]
     if per_gpu:
         why = f"the spec of kind {kind} names {len(per_gpu)} GPU{'s' if len(per_gpu) != 1 else ''} by UUID"
     else:

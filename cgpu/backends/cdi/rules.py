@@ -9,12 +9,11 @@ against the container view; what an ordinary image brings (loaders, Mesa, ROCm) 
 from __future__ import annotations
 
 import posixpath
-import re
 
 from cgpu.backends.cdi import vulkan_icd
 from cgpu.backends.cdi.device_identity import WrongNode, consequence, identity_fix, wrong_nodes
 from cgpu.backends.cdi.spec_fixes import missed_libraries_fix, on_host_beside
-from cgpu.backends.cdi.view import ContainerView
+from cgpu.backends.cdi.view import ContainerView, NodePaths
 from cgpu.patterns import lazy
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time
@@ -30,11 +29,12 @@ PROVIDED, PARTIAL, ABSENT = "provided", "partial", "absent"
 UNKNOWN = "unknown"  # the host cannot tell: a GPU ROCm may run only with an override
 _RANK = {PROVIDED: 2, PARTIAL: 1, ABSENT: 0}
 
-NVIDIA_GPU_NODE = lazy(r"/dev/nvidia\d+")
-RENDER_NODE = lazy(r"/dev/dri/renderD\d+")
-MIG_CAP_NODE = lazy(r"/dev/nvidia-caps/nvidia-cap\d+")
-DRM_NODE = lazy(r"/dev/dri/(card|renderD)\d+")
+NVIDIA_GPU_NODE = NodePaths("/dev/nvidia")
+RENDER_NODE = NodePaths("/dev/dri/renderD")
+MIG_CAP_NODE = NodePaths("/dev/nvidia-caps/nvidia-cap")
+DRM_NODE = NodePaths("/dev/dri/card", "/dev/dri/renderD")
 CTL, UVM, DXG, KFD = "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/dxg", "/dev/kfd"
+KFD_NODE = NodePaths(KFD, numbered=False)
 # Jetson (Tegra, CSV mode): the integrated GPU is reached through nvmap and nvgpu/nvhost nodes;
 # there is no /dev/nvidia-uvm (nvidia-container-toolkit's lib-csv test data: Xavier, Orin).
 NVMAP = "/dev/nvmap"
@@ -64,9 +64,9 @@ _VERSION_SUFFIX = lazy(r"\.so\.(\d{2,3}\.\d+(?:\.\d+)?)$")
 
 # Software drivers never count (docs/cdi.md "The answers"); matched on the library file name an ICD names.
 SOFTWARE_DRIVERS = (
-    (lazy(r"lvp|llvmpipe"), "lavapipe (llvmpipe)"),
-    (lazy(r"swiftshader"), "SwiftShader"),
-    (lazy(r"pocl"), "PoCL"),
+    (("lvp", "llvmpipe"), "lavapipe (llvmpipe)"),
+    (("swiftshader",), "SwiftShader"),
+    (("pocl",), "PoCL"),
 )
 
 NVIDIA_REGENERATE = "regenerate the spec with `nvidia-ctk cdi generate`"
@@ -651,8 +651,9 @@ def _software_note(view: ContainerView, api: str) -> str | None:
     for path, value, _ in _loader_entries(view, api):
         if not value:
             continue
-        for pattern, name in SOFTWARE_DRIVERS:
-            if pattern.search(posixpath.basename(value).lower()):
+        file_name = posixpath.basename(value).lower()
+        for parts, name in SOFTWARE_DRIVERS:
+            if any(part in file_name for part in parts):
                 kind = "Vulkan ICD" if api == "vulkan" else "OpenCL ICD"
                 return f"the {kind} {path} it mounts names {value}, {name}, a software driver that never counts"
     return None
@@ -826,7 +827,7 @@ def _render_graphics(view: ContainerView, renders: list[RenderNode], api: str) -
 
 
 def _not_on_host(view: ContainerView) -> str:
-    listed = view.absent_nodes(RENDER_NODE) + view.absent_nodes(re.compile(re.escape(KFD)))
+    listed = view.absent_nodes(RENDER_NODE) + view.absent_nodes(KFD_NODE)
     if not listed:
         return ""
     return (

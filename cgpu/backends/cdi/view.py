@@ -36,6 +36,26 @@ MAX_WALKED_ENTRIES = 256  # entries of a tree walked below its first level, all 
 _KERNEL_FS = lazy(r"/(proc|sys|dev)(/|$)")
 
 
+class NodePaths:
+    """Device node paths: one of `prefixes` and a decimal number (`/dev/nvidia0`, the regex
+    `/dev/nvidia\\d+`), or with `numbered=False` exactly a prefix. Not a regex: compiling the
+    four a spec's devices need cost more than every match on the CLI's path."""
+
+    __slots__ = ("numbered", "prefixes")
+
+    def __init__(self, *prefixes: str, numbered: bool = True) -> None:
+        self.prefixes = prefixes
+        self.numbered = numbered
+
+    def fullmatch(self, path: str) -> bool:
+        for prefix in self.prefixes:
+            if path.startswith(prefix):
+                rest = path[len(prefix) :]
+                if rest.isdecimal() if self.numbered else not rest:
+                    return True
+        return False
+
+
 class HookEffects:
     __slots__ = ("ld_folders", "links", "nvidia_hooks", "other_hooks")
 
@@ -159,7 +179,7 @@ class ContainerView:
         self.nvidia_hooks = effects.nvidia_hooks
         self.other_hooks = effects.other_hooks
         self._index: FileIndex | None = None
-        self._usable: dict[re.Pattern[str], list[str]] = {}
+        self._usable: dict[NodePaths, list[str]] = {}
         # Answers that depend on the container's files, links, env and hooks but not on its device
         # nodes: shared with a device view that only adds nodes (most devices of a spec).
         self.file_memo: dict[object, object] = {}
@@ -263,11 +283,11 @@ class ContainerView:
             return False
         return self.host.exists(node.host_path or node.path)
 
-    def absent_nodes(self, pattern: re.Pattern[str]) -> list[str]:
+    def absent_nodes(self, pattern: NodePaths) -> list[str]:
         """Nodes the spec lists that the host does not have."""
         return [p for p in self.nodes if pattern.fullmatch(p) and not self.usable_node(p)]
 
-    def usable_nodes(self, pattern: re.Pattern[str]) -> list[str]:
+    def usable_nodes(self, pattern: NodePaths) -> list[str]:
         found = self._usable.get(pattern)
         if found is None:
             found = self._usable[pattern] = [p for p in self.nodes if pattern.fullmatch(p) and self.usable_node(p)]
