@@ -28,9 +28,50 @@ PATH_MAX = 4096  # Linux's bound on a path, its terminating NUL included (ENAMET
 _NOT_REGULAR = ", not a regular file"
 MAX_SMALL_FILE = 64 * 1024  # ICD manifests, .icd files, sysfs values: anything larger is not one
 
-_NVRM_VERSION = lazy(r"Kernel Module(?: for \S+)?\s+(\d+\.\d+(?:\.\d+)?)")
 _BARE_VERSION = lazy(r"^\s*(\d+\.\d+(?:\.\d+)?)\s*$")
 _KFD_PROPERTY = lazy(r"(?m)^(gfx_target_version|drm_render_minor) (\d{1,10})$")
+
+
+def _dotted_version(text: str, start: int) -> str | None:
+    """`\\d+\\.\\d+(?:\\.\\d+)?` matched at `start` (longest), or None."""
+    end, parts = start, 0
+    while parts < 3:
+        digits = end
+        while digits < len(text) and text[digits].isdecimal():
+            digits += 1
+        if digits == end:
+            break
+        parts, end = parts + 1, digits
+        if parts == 3 or end >= len(text) or text[end] != "." or not text[end + 1 : end + 2].isdecimal():
+            break
+        end += 1
+    return text[start:end] if parts >= 2 else None
+
+
+def nvrm_version(text: str) -> str | None:
+    """The driver version in /proc/driver/nvidia/version ("NVRM version: NVIDIA UNIX Open Kernel Module for
+    x86_64  580.65.06  Release Build ..."): the regex `Kernel Module(?: for \\S+)?\\s+(\\d+\\.\\d+(?:\\.\\d+)?)`
+    searched, as string work (on every run)."""
+    found = text.find("Kernel Module")
+    while found != -1:
+        after = found + len("Kernel Module")
+        starts = [after]
+        if text.startswith(" for ", after) and after + 5 < len(text) and not text[after + 5].isspace():
+            end = after + 5
+            while end < len(text) and not text[end].isspace():
+                end += 1
+            starts.insert(0, end)  # the optional group taken first, as the regex tries it
+        for start in starts:
+            blank = start
+            while blank < len(text) and text[blank].isspace():
+                blank += 1
+            version = _dotted_version(text, blank) if blank > start else None
+            if version is not None:
+                return version
+        found = text.find("Kernel Module", found + 1)
+    return None
+
+
 # Where the running NVIDIA kernel driver says its version, first found wins.
 DRIVER_VERSION_FILES = ("/proc/driver/nvidia/version", "/sys/module/nvidia/version")
 
@@ -497,13 +538,13 @@ class HostFS(NodeFiles):
 
     def nvidia_driver_version(self) -> tuple[str | None, str | None]:
         """The running NVIDIA kernel driver version and the file it was read from."""
-        for path, pattern in zip(DRIVER_VERSION_FILES, (_NVRM_VERSION, _BARE_VERSION), strict=True):
-            text, _ = self.read_small(path)
-            if text is not None:
-                match = pattern.search(text)
-                if match:
-                    return match.group(1), path
-        return None, None
+        text, _ = self.read_small(DRIVER_VERSION_FILES[0])
+        version = nvrm_version(text) if text is not None else None
+        if version is not None:
+            return version, DRIVER_VERSION_FILES[0]
+        text, _ = self.read_small(DRIVER_VERSION_FILES[1])
+        match = _BARE_VERSION.search(text) if text is not None else None
+        return (match.group(1), DRIVER_VERSION_FILES[1]) if match else (None, None)
 
     def render_node_vendor(self, node_name: str) -> str | None:
         """PCI vendor id (`0x10de`) of a DRM render node such as `renderD128`, from sysfs."""

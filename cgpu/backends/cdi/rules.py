@@ -14,7 +14,6 @@ from cgpu.backends.cdi import vulkan_icd
 from cgpu.backends.cdi.device_identity import WrongNode, consequence, identity_fix, wrong_nodes
 from cgpu.backends.cdi.spec_fixes import missed_libraries_fix, on_host_beside
 from cgpu.backends.cdi.view import ContainerView, NodePaths
-from cgpu.patterns import lazy
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time
 if TYPE_CHECKING:
@@ -60,7 +59,6 @@ PTX_JIT_COMPILER = "libnvidia-ptxjitcompiler"
 # WSL: nvidia-container-toolkit's WSL discoverer mounts these from the driver store with libcuda.so.1.1.
 WSL_CUDA_COMPANIONS = ("libcuda_loader.so", "libnvdxgdmal.so.1")
 NVIDIA_D3D12_UMD = "libnvwgf2umx.so"  # NVIDIA's D3D12 user-mode driver in its WSL driver-store folder
-_VERSION_SUFFIX = lazy(r"\.so\.(\d{2,3}\.\d+(?:\.\d+)?)$")
 
 # Software drivers never count (docs/cdi.md "The answers"); matched on the library file name an ICD names.
 SOFTWARE_DRIVERS = (
@@ -162,14 +160,28 @@ def driver_mismatch(view: ContainerView) -> tuple[str, str, str] | None:
     return view.file_memo["mismatch"]  # type: ignore[return-value]
 
 
+def driver_version_suffix(library: str) -> str | None:
+    """The driver version a library's name ends in (`libcuda.so.580.65.06`): the regex
+    `\\.so\\.(\\d{2,3}\\.\\d+(?:\\.\\d+)?)$` searched, as string work (on every run)."""
+    start = library.find(".so.")
+    while start != -1:
+        rest = library[start + 4 :]
+        rest = rest[:-1] if rest.endswith("\n") else rest  # `$` matches before a last newline too
+        parts = rest.split(".")
+        if 2 <= len(parts) <= 3 and 2 <= len(parts[0]) <= 3 and all(part.isdecimal() for part in parts):
+            return rest
+        start = library.find(".so.", start + 1)
+    return None
+
+
 def _driver_mismatch(view: ContainerView) -> tuple[str, str, str] | None:
     user = None
     for stem in ("libcuda", "libnvidia-ml", "libGLX_nvidia", "libnvidia-opencl"):
         for library in view.libraries(stem):
-            match = _VERSION_SUFFIX.search(library)
-            host_path = view.host_path(library) if match else None
-            if match and host_path is not None and view.host.exists(host_path):  # missing files: a stale spec
-                user = match.group(1)
+            version = driver_version_suffix(library)
+            host_path = view.host_path(library) if version else None
+            if version and host_path is not None and view.host.exists(host_path):  # missing files: a stale spec
+                user = version
                 break
         if user:
             break
@@ -386,10 +398,9 @@ def _cuda(view: ContainerView) -> Finding:
 def _ptx_jit_absent(view: ContainerView, library: str) -> str | None:
     """What falls short when libcuda.so.<version> comes without the PTX JIT compiler of its version;
     None when it is there, or the version is not in the name (Jetson's libcuda.so.1.1)."""
-    match = _VERSION_SUFFIX.search(library)
-    if match is None:
+    version = driver_version_suffix(library)
+    if version is None:
         return None
-    version = match.group(1)
     if any(f.endswith(f".so.{version}") for f in view.libraries(PTX_JIT_COMPILER)):
         return None
     return (
@@ -450,11 +461,9 @@ def _nvidia_vulkan(view: ContainerView) -> Finding:
 
 def _glx_companions_absent(view: ContainerView, library: str) -> list[str]:
     """The libraries libGLX_nvidia loads that the container does not get, in its driver version."""
-    match = _VERSION_SUFFIX.search(library)
-    version = match.group(1) if match else None
+    version = driver_version_suffix(library)
     if version is None:  # Jetson's libGLX_nvidia.so.0: the version of the libraries beside it
-        found = next((_VERSION_SUFFIX.search(f) for f in view.libraries(GLX_COMPANIONS[0])), None)
-        version = found.group(1) if found else None
+        version = next((driver_version_suffix(f) for f in view.libraries(GLX_COMPANIONS[0])), None)
     stems = list(GLX_COMPANIONS)
     host_library = view.host_path(library)
     if version and host_library is not None:

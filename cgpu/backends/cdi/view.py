@@ -17,6 +17,7 @@ from cgpu.patterns import lazy
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time
 if TYPE_CHECKING:
+    from collections.abc import Iterable
     from typing import cast
 else:
 
@@ -36,6 +37,18 @@ MAX_WALKED_ENTRIES = 256  # entries of a tree walked below its first level, all 
 _KERNEL_FS = lazy(r"/(proc|sys|dev)(/|$)")
 
 
+def library_stem(name: str) -> str | None:
+    """`libcuda` of `libcuda.so.1.1`: the regex `(.+?)\\.so\\.\\d+(?:\\.\\d+)*` matched whole, as
+    string work (every file of a spec's mounts, on every run)."""
+    start = name.find(".so.", 1)
+    while start != -1:
+        if all(part.isdecimal() for part in name[start + 4 :].split(".")):
+            stem = name[:start]
+            return None if "\n" in stem else stem  # `.` matches no newline
+        start = name.find(".so.", start + 1)
+    return None
+
+
 class NodePaths:
     """Device node paths: one of `prefixes` and a decimal number (`/dev/nvidia0`, the regex
     `/dev/nvidia\\d+`), or with `numbered=False` exactly a prefix. Not a regex: compiling the
@@ -46,6 +59,11 @@ class NodePaths:
     def __init__(self, *prefixes: str, numbered: bool = True) -> None:
         self.prefixes = prefixes
         self.numbered = numbered
+
+    def among(self, paths: Iterable[str]) -> list[str]:
+        """The paths that are such nodes, in their order (the prefix test first: most are not)."""
+        prefixes = self.prefixes
+        return [path for path in paths if path.startswith(prefixes) and self.fullmatch(path)]
 
     def fullmatch(self, path: str) -> bool:
         for prefix in self.prefixes:
@@ -135,9 +153,6 @@ def node_fully_specified(node: DeviceNode) -> bool:
     if node.type == "p":
         return True
     return node.type in ("b", "c", "u") and bool(node.major)
-
-
-_LIBRARY_NAME = lazy(r"(.+?)\.so\.\d+(?:\.\d+)*")
 
 
 class FileIndex:
@@ -246,9 +261,9 @@ class ContainerView:
             for path in real:
                 name = posixpath.basename(path)
                 names.add(name)
-                match = _LIBRARY_NAME.fullmatch(name)
-                if match:
-                    libraries.setdefault(match.group(1), []).append(path)
+                stem = library_stem(name)
+                if stem is not None:
+                    libraries.setdefault(stem, []).append(path)
             self._index = FileIndex(paths, by_folder, libraries, names)
         return self._index
 
@@ -285,12 +300,12 @@ class ContainerView:
 
     def absent_nodes(self, pattern: NodePaths) -> list[str]:
         """Nodes the spec lists that the host does not have."""
-        return [p for p in self.nodes if pattern.fullmatch(p) and not self.usable_node(p)]
+        return [p for p in pattern.among(self.nodes) if not self.usable_node(p)]
 
     def usable_nodes(self, pattern: NodePaths) -> list[str]:
         found = self._usable.get(pattern)
         if found is None:
-            found = self._usable[pattern] = [p for p in self.nodes if pattern.fullmatch(p) and self.usable_node(p)]
+            found = self._usable[pattern] = [p for p in pattern.among(self.nodes) if self.usable_node(p)]
         return found
 
     # --- files --------------------------------------------------------------------------------

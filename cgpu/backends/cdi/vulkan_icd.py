@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import json
 
-from cgpu.patterns import lazy
-
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time
 if TYPE_CHECKING:
     from typing import Any
@@ -76,14 +74,19 @@ def skipped_because(document: Any) -> str | None:
     return None
 
 
-_STRTOUL = lazy(r"[ \t\n\v\f\r]*([+-]?)([0-9]*)")
-_VERSION_DELIMITERS = lazy(r'[."\n\r]')
+C_SPACE = " \t\n\v\f\r"  # isspace() in the C locale
+ASCII_DIGITS = frozenset("0123456789")
 
 
 def _strtoul16(token: str) -> int:
     """(uint16_t)strtoul(token, NULL, 10): leading blanks, a sign, the digits; the rest ignored."""
-    match = _STRTOUL.match(token)
-    sign, digits = match.groups() if match else ("", "")
+    rest = token.lstrip(C_SPACE)
+    sign = rest[:1] if rest[:1] in ("+", "-") else ""
+    rest = rest[len(sign) :]
+    end = 0
+    while end < len(rest) and rest[end] in ASCII_DIGITS:
+        end += 1
+    digits = rest[:end]
     value = int(digits) if digits else 0
     return (-value if sign == "-" else value) % (1 << 64) & 0xFFFF
 
@@ -92,6 +95,7 @@ def api_version_variant(text: str) -> int:
     """VK_API_VERSION_VARIANT of loader_parse_version_string(text): tokens split at . " CR LF
     (strtok), a fourth token makes the first the variant, and VK_MAKE_API_VERSION shifts in 32 bits
     (a major version over 127 reaches the variant's bits; a variant over 7 falls off)."""
-    numbers = [_strtoul16(token) for token in _VERSION_DELIMITERS.split(text) if token][:4]
+    tokens = text.replace('"', ".").replace("\n", ".").replace("\r", ".").split(".")
+    numbers = [_strtoul16(token) for token in tokens if token][:4]
     variant, major = (numbers[0], numbers[1]) if len(numbers) == 4 else (0, numbers[0] if numbers else 0)
     return (((variant << 29) | (major << 22)) & 0xFFFFFFFF) >> 29
