@@ -327,13 +327,9 @@ def _booleans_for(path: str) -> tuple[str, ...]:
     return (ANY_DEVICE,)
 
 
-def selinux_blocked(host: HostFS, nodes: list[str]) -> tuple[list[str], str] | None:
-    """(nodes no boolean lets container_t open, the file that says SELinux enforces) or None."""
-    enforcing = selinux_enforcing(host)
-    if enforcing is None:
-        return None
-    blocked = [p for p in nodes if not any(_boolean(host, b) for b in _booleans_for(p))]
-    return (blocked, enforcing) if blocked else None
+def selinux_blocked(host: HostFS, nodes: list[str]) -> list[str]:
+    """The nodes no boolean lets container_t open (where SELinux enforces)."""
+    return [p for p in nodes if not any(_boolean(host, b) for b in _booleans_for(p))]
 
 
 def report_access(
@@ -342,6 +338,7 @@ def report_access(
     """Each provided API's `user_needs`; one whose nodes a rootless user cannot open is absent, and one
     whose nodes SELinux keeps from the container domain is unknown, with the fix."""
     user = rootless_podman(entry, host)
+    enforcing = selinux_enforcing(host)
     devices = _Devices(answers)
     groups = Groups(host)
     denied: dict[str, None] = {}
@@ -354,15 +351,15 @@ def report_access(
         if barred:
             report.absent(api, f"not provided: {barred[0]['node']} is not open to it: {barred[0]['why']}")
             continue
+        if enforcing is None:
+            continue
         first = giving[0]
-        nodes = api_nodes(devices.nodes(first)[3], api)
-        blocked = selinux_blocked(host, nodes)
-        if blocked is not None:
-            paths, source = blocked
+        paths = selinux_blocked(host, api_nodes(devices.nodes(first)[3], api))
+        if paths:
             denied.update(dict.fromkeys(paths))
             report.unknown(
                 api,
-                f"unknown: {first.name} gives {api} through {', '.join(paths)}, but SELinux is enforcing ({source}) "
+                f"unknown: {first.name} gives {api} through {', '.join(paths)}, but SELinux is enforcing ({enforcing}) "
                 f"and no boolean lets the container domain open {'them' if len(paths) > 1 else 'it'} "
                 f"({ANY_DEVICE} is off or unreadable): run with `--security-opt label=disable` or "
                 f"`setsebool -P {ANY_DEVICE} 1`",
@@ -370,7 +367,7 @@ def report_access(
     if denied and not quiet:
         report.problem(
             "warning",
-            str(selinux_enforcing(host)),
+            str(enforcing),
             f"SELinux is enforcing and {ANY_DEVICE} is off or unreadable, so a container may be denied "
             f'{", ".join(denied)} (NVML\'s "Insufficient Permissions", "Permission denied"): run it with '
             f"`--security-opt label=disable` or set `setsebool -P {ANY_DEVICE} 1`",

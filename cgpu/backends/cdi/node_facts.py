@@ -17,18 +17,26 @@ def injected_nodes(answers: list[DeviceAnswer]) -> dict[str, dict[str, tuple[Dev
     """Per spec file, each host node its devices inject (spec-level and their own, by host path), with
     the devices that inject it. Each edits object is read once (20,000 claim devices share a spec's)."""
     found: dict[str, dict[str, tuple[DeviceNode, list[DeviceAnswer]]]] = {}
+    by_spec: dict[int, list[DeviceAnswer]] = {}
     for answer in answers:
-        spec = answer.device.spec
+        by_spec.setdefault(id(answer.device.spec), []).append(answer)
+    for users in by_spec.values():
+        spec = users[0].device.spec
         nodes = found.setdefault(spec.path, {})
-        for node in (*spec.edits.device_nodes, *answer.device.device.edits.device_nodes):
-            if node.permissions == "none":
-                continue
-            path = node.host_path or node.path
-            entry = nodes.get(path)
-            if entry is None:
-                nodes[path] = (node, [answer])
-            elif entry[1][-1] is not answer:
-                entry[1].append(answer)
+        for node in spec.edits.device_nodes:  # every device of the spec injects these
+            if node.permissions != "none":
+                nodes.setdefault(node.host_path or node.path, (node, list(users)))
+        everyone = set(nodes)
+        for answer in users:
+            for node in answer.device.device.edits.device_nodes:
+                path = node.host_path or node.path
+                if node.permissions == "none" or path in everyone:
+                    continue
+                entry = nodes.get(path)
+                if entry is None:
+                    nodes[path] = (node, [answer])
+                elif entry[1][-1] is not answer:
+                    entry[1].append(answer)
     return found
 
 
