@@ -410,7 +410,8 @@ def test_loaded_into_podman(images, name, tmp_path):
     image, _ = images[name]
     tag = f"localhost/cgpu-test-real-{uuid.uuid4().hex[:8]}:{name}"
     archive = docker_archive(tmp_path / "d.tar", image.root.layers, arch=image.arch, tag=tag)
-    subprocess.run(["podman", "load", "-i", str(archive)], check=True, capture_output=True, timeout=120)
+    loaded = subprocess.run(["podman", "load", "-i", str(archive)], capture_output=True, text=True, timeout=120)
+    assert loaded.returncode == 0, loaded.stderr
     try:
         result, code = check(tag)
     finally:

@@ -292,7 +292,9 @@ def docker_archive(
         {
             "architecture": arch,
             "os": "linux",
-            "config": {"Env": list(env)},
+            # the tag as a label: each run's image its own (a suite's `podman rmi -f` of its tag never
+            # removes the image another suite is loading at the same time)
+            "config": {"Env": list(env), "Labels": {"cgpu.test.tag": tag}},
             "rootfs": {"type": "layers", "diff_ids": [_diff_id(layer) for layer in layers]},
         }
     ).encode()
