@@ -279,17 +279,30 @@ class Groups:
 
 
 def user_needs(
-    devices: _Devices, api: str, host: HostFS, groups: Groups, user: HostUser | None
+    devices: _Devices,
+    giving: list[DeviceAnswer],
+    api: str,
+    host: HostFS,
+    groups: Groups,
+    user: HostUser | None,
+    known: dict[tuple[int, int], dict[str, Any] | None],
 ) -> list[dict[str, Any]]:
-    """What the container's user must hold for each node `api` opens in the devices that give it."""
+    """What the container's user must hold for each node `api` opens in the devices `giving` it.
+    `known`: each (node, added gids) pair's need, worked out once for every device and API that share it."""
     needs: dict[str, dict[str, Any]] = {}
-    for answer in devices.giving(api):
+    for answer in giving:
         mine, spec_nodes, additional, classes = devices.nodes(answer)
         for path in api_nodes(classes, api):
-            if path not in needs:
-                need = node_need(mine.get(path) or spec_nodes[path], additional, host, groups, user)
-                if need is not None:
-                    needs[path] = need
+            if path in needs:
+                continue
+            node = mine.get(path) or spec_nodes[path]
+            key = (id(node), id(additional))
+            if key in known:
+                need = known[key]
+            else:
+                need = known[key] = node_need(node, additional, host, groups, user)
+            if need is not None:
+                needs[path] = need
     return list(needs.values())[:MAX_NEEDS]
 
 
@@ -342,11 +355,12 @@ def report_access(
     devices = _Devices(answers)
     groups = Groups(host)
     denied: dict[str, None] = {}
+    known: dict[tuple[int, int], dict[str, Any] | None] = {}
     for api in APIS:
         giving = devices.giving(api) if report.state(api) == PROVIDED else []
         if not giving:
             continue
-        needs = report.user_needs[api] = user_needs(devices, api, host, groups, user)
+        needs = report.user_needs[api] = user_needs(devices, giving, api, host, groups, user, known)
         barred = [n for n in needs if "is not in group" in n["why"]] if user is not None else []
         if barred:
             report.absent(api, f"not provided: {barred[0]['node']} is not open to it: {barred[0]['why']}")
