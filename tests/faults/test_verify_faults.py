@@ -182,7 +182,9 @@ def _running(pid: int) -> bool:
         return False
 
 
-def _hooked_run(cli, cdi_spec, image: str, hook: str, limit: int) -> tuple[float, dict[int, str], Any, str, str, str]:
+def _hooked_run(
+    cli, cdi_spec, image: str, hook: str, limit: int
+) -> tuple[float, dict[int, str], Any, bytes, bytes, str]:
     """`--verify --timeout LIMIT` of a device whose `hook` sleeps 10 minutes past the limit: the seconds it
     took, the processes seen with the sleep's command line, the process and its output, and the spec's kind."""
     marker = f"{limit + 600}.{uuid.uuid4().int % 10**9}"  # the sleep's command line is this run's
@@ -229,7 +231,7 @@ def test_a_hung_cdi_hook_ends_at_the_timeout(cli, cdi_spec, stand_in_image, babb
     for _ in range(3):  # a host busy with another suite's podman (its storage lock) may use a limit up first
         took, seen, proc, out, err, kind = _hooked_run(cli, cdi_spec, stand_in_image, hook, limit)
         assert took < allowed(limit, baseline), f"{took:.1f} s with --timeout {limit}; {baseline:.1f} s with no hook"
-        if any(line.startswith("sleep") for line in seen.values()) or "used up" not in out:
+        if any(line.startswith("sleep") for line in seen.values()) or b"used up" not in out:
             break
         limit *= 2  # the limit ran out before the container was made: the hook is still to be reached
     LIMIT = limit
