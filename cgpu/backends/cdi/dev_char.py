@@ -35,7 +35,7 @@ def without_links(answers: list[DeviceAnswer], host: HostFS) -> list[str]:
     for their numbers; nodes whose numbers cgpu cannot tell are left out."""
     lacking: dict[str, None] = {}
     for nodes in injected_nodes(answers).values():
-        for path, (node, _) in nodes.items():
+        for path, node in nodes.items():
             numbers = _numbers(node, host)
             if numbers is None:
                 continue

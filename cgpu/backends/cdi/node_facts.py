@@ -13,31 +13,43 @@ from cgpu.node.host import HostFS
 from cgpu.report import ReportBuilder
 
 
-def injected_nodes(answers: list[DeviceAnswer]) -> dict[str, dict[str, tuple[DeviceNode, list[DeviceAnswer]]]]:
-    """Per spec file, each host node its devices inject (spec-level and their own, by host path), with
-    the devices that inject it. Each edits object is read once (20,000 claim devices share a spec's)."""
-    found: dict[str, dict[str, tuple[DeviceNode, list[DeviceAnswer]]]] = {}
-    by_spec: dict[int, list[DeviceAnswer]] = {}
+def injected_nodes(answers: list[DeviceAnswer]) -> dict[str, dict[str, DeviceNode]]:
+    """Per spec file, each host node its devices inject (spec-level and their own), by host path. Each
+    edits object is read once: a spec's own for all its devices, and a device's for every name of it (a
+    GPU's index and UUID; 20,000 claim devices with the same edits are one)."""
+    found: dict[str, dict[str, DeviceNode]] = {}
+    seen: set[int] = set()
     for answer in answers:
-        by_spec.setdefault(id(answer.device.spec), []).append(answer)
-    for users in by_spec.values():
-        spec = users[0].device.spec
-        nodes = found.setdefault(spec.path, {})
-        for node in spec.edits.device_nodes:  # every device of the spec injects these
+        spec = answer.device.spec
+        nodes = found.get(spec.path)
+        if nodes is None:
+            nodes = found[spec.path] = {}
+            for node in spec.edits.device_nodes:
+                if node.permissions != "none":
+                    nodes.setdefault(node.host_path or node.path, node)
+        # `same` is the spec's first device with these edits; a device judged alone is its own
+        edits = answer.same if answer.same is not answer.findings else answer.device.device
+        if id(edits) in seen:
+            continue
+        seen.add(id(edits))
+        for node in answer.device.device.edits.device_nodes:
             if node.permissions != "none":
-                nodes.setdefault(node.host_path or node.path, (node, list(users)))
-        everyone = set(nodes)
-        for answer in users:
-            for node in answer.device.device.edits.device_nodes:
-                path = node.host_path or node.path
-                if node.permissions == "none" or path in everyone:
-                    continue
-                entry = nodes.get(path)
-                if entry is None:
-                    nodes[path] = (node, [answer])
-                elif entry[1][-1] is not answer:
-                    entry[1].append(answer)
+                nodes.setdefault(node.host_path or node.path, node)
     return found
+
+
+def injecting(answers: list[DeviceAnswer], spec_path: str, paths: set[str]) -> list[str]:
+    """The names of the devices of one spec file that inject any of `paths` (host paths)."""
+    names = []
+    for answer in answers:
+        spec = answer.device.spec
+        if spec.path != spec_path:
+            continue
+        for node in (*spec.edits.device_nodes, *answer.device.device.edits.device_nodes):
+            if node.permissions != "none" and (node.host_path or node.path) in paths:
+                names.append(answer.name)
+                break
+    return names
 
 
 def report_node_facts(report: ReportBuilder, answers: list[DeviceAnswer], host: HostFS) -> None:
@@ -45,18 +57,18 @@ def report_node_facts(report: ReportBuilder, answers: list[DeviceAnswer], host: 
     by_spec = injected_nodes(answers)
     wrong: dict[str, WrongNode] = {}
     for spec_path, nodes in by_spec.items():
-        found = [(w, users) for node, users in nodes.values() if (w := wrong_node(node, host)) is not None]
+        found = {path: w for path, node in nodes.items() if (w := wrong_node(node, host)) is not None}
         if not found:
             continue
-        kind = found[0][1][0].device.spec.kind
-        names = list(dict.fromkeys(a.name for _, users in found for a in users))
-        for item, _ in found:
+        names = injecting(answers, spec_path, set(found))
+        kind = next(a.device.spec.kind for a in answers if a.device.spec.path == spec_path)
+        for item in found.values():
             wrong.setdefault(item.path, item)
         report.problem(
             "error",
             spec_path,
-            f"{name_list(names)}: {' and '.join(w.clause() for w, _ in found)}, so "
-            f"{consequence([w for w, _ in found])}: {identity_fix(kind)}",
+            f"{name_list(names)}: {' and '.join(w.clause() for w in found.values())}, so "
+            f"{consequence(list(found.values()))}: {identity_fix(kind)}",
             "device-identity",
         )
     report.cdi_refresh = refresh_units(host)
