@@ -3,7 +3,6 @@ stand-in files, never judged wrong; its podman's own containers.conf leaves the 
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -19,17 +18,6 @@ pytestmark = pytest.mark.slow
 NUMBERS = {"/dev/nvidiactl": (195, 255), "/dev/nvidia-uvm": (509, 0), "/dev/nvidia-uvm-tools": (509, 1)}
 
 
-def _node(tmp_path: Path) -> Path:
-    if os.geteuid() != 0:
-        pytest.skip("the node roots are root's (mmdebstrap's root mode)")
-    built, why = roots.built_root("trixie")
-    if built is None:
-        pytest.skip(why)
-    node = roots.copy_root(built, tmp_path / "node")
-    roots.add_nvidia(node, spec_dir="/etc/cdi")
-    return node
-
-
 def _pin(node: Path) -> None:
     """The spec as nvidia-ctk 1.19+ writes it: each node with its major and minor."""
     path = roots.inside(node, "/etc/cdi/nvidia.yaml")
@@ -43,7 +31,7 @@ def _pin(node: Path) -> None:
 
 
 def test_stand_in_nodes_on_a_real_root_are_not_wrong_and_lack_dev_char(tmp_path: Path):
-    node = _node(tmp_path)
+    node = roots.nvidia_node(tmp_path)
     _pin(node)
     report = probe([roots.inside(node, "/etc/cdi")], node, engine="podman")
     assert "cuda" in report["containers"]  # nothing moves: stand-in files have no numbers to compare

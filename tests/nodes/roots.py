@@ -107,6 +107,19 @@ def add_nvidia(root: Path, *, spec_dir: str) -> None:
     place(root, f"{spec_dir}/nvidia.yaml", NVIDIA_SPEC.read_text())
 
 
+def nvidia_node(tmp_path: Path, *, suite: str = "trixie", spec_dir: str = "/etc/cdi") -> Path:
+    """A copy of the suite's root (hard links) with what NVIDIA's driver and nvidia-ctk add; skips with the
+    reason where this machine cannot have one."""
+    if os.geteuid() != 0:
+        pytest.skip("the node roots are root's (mmdebstrap's root mode)")
+    built, why = built_root(suite)
+    if built is None:
+        pytest.skip(why)
+    node = copy_root(built, tmp_path / "node")
+    add_nvidia(node, spec_dir=spec_dir)
+    return node
+
+
 def kubelet_runs(root: Path, endpoint: str) -> None:
     place(root, KUBEADM_FLAGS, f'KUBELET_KUBEADM_ARGS="--container-runtime-endpoint={endpoint}"\n')
 

@@ -22,17 +22,6 @@ CRI_V2 = '[plugins."io.containerd.grpc.v1.cri"]'
 pytestmark = pytest.mark.slow
 
 
-def _node(tmp_path: Path, spec_dir: str) -> Path:
-    if os.geteuid() != 0:
-        pytest.skip("the node roots are root's (mmdebstrap's root mode)")
-    built, why = roots.built_root("trixie")
-    if built is None:
-        pytest.skip(why)
-    node = roots.copy_root(built, tmp_path / "node")
-    roots.add_nvidia(node, spec_dir=spec_dir)
-    return node
-
-
 def _link(node: Path, path: str, target: str) -> None:
     link = roots.inside(node, os.path.dirname(path)) / os.path.basename(path)
     link.parent.mkdir(parents=True, exist_ok=True)
@@ -86,7 +75,7 @@ FLAVOURS = {
 @pytest.mark.parametrize("spec_dir", ["/var/run/cdi", "/etc/cdi"])
 @pytest.mark.parametrize("flavour", list(FLAVOURS))
 def test_the_daemonset_judges_by_the_flavours_own_containerd(tmp_path, flavour, spec_dir):
-    node = _node(tmp_path, spec_dir)
+    node = roots.nvidia_node(tmp_path, spec_dir=spec_dir)
     layout, cdi_on = FLAVOURS[flavour]
     layout(node)
     report = roots.daemonset_probe(roots.pod_view(node, tmp_path / "pod"))

@@ -11,7 +11,6 @@ its answer decides what cgpu must say.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pytest
 
@@ -27,17 +26,6 @@ CONTAINERD_CDI_ON = '[plugins."io.containerd.grpc.v1.cri"]\n  enable_cdi = true\
 pytestmark = pytest.mark.slow
 
 
-def _node(tmp_path: Path, suite: str, spec_dir: str) -> Path:
-    if os.geteuid() != 0:
-        pytest.skip("the node roots are root's (mmdebstrap's root mode), and the oracle runs in a chroot")
-    built, why = roots.built_root(suite)
-    if built is None:
-        pytest.skip(why)
-    node = roots.copy_root(built, tmp_path / "node")
-    roots.add_nvidia(node, spec_dir=spec_dir)
-    return node
-
-
 def _engine(report: dict, name: str) -> dict:
     return next(e for e in report["engines"] if e["name"] == name)
 
@@ -47,7 +35,7 @@ def _gpu_labels(labels: dict[str, str]) -> list[str]:
 
 
 def test_a_debian_root_has_var_run_as_an_absolute_link(tmp_path):
-    node = _node(tmp_path, "trixie", "/var/run/cdi")
+    node = roots.nvidia_node(tmp_path, suite="trixie", spec_dir="/var/run/cdi")
     assert os.readlink(node / "var" / "run") == "/run"
     assert (node / "run" / "cdi" / "nvidia.yaml").is_file()  # where the spec really lies
 
@@ -56,7 +44,7 @@ def test_a_debian_root_has_var_run_as_an_absolute_link(tmp_path):
 @pytest.mark.parametrize("suite", SUITES)
 @pytest.mark.parametrize("cdi", ["debian-default", "switched-on"])
 def test_the_daemonset_answers_as_the_roots_containerd_reads_its_config(tmp_path, suite, spec_dir, cdi):
-    node = _node(tmp_path, suite, spec_dir)
+    node = roots.nvidia_node(tmp_path, suite=suite, spec_dir=spec_dir)
     roots.kubelet_runs(node, roots.CONTAINERD_ENDPOINT)
     if cdi == "switched-on":
         roots.place(node, "/etc/containerd/config.toml", "version = 2\n" + CONTAINERD_CDI_ON)
@@ -91,7 +79,7 @@ PODMAN_READS = {"bookworm": False, "trixie": True, "sid": True}
 @pytest.mark.parametrize("spec_dir", SPEC_DIRS)
 @pytest.mark.parametrize("suite", SUITES)
 def test_without_a_kubelet_the_roots_podman_judges(tmp_path, suite, spec_dir):
-    node = _node(tmp_path, suite, spec_dir)
+    node = roots.nvidia_node(tmp_path, suite=suite, spec_dir=spec_dir)
     pod = roots.pod_view(node, tmp_path / "pod")
     report = roots.daemonset_probe(pod)
     assert _engine(report, "podman")["judged"] is True
@@ -104,7 +92,7 @@ def test_without_a_kubelet_the_roots_podman_judges(tmp_path, suite, spec_dir):
 
 
 def test_the_pod_sees_the_nodes_driver_but_not_its_procfs(tmp_path):
-    node = _node(tmp_path, "trixie", "/var/run/cdi")
+    node = roots.nvidia_node(tmp_path, suite="trixie", spec_dir="/var/run/cdi")
     (node / "proc" / "self-of-the-node").write_text("hidden")
     pod = roots.pod_view(node, tmp_path / "pod")
     assert (pod / "host" / "proc" / "driver" / "nvidia" / "version").is_file()
