@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from cgpu.engines.installed import InstalledEngine
+    from cgpu.problem import Severity
 
 
 class Judge:
@@ -81,18 +82,14 @@ def engine_rules(
                 f"no {option.name} {'answered' if on_host else 'is installed'} {where}{why}, so cgpu cannot tell "
                 f"what its containers get; name its release with --engine {option.name}@VERSION"
             )
-            report.problem("error", f"--engine {option}", cannot, "engine")
-            _report_engine_problems(report, engines)
-            return Judge(option, None, engines, unknown=cannot)
+            return _cannot_tell(report, option, engines, "error", f"--engine {option}", cannot)
         if not found and kubelet is not None and option.name is None:  # a kubelet, and no engine behind it
             cannot = (
                 f"the kubelet runs pods through {kubelet['endpoint']} ({kubelet['source']}), but cgpu found "
                 f"none of {REGISTRY.spoken()} installed {where}, so it cannot tell what the pods' containers get; "
                 f"name the runtime with --engine NAME@VERSION"
             )
-            report.problem("error", kubelet["source"], cannot, "engine")
-            _report_engine_problems(report, engines)
-            return Judge(option, None, engines, unknown=cannot)
+            return _cannot_tell(report, option, engines, "error", kubelet["source"], cannot)
         if not found:
             report.problem(
                 "warning",
@@ -110,9 +107,7 @@ def engine_rules(
                 f"{kubelet['engine'] or 'engine it knows behind that socket'} installed {where}, so it cannot tell "
                 f"what the pods' containers get; name the runtime with --engine NAME@VERSION"
             )
-            report.problem("error", kubelet["source"], cannot, "engine")
-            _report_engine_problems(report, engines)
-            return Judge(option, None, engines, unknown=cannot)
+            return _cannot_tell(report, option, engines, "error", kubelet["source"], cannot)
         entry, how = _default_judge(found, kubelet, option, on_host)
         if option.mode != AUTO:
             how = f"the {'host' if on_host else 'node'}'s engine, --engine {option}"
@@ -121,9 +116,7 @@ def engine_rules(
                 f"{entry.unrecognised}, so cgpu cannot tell what the pods' containers get; name the runtime "
                 f"with --engine {entry.name}@VERSION"
             )
-            report.problem("warning", entry.binary or entry.name, cannot, "engine")
-            _report_engine_problems(report, engines)
-            return Judge(option, None, engines, unknown=cannot)
+            return _cannot_tell(report, option, engines, "warning", entry.binary or entry.name, cannot)
     _report_engine_problems(report, engines)
     _nvidia_runtime_note(report, entry)
     judge = Judge(option, entry, engines)
@@ -255,6 +248,20 @@ def _nvidia_runtime_note(report: ReportBuilder, entry: InstalledEngine) -> None:
         f"containers that ask for CDI devices",
         "engine",
     )
+
+
+def _cannot_tell(
+    report: ReportBuilder,
+    option: EngineOption,
+    engines: list[InstalledEngine],
+    severity: Severity,
+    source: str,
+    why: str,
+) -> Judge:
+    """No engine judges and every API it decides is `unknown`, with `why` as the problem."""
+    report.problem(severity, source, why, "engine")
+    _report_engine_problems(report, engines)
+    return Judge(option, None, engines, unknown=why)
 
 
 def _report_engine_problems(report: ReportBuilder, engines: list[InstalledEngine]) -> None:
