@@ -264,6 +264,8 @@ class NodeFiles:
         self._plain = self.root == os.path.abspath(os.sep)
         self._modes: dict[str, int] = {}  # machine path -> S_IFMT of its lstat, or its negated errno
         self._links: dict[str, str | None] = {}  # machine path -> its link target
+        # node dir -> (its link-free node path, the links its walk followed), or (None, errno)
+        self._dirs: dict[str, tuple[str | None, int]] = {}
 
     @property
     def real_root(self) -> bool:
@@ -295,9 +297,28 @@ class NodeFiles:
             return path
         if len(path.encode("utf-8", "surrogateescape")) >= PATH_MAX:
             raise _path_error(errno.ENAMETOOLONG, path)
-        pending = path.split("/")[::-1]  # a stack: the next component last
-        done = ""  # the node path resolved so far, link-free ("" is the root)
-        hops = 0
+        parent, _, name = path.rpartition("/")
+        if not name:  # the root itself
+            return self.root
+        # The parent dir's walk once per view: a spec's 30 libraries in one dir share it
+        walked = self._dirs.get(parent)
+        if walked is None:
+            try:
+                walked = self._walk("", parent.split("/")[::-1], 0, parent, True)
+                if walked[0] and not stat.S_ISDIR(self._lstat_mode(self.root + walked[0])):
+                    raise _path_error(errno.ENOTDIR, parent)
+            except OSError as exc:
+                walked = (None, exc.errno or errno.ENOENT)
+            self._dirs[parent] = walked
+        done, hops = walked
+        if done is None:
+            raise _path_error(hops, path)
+        done, _ = self._walk(done, [name], hops, path, follow_last)
+        return self.root + done
+
+    def _walk(self, done: str, pending: list[str], hops: int, path: str, follow_last: bool) -> tuple[str, int]:
+        """The link-free node path (`done`, "" for the root) after walking the components on the stack
+        `pending` (the next last) from `done`, and the links followed so far (`hops`); errors name `path`."""
         while pending:
             name = pending.pop()
             if name in ("", "."):
@@ -326,7 +347,7 @@ class NodeFiles:
             if pending and not stat.S_ISDIR(mode):
                 raise _path_error(errno.ENOTDIR, path)
             done += "/" + name
-        return self.root + done if done else self.root
+        return done, hops
 
     def node_path(self, machine_path: str) -> str | None:
         """The node path a machine path names, when it is under the root (None: outside it, or on `/`)."""

@@ -7,10 +7,14 @@ from __future__ import annotations
 
 import errno
 import os
+import posixpath
 import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from cgpu.node.host import MAX_SYMLINKS, PATH_MAX, HostFS, NodeFiles
 from tests.cdi_backend import engine_files as ef
@@ -149,6 +153,17 @@ def test_the_walk_is_bounded_as_the_kernels(tmp_path: Path):
             files.real(path)
         assert raised.value.errno == code, path
     assert files.real("/chain/l1") == str(chain / f"l{MAX_SYMLINKS + 1}")  # 40 links: the bound itself
+    # The bound is on the whole walk: a dir reached through 39 links, then a last component of 2
+    for hop in range(MAX_SYMLINKS - 1):
+        os.symlink(f"d{hop + 1}", root / f"d{hop}")
+    (root / f"d{MAX_SYMLINKS - 1}").mkdir()
+    os.symlink("y", root / f"d{MAX_SYMLINKS - 1}" / "x")
+    os.symlink("z", root / f"d{MAX_SYMLINKS - 1}" / "y")
+    (root / f"d{MAX_SYMLINKS - 1}" / "z").write_text("end")
+    assert files.real("/d0/y") == str(root / f"d{MAX_SYMLINKS - 1}" / "z")  # 39 + 1
+    with pytest.raises(OSError) as raised:
+        files.real("/d0/x")  # 39 + 2
+    assert raised.value.errno == errno.ELOOP
     assert HostFS(str(root)).resolve("/x" * 1500) is None  # iterative: no recursion to run out of
 
 
@@ -210,3 +225,51 @@ def test_the_rpm_write_ahead_log_is_resolved_inside_the_root(tmp_path: Path, mon
     read.clear()
     installed._Packages(installed.Files(str(root))).find("podman")
     assert read == [str(root / "var/lib/rpm/rpmdb.sqlite"), str(root / "wal")]
+
+
+# Trees of a few names, each a dir, a file or a link (relative, absolute, `..`, loops, dangling; never
+# empty: Linux makes no empty link)
+_NAMES = ("a", "b", "l", "f")
+_TARGETS = ("a", "b", "l", "f", "..", ".", "/", "/a", "/a/b", "../l", "a/l", "/l/f", "b/../a", "missing")
+_KINDS = st.sampled_from(["dir", "file", *(f"link:{t}" for t in _TARGETS)])
+_PATHS = st.lists(st.sampled_from([*_NAMES, "..", ".", "missing"]), min_size=0, max_size=6).map(
+    lambda parts: "/" + "/".join(parts)
+)
+
+
+@settings(max_examples=300, deadline=None)
+@example({("f",): "file"}, [("/f/a", False)])  # a file as a dir, its last component not followed: ENOTDIR
+@example({("a",): "dir", ("l",): "link:/a"}, [("/l/f", True), ("/l/f", False)])  # a link's dir, kept
+@given(
+    st.dictionaries(st.lists(st.sampled_from(_NAMES), min_size=1, max_size=3).map(tuple), _KINDS, max_size=10),
+    st.lists(st.tuples(_PATHS, st.booleans()), min_size=1, max_size=12),
+)
+def test_each_dirs_walk_kept_for_the_view_resolves_as_a_whole_walk(tree: dict[tuple[str, ...], str], asked):
+    """`real` walks a path's dir once per view and the last component from there: every path asked of
+    one view resolves (or fails, with the same errno) as a whole walk from the root does."""
+    with tempfile.TemporaryDirectory() as folder:
+        root = Path(folder)
+        for parts, kind in sorted(tree.items(), key=lambda item: len(item[0])):
+            place = root.joinpath(*parts)
+            if not place.parent.is_dir() or place.is_symlink() or place.exists():
+                continue
+            if kind == "dir":
+                place.mkdir()
+            elif kind == "file":
+                place.write_text("x")
+            else:
+                os.symlink(kind.removeprefix("link:"), place)
+        view = NodeFiles(str(root))
+        for path, follow_last in asked:
+            whole = NodeFiles(str(root))
+            try:
+                # `..` is taken lexically first, as `real` takes it
+                done, _ = whole._walk("", posixpath.normpath(path).split("/")[::-1], 0, path, follow_last)
+                expected: object = str(root) + done
+            except OSError as exc:
+                expected = exc.errno
+            try:
+                found: object = view.real(path, follow_last=follow_last)
+            except OSError as exc:
+                found = exc.errno
+            assert found == expected, (path, follow_last)
