@@ -212,12 +212,13 @@ class _Devices:
     """The first few distinct devices that give each API, and each one's nodes by path and the gids its
     spec adds (read once per device however many APIs ask)."""
 
-    __slots__ = ("_answers", "_nodes", "_specs")
+    __slots__ = ("_answers", "_nodes", "_owned", "_specs")
 
     def __init__(self, answers: list[DeviceAnswer]) -> None:
         self._answers = answers
         self._nodes: dict[int, tuple[dict[str, DeviceNode], dict[str, DeviceNode], set[int], _Classes]] = {}
         self._specs: dict[int, tuple[dict[str, DeviceNode], _Classes]] = {}
+        self._owned: dict[int, bool] = {}  # per edits object: whether a node of it has a uid or gid
 
     def giving(self, api: str) -> list[DeviceAnswer]:
         """Up to MAX_DEVICES distinct devices a container can start with that give `api`: a node's GPUs
@@ -232,6 +233,18 @@ class _Devices:
             if len(found) == MAX_DEVICES:
                 break
         return found
+
+    def owned(self, answer: DeviceAnswer) -> bool:
+        """Whether a node of the device's container (its own or its spec's) has a uid or gid: without
+        one, a root engine's nodes belong to the container's own user (nvidia-ctk before 1.19, amd-ctk)."""
+        spec, own = answer.device.spec.edits, answer.device.device.edits
+        for edits in (spec, own):
+            found = self._owned.get(id(edits))
+            if found is None:
+                found = self._owned[id(edits)] = any(n.uid is not None or n.gid is not None for n in edits.device_nodes)
+            if found:
+                return True
+        return False
 
     def nodes(self, answer: DeviceAnswer) -> tuple[dict[str, DeviceNode], dict[str, DeviceNode], set[int], _Classes]:
         """The device's own nodes and its spec's by container path (its own win), the gids its edits add,
@@ -291,6 +304,8 @@ def user_needs(
     `known`: each (node, added gids) pair's need, worked out once for every device and API that share it."""
     needs: dict[str, dict[str, Any]] = {}
     for answer in giving:
+        if user is None and not devices.owned(answer):  # `node_need` is None for each of its nodes
+            continue
         mine, spec_nodes, additional, classes = devices.nodes(answer)
         for path in api_nodes(classes, api):
             if path in needs:
