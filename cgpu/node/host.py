@@ -264,7 +264,7 @@ class NodeFiles:
         self._plain = self.root == os.path.abspath(os.sep)
         self._modes: dict[str, int] = {}  # machine path -> S_IFMT of its lstat, or its negated errno
         self._links: dict[str, str | None] = {}  # machine path -> its link target
-        # node dir -> (its link-free node path, the links its walk followed), or (None, errno)
+        # node dir -> (its link-free node path, the links its walk followed), or (None, errno): `_walk`'s
         self._dirs: dict[str, tuple[str | None, int]] = {}
 
     @property
@@ -293,32 +293,37 @@ class NodeFiles:
         component too when `follow_last`): no component of the result is a link (as read now).
         Raises OSError as the kernel would: ENOENT, ENOTDIR, ELOOP, ENAMETOOLONG."""
         path = _clean(path)
+        found = self._real(path, follow_last)
+        if type(found) is int:
+            raise _path_error(found, path)
+        return str(found)
+
+    def _real(self, path: str, follow_last: bool) -> str | int:
+        """`real` of a clean path, or the errno it fails with (a missing file is common: no exception)."""
         if self._plain:
             return path
         if len(path.encode("utf-8", "surrogateescape")) >= PATH_MAX:
-            raise _path_error(errno.ENAMETOOLONG, path)
+            return errno.ENAMETOOLONG
         parent, _, name = path.rpartition("/")
         if not name:  # the root itself
             return self.root
         # The parent dir's walk once per view: a spec's 30 libraries in one dir share it
         walked = self._dirs.get(parent)
         if walked is None:
-            try:
-                walked = self._walk("", parent.split("/")[::-1], 0, parent, True)
-                if walked[0] and not stat.S_ISDIR(self._lstat_mode(self.root + walked[0])):
-                    raise _path_error(errno.ENOTDIR, parent)
-            except OSError as exc:
-                walked = (None, exc.errno or errno.ENOENT)
+            walked = self._walk("", parent.split("/")[::-1], 0, True)
+            if walked[0] and not stat.S_ISDIR(self._lstat_mode(self.root + walked[0])):
+                walked = (None, errno.ENOTDIR)
             self._dirs[parent] = walked
         done, hops = walked
         if done is None:
-            raise _path_error(hops, path)
-        done, _ = self._walk(done, [name], hops, path, follow_last)
-        return self.root + done
+            return hops
+        done, code = self._walk(done, [name], hops, follow_last)
+        return code if done is None else self.root + done
 
-    def _walk(self, done: str, pending: list[str], hops: int, path: str, follow_last: bool) -> tuple[str, int]:
-        """The link-free node path (`done`, "" for the root) after walking the components on the stack
-        `pending` (the next last) from `done`, and the links followed so far (`hops`); errors name `path`."""
+    def _walk(self, done: str, pending: list[str], hops: int, follow_last: bool) -> tuple[str | None, int]:
+        """(the link-free node path, "" for the root; the links followed so far) after walking the
+        components on the stack `pending` (the next last) from `done` with `hops` links followed;
+        (None, errno) where the walk fails."""
         while pending:
             name = pending.pop()
             if name in ("", "."):
@@ -332,20 +337,20 @@ class NodeFiles:
                 break
             mode = self._lstat_mode(candidate)
             if mode < 0:
-                raise _path_error(-mode, path)
+                return None, -mode
             if stat.S_ISLNK(mode):
                 hops += 1
                 target = self._link(candidate)
                 if hops > MAX_SYMLINKS:
-                    raise _path_error(errno.ELOOP, path)
+                    return None, errno.ELOOP
                 if not target:
-                    raise _path_error(errno.ENOENT, path)
+                    return None, errno.ENOENT
                 if target.startswith("/"):
                     done = ""
                 pending.extend(target.split("/")[::-1])
                 continue
             if pending and not stat.S_ISDIR(mode):
-                raise _path_error(errno.ENOTDIR, path)
+                return None, errno.ENOTDIR
             done += "/" + name
         return done, hops
 
@@ -539,10 +544,8 @@ class HostFS(NodeFiles):
         """The real file for an absolute host path (symlinks resolved inside the root), or None."""
         path = _clean(path)  # a relative path in a spec is not relative to cgpu's working directory
         if path not in self._resolved:
-            try:
-                self._resolved[path] = self.real(path)
-            except OSError:
-                self._resolved[path] = None
+            found = self._real(path, True)
+            self._resolved[path] = None if type(found) is int else str(found)
         return self._resolved[path]
 
     def _listdir(self, path: str) -> list[str]:
