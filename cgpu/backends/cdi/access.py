@@ -17,6 +17,7 @@ import os
 import posixpath
 
 from cgpu.backends.cdi.device import APIS, DeviceAnswer
+from cgpu.backends.cdi.memory import Kept, fresh
 from cgpu.backends.cdi.rules import CTL, DXG, KFD, NVIDIA_GPU_NODE, NVMAP, PROVIDED, RENDER_NODE, TEGRA_GPU_NODES, UVM
 from cgpu.cdi.model import DeviceNode
 from cgpu.node.host import HostFS
@@ -361,38 +362,27 @@ def selinux_blocked(host: HostFS, nodes: list[str]) -> list[str]:
 
 
 def report_access(
-    report: ReportBuilder, answers: list[DeviceAnswer], host: HostFS, entry: InstalledEngine | None, *, quiet: bool
+    report: ReportBuilder,
+    answers: list[DeviceAnswer],
+    host: HostFS,
+    entry: InstalledEngine | None,
+    *,
+    quiet: bool,
+    kept: Kept,
 ) -> None:
     """Each provided API's `user_needs`; one whose nodes a rootless user cannot open is absent, and one
-    whose nodes SELinux keeps from the container domain is unknown, with the fix."""
+    whose nodes SELinux keeps from the container domain is unknown, with the fix. `kept`: as the last
+    probe found them, where its answers, provided APIs and user were these."""
     user = rootless_podman(entry, host)
-    enforcing = selinux_enforcing(host)
-    devices = _Devices(answers)
-    groups = Groups(host)
-    denied: dict[str, None] = {}
-    known: dict[tuple[int, int], dict[str, Any] | None] = {}
-    for api in APIS:
-        giving = devices.giving(api) if report.state(api) == PROVIDED else []
-        if not giving:
-            continue
-        needs = report.user_needs[api] = user_needs(devices, giving, api, host, groups, user, known)
-        barred = [n for n in needs if "is not in group" in n["why"]] if user is not None else []
-        if barred:
-            report.absent(api, f"not provided: {barred[0]['node']} is not open to it: {barred[0]['why']}")
-            continue
-        if enforcing is None:
-            continue
-        first = giving[0]
-        paths = selinux_blocked(host, api_nodes(devices.nodes(first)[3], api))
-        if paths:
-            denied.update(dict.fromkeys(paths))
-            report.unknown(
-                api,
-                f"unknown: {first.name} gives {api} through {', '.join(paths)}, but SELinux is enforcing ({enforcing}) "
-                f"and no boolean lets the container domain open {'them' if len(paths) > 1 else 'it'} "
-                f"({ANY_DEVICE} is off or unreadable): run with `--security-opt label=disable` or "
-                f"`setsebool -P {ANY_DEVICE} 1`",
-            )
+    provided = tuple(api for api in APIS if report.state(api) == PROVIDED)
+    who = None if user is None else (user.uid, frozenset(user.gids), user.keep_groups_in)
+    needs, verdicts, denied, enforcing = kept.get(
+        "access", (provided, who), lambda: _access(answers, provided, host, user)
+    )
+    for api, items in needs.items():
+        report.user_needs[api] = fresh(items)
+    for api, state, text in verdicts:
+        (report.absent if state == "absent" else report.unknown)(api, text)
     if denied and not quiet:
         report.problem(
             "warning",
@@ -401,3 +391,45 @@ def report_access(
             f'{", ".join(denied)} (NVML\'s "Insufficient Permissions", "Permission denied"): run it with '
             f"`--security-opt label=disable` or set `setsebool -P {ANY_DEVICE} 1`",
         )
+
+
+if TYPE_CHECKING:
+    # What `report_access` puts in a report: each API's user_needs, the APIs it makes absent or unknown
+    # (api, state, evidence), the nodes SELinux may deny and the file that says it is enforcing.
+    _Access = tuple[dict[str, list[dict[str, Any]]], list[tuple[str, str, str]], list[str], str | None]
+
+
+def _access(answers: list[DeviceAnswer], provided: tuple[str, ...], host: HostFS, user: HostUser | None) -> _Access:
+    enforcing = selinux_enforcing(host)
+    devices = _Devices(answers)
+    groups = Groups(host)
+    all_needs: dict[str, list[dict[str, Any]]] = {}
+    verdicts: list[tuple[str, str, str]] = []
+    denied: dict[str, None] = {}
+    known: dict[tuple[int, int], dict[str, Any] | None] = {}
+    for api in provided:
+        giving = devices.giving(api)
+        if not giving:
+            continue
+        needs = all_needs[api] = user_needs(devices, giving, api, host, groups, user, known)
+        barred = [n for n in needs if "is not in group" in n["why"]] if user is not None else []
+        if barred:
+            verdicts.append((api, "absent", f"not provided: {barred[0]['node']} is not open to it: {barred[0]['why']}"))
+            continue
+        if enforcing is None:
+            continue
+        first = giving[0]
+        paths = selinux_blocked(host, api_nodes(devices.nodes(first)[3], api))
+        if paths:
+            denied.update(dict.fromkeys(paths))
+            verdicts.append(
+                (
+                    api,
+                    "unknown",
+                    f"unknown: {first.name} gives {api} through {', '.join(paths)}, but SELinux is enforcing "
+                    f"({enforcing}) and no boolean lets the container domain open "
+                    f"{'them' if len(paths) > 1 else 'it'} ({ANY_DEVICE} is off or unreadable): run with "
+                    f"`--security-opt label=disable` or `setsebool -P {ANY_DEVICE} 1`",
+                )
+            )
+    return all_needs, verdicts, list(denied), enforcing

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 
 from cgpu.backends.cdi.device import APIS, DeviceAnswer
 from cgpu.backends.cdi.evidence import node_evidence
+from cgpu.backends.cdi.memory import Kept, Memory, fresh
 from cgpu.backends.cdi.problems import report_problems, spec_dir_hints
 from cgpu.backends.cdi.rules import Finding, driver_mismatch, judge
 from cgpu.backends.cdi.selection import select_devices
@@ -19,7 +20,6 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run ti
 if TYPE_CHECKING:
     from typing import Any
 
-    from cgpu.backends.cdi.memory import Memory
     from cgpu.backends.cdi.verify import LiveCheck
     from cgpu.cdi.scan import SpecReader
     from cgpu.engines.installed import InstalledEngine
@@ -103,17 +103,23 @@ def engine_answer(
     if answers is not None:  # who may open the nodes, and SELinux (docs/cdi.md "Who may open the nodes")
         from cgpu.backends.cdi.access import report_access
 
-        report_access(report, answers.answers, host, entry, quiet=quiet)
+        report_access(report, answers.answers, host, entry, quiet=quiet, kept=answers.kept)
         if not quiet:  # what each request style gives (docs/cdi.md "Request styles")
             from cgpu.backends.cdi.request_paths import request_paths
 
             report.request_paths = request_paths(report, answers.answers, host, entry)
             from cgpu.backends.cdi.pod_names import pod_names
 
-            report.pod_names = pod_names(answers.answers)
+            found = answers.answers
+            report.pod_names = fresh(answers.kept.get("pod_names", (), lambda: pod_names(found)))
     if not quiet:  # the driver's CUDA, from the same host view: its reads join the remembered trace
-        names = [answer.name for answer in answers.answers] if answers is not None else []
-        report.nvidia_driver = nvidia_driver(host, names=names)
+        if answers is None:
+            report.nvidia_driver = nvidia_driver(host, names=())
+        else:
+            names = [answer.name for answer in answers.answers]
+            report.nvidia_driver = fresh(
+                answers.kept.get("nvidia_driver", (), lambda: nvidia_driver(host, names=names))
+            )
         for path, why in host.refused_files():
             report.problem(
                 "warning", host.display(path), f"this host file {why}; cgpu did not open it", "unreadable-file"
@@ -142,12 +148,19 @@ class DeviceEntries:
     """One answer's device entries, put in the report once `--verify` (if asked) has checked the
     devices: what each device gives, then the devices the engine ignores or never reaches."""
 
-    __slots__ = ("answers", "engine_label", "ignored", "scan", "unreached")
+    __slots__ = ("answers", "engine_label", "ignored", "kept", "scan", "unreached")
 
     def __init__(
-        self, answers: list[DeviceAnswer], scan: ScanResult, ignored: dict[str, Spec], unreached: list[str], label: str
+        self,
+        answers: list[DeviceAnswer],
+        scan: ScanResult,
+        ignored: dict[str, Spec],
+        unreached: list[str],
+        label: str,
+        kept: Kept,
     ) -> None:
         self.answers = answers
+        self.kept = kept  # what the last probe worked out from these same answers, or a new Kept
         self.scan = scan
         self.ignored = ignored  # devices only specs the engine ignores define (their cdiVersion is too new)
         self.unreached = unreached  # in a spec dir after the one where the engine's scan stops
@@ -157,18 +170,28 @@ class DeviceEntries:
         """One entry per device into `report`, with `live`'s answer (`--verify`) beside the static one."""
         first_named: dict[int, str] = {}  # devices with the same edits in one spec: one device, two names
         checks: dict[tuple[int, ...], dict[str, str]] = {}
+        # a device that can start, by its findings dict (shared by devices with equal findings): status, APIs
+        shown: dict[int, tuple[str, list[str], dict[str, str]]] = {}
         for answer in self.answers:
-            details: dict[str, Any] = {"status": answer.status, "spec": answer.device.spec.path}
+            apis: list[str]
+            if answer.missing:
+                status, apis, found = "blocked", [], _checks(answer.findings, checks)
+            else:
+                known = shown.get(id(answer.findings))
+                if known is None:
+                    known = shown[id(answer.findings)] = (answer.status, answer.apis, _checks(answer.findings, checks))
+                status, apis, found = known
+            details: dict[str, Any] = {"status": status, "spec": answer.device.spec.path}
             alias_of = first_named.setdefault(id(answer.same), answer.name)
             if alias_of != answer.name:  # another name (index, UUID) for what a container gets with alias_of
                 details["alias_of"] = alias_of
-            details["checks"] = _checks(answer.findings, checks)
-            if answer.blocked:
+            details["checks"] = found
+            if answer.missing:
                 details["missing"] = [path for path, _ in answer.missing]
             check = live.get(answer.name) if live else None
             if check is not None:
                 details.update(check.entry_fields())
-            report.device(answer.name, answer.apis, **details)
+            report.device(answer.name, apis, **details)
         for name, spec in self.ignored.items():
             report.device(
                 name,
@@ -204,13 +227,13 @@ def _scan_answers(
     selected = select_devices(report, scan, devices, list(dirs), {**scan.unreached, **dropped})
     if selected is None:
         return None
-    answers = _answers(selected, host, memory)
+    answers, kept = _answers(selected, host, memory)
     report_problems(report, answers, host, memory.reader if memory is not None else None)
     ignored = [name for name in (devices or dropped) if name in dropped]
     unreached = [n for n in (devices or scan.unreached) if n in scan.unreached and n not in dropped]
     label = engine_label or "the engine"
-    node_evidence(report, answers, scan, list(dirs), host, ignored, label)
-    return DeviceEntries(answers, scan, {n: dropped[n] for n in ignored}, list(dict.fromkeys(unreached)), label)
+    node_evidence(report, answers, scan, list(dirs), host, ignored, label, kept)
+    return DeviceEntries(answers, scan, {n: dropped[n] for n in ignored}, list(dict.fromkeys(unreached)), label, kept)
 
 
 def _checks(findings: dict[str, Finding], known: dict[tuple[int, ...], dict[str, str]]) -> dict[str, str]:
@@ -247,18 +270,21 @@ _NOTHING_MISSING: list[tuple[str, str]] = []  # shared by every device that can 
 ANSWERS = "answers"  # what the reader keeps per spec file: (generation, _SpecResults)
 
 
-def _answers(selected: list[ResolvedDevice], host: HostFS, memory: Memory | None) -> list[DeviceAnswer]:
-    """Each device's answer. With `memory`, the last answers per spec file are reused while every host
-    question of the last probe gets the same answer again: only the devices of new or changed files
-    are judged (one claim spec among 20,000 costs one judgement, not 20,000)."""
+def _answers(selected: list[ResolvedDevice], host: HostFS, memory: Memory | None) -> tuple[list[DeviceAnswer], Kept]:
+    """Each device's answer, and what the last probe worked out from the same answers. With `memory`,
+    the last answers per spec file are reused while every host question of the last probe gets the
+    same answer again: only the devices of new or changed files are judged (one claim spec among
+    20,000 costs one judgement, not 20,000)."""
     if memory is None or not memory.begin():  # another thread's probe is using it: judge every device
-        return _judged(selected, host, None, None)
+        return _judged(selected, host, None, None), Kept()
     try:
-        answers = _judged(selected, host, memory.reader, memory.generation(host))
+        generation = memory.generation(host)
+        answers = _judged(selected, host, memory.reader, generation)
         memory.keep(host)
+        kept = memory.kept(answers, generation)
     finally:
         memory.end()
-    return answers
+    return answers, kept
 
 
 def _judged(

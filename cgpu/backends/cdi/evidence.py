@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from cgpu.backends.cdi.device import APIS, DeviceAnswer
+from cgpu.backends.cdi.memory import Kept
 from cgpu.backends.cdi.node_facts import report_node_facts
 from cgpu.backends.cdi.problems import drivers_without_spec, name_list, stale_spec
 from cgpu.backends.cdi.rules import PARTIAL, PROVIDED, UNKNOWN
@@ -59,6 +60,7 @@ def node_evidence(
     host: HostFS,
     ignored: list[str],
     engine_label: str,
+    kept: Kept,
 ) -> None:
     runnable = [a for a in answers if not a.blocked]
     blocked = [a for a in answers if a.blocked]
@@ -132,7 +134,7 @@ def node_evidence(
                     f"unknown: cgpu could not read {name_list(scan.unreadable, 2)} (see problems), which the engine "
                     f"may read and which may define devices that give {api}",
                 )
-    report_node_facts(report, answers, host)
+    report_node_facts(report, answers, host, kept)
     if not answers and not ignored and not scan.devices and not scan.crashed and not scan.unreached and cause is None:
         for driver, command in drivers_without_spec(host):
             report.problem(

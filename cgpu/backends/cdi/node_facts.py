@@ -6,10 +6,12 @@ from __future__ import annotations
 
 from cgpu.backends.cdi.device import DeviceAnswer
 from cgpu.backends.cdi.device_identity import WrongNode, consequence, identity_fix, wrong_node
+from cgpu.backends.cdi.memory import Kept, fresh
 from cgpu.backends.cdi.problems import name_list
 from cgpu.backends.cdi.spec_fixes import refresh_units
 from cgpu.cdi.model import DeviceNode
 from cgpu.node.host import HostFS
+from cgpu.problem import Problem
 from cgpu.report import ReportBuilder
 
 
@@ -52,10 +54,22 @@ def injecting(answers: list[DeviceAnswer], spec_path: str, paths: set[str]) -> l
     return names
 
 
-def report_node_facts(report: ReportBuilder, answers: list[DeviceAnswer], host: HostFS) -> None:
-    """The `device_nodes` data and the problems of the judged devices' nodes."""
+def report_node_facts(report: ReportBuilder, answers: list[DeviceAnswer], host: HostFS, kept: Kept) -> None:
+    """The `device_nodes` data and the problems of the judged devices' nodes (`kept`: as the last
+    probe found them, where its answers were these)."""
+    problems, refresh, wrong = kept.get("node_facts", (), lambda: _node_facts(answers, host))
+    report.add(*problems)
+    report.cdi_refresh = fresh(refresh)
+    if answers:
+        report.device_nodes = {"wrong_numbers": fresh(wrong)}
+
+
+def _node_facts(
+    answers: list[DeviceAnswer], host: HostFS
+) -> tuple[list[Problem], dict[str, object] | None, list[dict[str, object]]]:
     by_spec = injected_nodes(answers)
     wrong: dict[str, WrongNode] = {}
+    problems = []
     for spec_path, nodes in by_spec.items():
         found = {path: w for path, node in nodes.items() if (w := wrong_node(node, host)) is not None}
         if not found:
@@ -64,13 +78,13 @@ def report_node_facts(report: ReportBuilder, answers: list[DeviceAnswer], host: 
         kind = next(a.device.spec.kind for a in answers if a.device.spec.path == spec_path)
         for item in found.values():
             wrong.setdefault(item.path, item)
-        report.problem(
-            "error",
-            spec_path,
-            f"{name_list(names)}: {' and '.join(w.clause() for w in found.values())}, so "
-            f"{consequence(list(found.values()))}: {identity_fix(kind)}",
-            "device-identity",
+        problems.append(
+            Problem(
+                "error",
+                spec_path,
+                f"{name_list(names)}: {' and '.join(w.clause() for w in found.values())}, so "
+                f"{consequence(list(found.values()))}: {identity_fix(kind)}",
+                "device-identity",
+            )
         )
-    report.cdi_refresh = refresh_units(host)
-    if answers:
-        report.device_nodes = {"wrong_numbers": [w.as_dict() for w in wrong.values()]}
+    return problems, refresh_units(host), [w.as_dict() for w in wrong.values()]
