@@ -123,6 +123,20 @@ environment:
 {_IMAGE_EXIT_TEXT}"""
 
 
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """argparse's, wrapping to `cgpu.terminal.width()` as the rest of cgpu's text does: argparse
+    makes a formatter for every `add_argument` (to check its metavar), and its own asks
+    `shutil.get_terminal_size`, whose import (bz2, lzma, zlib and fnmatch with it) cost 5% of a
+    whole probe's instructions."""
+
+    def __init__(
+        self, prog: str, indent_increment: int = 2, max_help_position: int = 24, width: int | None = None
+    ) -> None:
+        from cgpu.terminal import width as columns
+
+        super().__init__(prog, indent_increment, max_help_position, columns() - 2 if width is None else width)
+
+
 def _parser(command: str | None = None) -> argparse.ArgumentParser:
     """cgpu's argument parser. With `command`, only that subcommand gets its options: building
     each one's costs argparse groups and gettext look-ups at every start. None builds them all
@@ -136,7 +150,7 @@ def _parser(command: str | None = None) -> argparse.ArgumentParser:
             "exit status: each command's --help lists its own (0 success, 2 bad usage,\n"
             "3 internal error, 130 interrupted, 143 terminated)"
         ),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"cgpu {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -154,7 +168,7 @@ def _add_probe(sub: Subcommands) -> None:
         help="report the GPU APIs containers get on this node",
         description="Report the GPU APIs a container started on this node gets, and why.",
         epilog=_PROBE_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     views = probe.add_argument_group("output (one of; --list-devices also takes --json, -o and -q)")
     output = views.add_mutually_exclusive_group()
@@ -207,7 +221,7 @@ def _add_watch(sub: Subcommands) -> None:
         "       a file is missing or old\n"
         "  130  interrupted (Ctrl-C); 143 terminated (SIGTERM): the last complete files\n"
         "       stay\n\n" + _ENVIRONMENT,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     watch.add_argument("--answer-file", metavar="PATH", help="keep the JSON report here (replaced atomically)")
     watch.add_argument("--nfd-file", metavar="PATH", help="keep a Node Feature Discovery feature file here")
@@ -245,7 +259,7 @@ def _add_image(sub: Subcommands) -> None:
         description="Would this image get vulkan in a krunkit VM (Mesa's Venus driver)? Reads the\n"
         "image without running it; with --machine also runs cgpu's probe in it inside\nthat VM.",
         epilog=_IMAGE_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     check.add_argument(
         "ref",
@@ -282,7 +296,7 @@ def _add_krunkit(sub: Subcommands) -> None:
         epilog="example:\n  cgpu krunkit write-assets cgpu-venus-probe\n"
         "  podman --connection podman-machine-default build \\\n"
         "      -t localhost/cgpu-venus-probe:latest cgpu-venus-probe",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     assets.add_argument("dir", metavar="DIR", help="a new or empty folder")
     build = krunkit_sub.add_parser(
@@ -294,7 +308,7 @@ def _add_krunkit(sub: Subcommands) -> None:
         epilog="example:\n  cgpu krunkit build-image --machine podman-machine-default\n\n"
         "exit status:\n  0  built\n  1  podman is missing, failed, or ran past --timeout (then stopped)\n"
         "  2  bad usage",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     build.add_argument("--machine", metavar="NAME", help="the podman machine to build in (default: podman's default)")
     build.add_argument("--timeout", type=_seconds, metavar="SECONDS", help="limit for the whole build (default: 1800)")
@@ -308,7 +322,7 @@ def _add_schema(sub: Subcommands) -> None:
         description="Print the JSON Schema of the probe report (`cgpu probe --json`, the default)\n"
         "or of the image check's answer (`cgpu image check --json`).",
         epilog="examples:\n  cgpu schema > cgpu-report.schema.json\n  cgpu schema image-check",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     schema.add_argument("what", nargs="?", choices=("report", "image-check"), default="report")
 
@@ -325,7 +339,7 @@ def _add_samples(sub: Subcommands) -> None:
         "  cgpu probe -b cdi -e none -s cdi-samples/nvidia-current/spec \\\n"
         "      -r cdi-samples/hosts/nvidia-580\n\n"
         "exit status:\n  0  written\n  1  the folder is not new or empty, or cannot be written\n  2  bad usage",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     samples.add_argument("dir", metavar="DIR", help="a new or empty folder")
 
@@ -339,7 +353,7 @@ def _add_completion(sub: Subcommands) -> None:
         epilog="examples:\n  source <(cgpu completion bash)          # bash, this shell\n"
         "  cgpu completion zsh > ~/.zfunc/_cgpu    # zsh (bashcompinit)\n"
         "  cgpu completion fish > ~/.config/fish/completions/cgpu.fish",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     completion.add_argument("shell", choices=("bash", "zsh", "fish"))
 
@@ -351,7 +365,7 @@ def _add_man(sub: Subcommands) -> None:
         help="print the man page (roff), generated from these options",
         description="Print cgpu's man page as roff, generated from the same options as --help.",
         epilog="example:\n  cgpu man > cgpu.1 && man -l cgpu.1",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
     )
 
 

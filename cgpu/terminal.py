@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import os
 import sys
-import textwrap
-from typing import TextIO
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time
+if TYPE_CHECKING:
+    from typing import TextIO
 
 # Shown escaped: every character Python does not call printable. That is C0 (newline included:
 # inside one value a newline could forge a line of cgpu's own), DEL, C1, the bidi marks and
@@ -68,6 +70,8 @@ def width(stream: TextIO | None = None) -> int:
 def wrap(text: str, columns: int, first: str = "", indent: int | None = None) -> list[str]:
     """`first` + `text` wrapped to `columns`, later lines indented to where the text began
     (or by `indent`). Paths stay whole when they fit; a word longer than a line is split."""
+    import textwrap  # only where text is wrapped: the help formatter imports this module
+
     hang = " " * (len(first) if indent is None else indent)
     return textwrap.wrap(
         text,

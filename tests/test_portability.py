@@ -3,6 +3,7 @@ are missing (platform-specific imports live inside the code that needs them)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -26,17 +27,23 @@ def test_every_module_imports_without_posix_only_modules():
     assert int(proc.stdout) >= 20  # the walk really found the package's modules
 
 
-def test_cli_path_imports_no_heavy_package():
-    """The agent calls cgpu often: the CDI path must not pay for pydantic, docker or podman."""
+def test_cli_path_imports_no_heavy_package(tmp_path):
+    """The agent calls cgpu often: the CDI path must not pay for pydantic, docker or podman, nor, once
+    the node's specs are in the disk cache (writing it takes tempfile), for shutil (with bz2, lzma and
+    zlib: 7.5M instructions, which argparse's own help formatter would import)."""
     code = (
         "import sys; from cgpu.cli import main; main(['probe', '--backend', 'cdi', '--spec-dir', "
         "'cdi-samples/nvidia-current/spec', '--root', 'cdi-samples/hosts/nvidia-580', '--json']); "
-        "heavy = [m for m in ('pydantic', 'docker', 'podman', 'requests') if m in sys.modules]; "
+        "heavy = [m for m in ('pydantic', 'docker', 'podman', 'requests', 'shutil') if m in sys.modules]; "
         "sys.stderr.write(repr(heavy))"
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
-    assert proc.returncode == 0
-    assert proc.stderr.strip().endswith("[]"), proc.stderr
+    env = {**os.environ, "CGPU_CACHE_DIR": str(tmp_path / "cache")}
+    for expected in ("['shutil']", "[]"):  # the first run on the node writes the cache, the next reads it
+        proc = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120, env=env
+        )
+        assert proc.returncode == 0
+        assert proc.stderr.strip().endswith(expected), proc.stderr
 
 
 def test_json_nested_deeper_than_python_walks_is_garbage_not_a_crash():

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import stat
 import time
 
@@ -127,6 +126,8 @@ def identity_unchanged(root: str, identity: dict[str, Any]) -> bool:
     files = Files(root)
     for path, known in identity.items():
         if path.startswith("which:"):
+            import shutil  # only where an engine was found on PATH: its import is not on every probe's path
+
             found = shutil.which(path[len("which:") :])
             if (None if found is None else [found]) != known:
                 return False
@@ -456,6 +457,8 @@ def _binary(files: Files, engine: ContainerEngine, run_allowed: bool, preferred:
         if path in own and files.is_file(path):
             return path
     if run_allowed:
+        import shutil  # only on the host itself: its import is not on a probe's path under --root
+
         found = shutil.which(engine.daemon)
         files.identity[f"which:{engine.daemon}"] = [found] if found else None
         if found:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import time
 
 from cgpu.errors import CgpuTypeError, CgpuValueError
@@ -125,6 +124,8 @@ def host_engine_details(
 ) -> tuple[list[tuple[str, str]], list[str], dict[str, Any]]:
     """`host_engines`, and what the engines said beside their versions: {"docker_cdi_spec_dirs": the
     Docker daemon's CDISpecDirs (empty: CDI off), or absent where it did not say}."""
+    import shutil  # here, not on every probe's path: its import (bz2, lzma, zlib with it) is 7.5M instructions
+
     identity: list[list[object]] = []
     for name in ("podman", "docker"):
         path = shutil.which(name)
