@@ -14,7 +14,6 @@ from __future__ import annotations
 import posixpath
 
 from cgpu.backends.cdi.device import APIS, DeviceAnswer
-from cgpu.engines.base import BIN_DIRS, parse_engine_version
 from cgpu.node.host import HostFS
 from cgpu.report import ReportBuilder
 
@@ -39,6 +38,8 @@ LEGACY_WHY = (
 
 
 def _on_path(host: HostFS, name: str) -> str | None:
+    from cgpu.engines.base import BIN_DIRS  # only where an engine judges (its module is 0.65M instructions)
+
     for folder in dict.fromkeys((*PATH_DIRS, *BIN_DIRS)):
         path = posixpath.join(folder, name)
         if host.exists(path):
@@ -47,6 +48,8 @@ def _on_path(host: HostFS, name: str) -> str | None:
 
 
 def _version(entry: InstalledEngine) -> tuple[int, ...] | None:
+    from cgpu.engines.base import parse_engine_version
+
     try:
         return parse_engine_version(entry.version) if entry.version else None
     except ValueError:
