@@ -3,8 +3,6 @@
 Every field is described; devices have one model per shape a backend writes. Imported only by
 the library calls, `cgpu schema` and the tests."""
 
-from __future__ import annotations
-
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import (
@@ -42,7 +40,7 @@ class UserNeed(BaseModel):
     """What the container's user must hold to open one device node read-write (docs/cdi.md "Who may open
     the nodes"): uid 0, or one of `gids` (an empty list: only uid 0)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(defer_build=True, extra="forbid", frozen=True)
 
     node: str = Field(description="the device node's path in the container, e.g. /dev/kfd")
     gids: list[int] = Field(
@@ -56,7 +54,7 @@ class ApiState(BaseModel):
     """What containers get of one API, as data: a scheduler never parses `evidence` to tell
     "no" from "could not tell"."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(defer_build=True, extra="forbid", frozen=True)
 
     state: Literal["provided", "absent", "unknown"] = Field(
         description=(
@@ -89,7 +87,7 @@ def _problem_fields() -> type[BaseModel]:
     class Problem(BaseModel):
         """One bad input, failed command or finding worth a person's attention."""
 
-        model_config = ConfigDict(extra="forbid", frozen=True)
+        model_config = ConfigDict(defer_build=True, extra="forbid", frozen=True)
 
         severity: Literal["error", "warning", "info"] = Field(
             description="error: something that costs an answer (a device, a backend run); warning: worth fixing; info"
@@ -139,7 +137,7 @@ ProblemField = Annotated[Problem, GetPydanticSchema(_problem_core_schema)]
 
 
 class _Device(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     name: str = Field(description="the device's name (CDI: vendor/class=name; WSL: the adapter; krunkit: the GPU)")
     apis: list[Api] = Field(description="the APIs a container with this device gets, canonical order")
@@ -151,7 +149,7 @@ class _Device(BaseModel):
 class LiveDevice(BaseModel):
     """A device the probe saw inside the --verify container."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     name: str = Field(description="the name the API gave the device")
     api: Api = Field(description="the API that listed it")
@@ -212,7 +210,7 @@ class CdiIgnoredDevice(_Device):
 class NvidiaRuntime(BaseModel):
     """NVIDIA's runtime as the engine's default runtime: what a container asking by environment gets."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     runtime: str = Field(description="the default runtime's name in the engine's configuration (nvidia, nvidia-cdi)")
     configured_in: str = Field(description="the engine configuration file that makes it the default")
@@ -230,7 +228,7 @@ class NvidiaRuntime(BaseModel):
 class Engine(BaseModel):
     """A container engine found on the node (or named with `--engine`), as the cdi backend learned it."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     name: EngineName = Field(description="the engine")
     version: str | None = Field(
@@ -289,7 +287,7 @@ class RequestPath(BaseModel):
     """One way a container asks for a GPU, resolved as the judging engine resolves it (docs/cdi.md "Request
     styles")."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     style: Literal["cdi", "--gpus", "NVIDIA_VISIBLE_DEVICES"] = Field(
         description="cdi: a CDI name (--device vendor/class=name, a pod's CDI device); --gpus; NVIDIA_VISIBLE_DEVICES"
@@ -310,7 +308,7 @@ class PodName(BaseModel):
     """What one requester of GPUs in a pod asks the engine for, and whether the node's specs define it
     (docs/cdi.md "The names a pod asks for")."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     requester: str = Field(description="who turns a pod's GPU request into CDI names (NVIDIA's device plugin, ...)")
     asks_for: str = Field(description="the shape of the names it asks for, e.g. nvidia.com/gpu=GPU-<uuid>")
@@ -323,7 +321,7 @@ class NvidiaDriver(BaseModel):
     """The host's NVIDIA kernel driver and the highest CUDA version it supports (what `cuDriverGetVersion`
     answers in a container), from its version and NVIDIA's table (docs/cdi.md)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     version: str | None = Field(description="the running kernel driver's version (570.86.15); null: unreadable")
     read_from: str | None = Field(
@@ -345,7 +343,7 @@ class NvidiaDriver(BaseModel):
 class NodeNumbers(BaseModel):
     """A device node's type and numbers."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     type: Literal["c", "b"] = Field(description="c: character device, b: block device")
     major: int = Field(description="the major number")
@@ -358,7 +356,7 @@ class WrongNumbers(BaseModel):
     """A device node a spec pins to numbers that are not the host device's: the container's node reaches
     another device or none (docs/cdi.md "Device identity")."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     path: str = Field(description="the node's host path")
     spec: NodeNumbers = Field(
@@ -371,7 +369,7 @@ class WrongNumbers(BaseModel):
 class CgroupDriver(BaseModel):
     """The cgroup driver of the judging engine's containers."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     engine: str = Field(description="the judging engine")
     driver: Literal["systemd", "cgroupfs"] = Field(description="its cgroup driver")
@@ -381,7 +379,7 @@ class CgroupDriver(BaseModel):
 class DeviceNodes(BaseModel):
     """What the host does with the device nodes the judged devices inject."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     wrong_numbers: list[WrongNumbers] = Field(
         description="nodes whose pinned numbers are not the host device's (empty: none found, or none comparable)"
@@ -401,7 +399,7 @@ class DeviceNodes(BaseModel):
 class RefreshUnit(BaseModel):
     """One of NVIDIA's CDI refresh units on the node."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     name: Literal["nvidia-cdi-refresh.service", "nvidia-cdi-refresh.path"] = Field(description="the unit")
     file: str | None = Field(description="its unit file (/usr/lib/systemd/system/...); null where only a mask is")
@@ -416,7 +414,7 @@ class RefreshUnit(BaseModel):
 class CdiRefresh(BaseModel):
     """NVIDIA's toolkit (1.18.0 and later) keeps a spec current with these units (docs/cdi.md "Fixes that fix")."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     units: list[RefreshUnit] = Field(description="the refresh units found, service first")
     output: str = Field(
@@ -430,7 +428,7 @@ class CdiRefresh(BaseModel):
 class ProbeDetails(BaseModel):
     """What cgpu's probe reports of a device; each field only where the API tells it."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     reason: str = Field(description="why the probe counted the device as a GPU or not (lavapipe, PoCL's CPU, WARP)")
     index: int | None = Field(default=None, description="CUDA: the device ordinal")
@@ -522,7 +520,7 @@ DEVICES: dict[str, tuple[type[_Device], ...]] = {
 class ImageApi(BaseModel):
     """One API for containers of the image given with --image."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     node: Literal["provided", "absent", "unknown"] = Field(description="the node's state of the API, without the image")
     verdict: Literal["yes", "no", "unknown", "not-checked"] = Field(
@@ -536,7 +534,7 @@ class ImageApi(BaseModel):
         description="the answer for containers of this image: the report's `apis` state with --image"
     )
     reason: str = Field(description="the verdict in one sentence, naming the missing or unknown parts")
-    checks: list[ImageCheckItem] = Field(
+    checks: list["ImageCheckItem"] = Field(  # defined below, with the image check
         description="each check behind the verdict: a token of `image_needs`, cuda-version, rocm-targets, user: NODE"
     )
 
@@ -544,7 +542,7 @@ class ImageApi(BaseModel):
 class ImageAnswer(BaseModel):
     """The image given with `cgpu probe --image REF` (`cgpu.probe(image=REF)`): read, never run or pulled."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     reference: str = Field(description="the image reference as given")
     source: str = Field(description="what was read (engine storage, archive, layout, directory); '' if not")
@@ -569,7 +567,7 @@ class Report(BaseModel):
     2,000 characters, a cut one ending in `…`.
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     format_version: Literal[2] = Field(
         description="the report format; fields added later keep it, a field removed or changed raises it"
@@ -663,14 +661,14 @@ class Report(BaseModel):
         return value
 
     @model_validator(mode="after")
-    def _containers_are_the_provided(self) -> Report:
+    def _containers_are_the_provided(self) -> "Report":
         provided = [api for api in API_ORDER if self.apis[api].state == "provided"]
         if self.containers != provided:
             raise CgpuValueError(f"containers {self.containers} are not the provided APIs {provided}")
         return self
 
     @model_validator(mode="after")
-    def _devices_of_the_backend(self) -> Report:
+    def _devices_of_the_backend(self) -> "Report":
         kinds = DEVICES[self.backend]
         for device in self.devices:
             if not isinstance(device, kinds):
@@ -685,7 +683,7 @@ class Report(BaseModel):
 class ImageCheckItem(BaseModel):
     """One check of the image's files."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     name: str = Field(
         description=(
@@ -707,7 +705,7 @@ class ImageCheck(BaseModel):
     `status` says whether the image was checked at all; `verdict` answers the question.
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     image: str = Field(description="the image reference as given")
     source: str = Field(description="where the image was read from (engine storage, archive, directory); '' if not")
