@@ -1,7 +1,13 @@
 """The contracts as pydantic models (README.md "The report"): the probe report (`cgpu schema`, what
 `cgpu.probe()` returns) and the image check (`cgpu schema image-check`, `cgpu.check_image()`).
 Every field is described; devices have one model per shape a backend writes. Imported only by
-the library calls, `cgpu schema` and the tests."""
+the library calls, `cgpu schema` and the tests.
+
+Built for a fresh process's first `cgpu.probe` (bench/bench_cdi.py): no `from __future__ import
+annotations` here, as pydantic would compile and evaluate each of some 170 annotations from its
+string, and every model's build deferred (`defer_build`), so that the first `Report` validation
+builds the one validator it needs, the models it holds inlined, instead of each class building its
+own validator and serializer at import (34M instructions of that first call, together)."""
 
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 

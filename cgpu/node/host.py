@@ -264,7 +264,7 @@ class NodeFiles:
         self._plain = self.root == os.path.abspath(os.sep)
         self._modes: dict[str, int] = {}  # machine path -> S_IFMT of its lstat, or its negated errno
         self._links: dict[str, str | None] = {}  # machine path -> its link target
-        # node dir -> (its link-free node path, the links its walk followed), or (None, errno): `_walk`'s
+        # node dir -> its walk from the root: (its link-free node path, the links followed), or (None, errno)
         self._dirs: dict[str, tuple[str | None, int]] = {}
 
     @property
@@ -294,9 +294,9 @@ class NodeFiles:
         Raises OSError as the kernel would: ENOENT, ENOTDIR, ELOOP, ENAMETOOLONG."""
         path = _clean(path)
         found = self._real(path, follow_last)
-        if type(found) is int:
+        if isinstance(found, int):
             raise _path_error(found, path)
-        return str(found)
+        return found
 
     def _real(self, path: str, follow_last: bool) -> str | int:
         """`real` of a clean path, or the errno it fails with (a missing file is common: no exception)."""
@@ -545,7 +545,7 @@ class HostFS(NodeFiles):
         path = _clean(path)  # a relative path in a spec is not relative to cgpu's working directory
         if path not in self._resolved:
             found = self._real(path, True)
-            self._resolved[path] = None if type(found) is int else str(found)
+            self._resolved[path] = None if isinstance(found, int) else found
         return self._resolved[path]
 
     def _listdir(self, path: str) -> list[str]:
